@@ -1,0 +1,143 @@
+"""The `attnmt` command: a thin front over train, translate, evaluate, plot and the demo."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from pathlib import Path
+
+from .errors import AttnmtError
+
+
+def _demo(args: argparse.Namespace) -> None:
+    from .demo import run_demo
+
+    run_demo(args.out, overwrite=args.overwrite)
+
+
+def _train(args: argparse.Namespace) -> None:
+    from .config import load_config
+    from .train import train
+
+    config = load_config(args.config, args.overrides)
+    train(config, resume=args.resume, overwrite=args.overwrite)
+
+
+def _read_input(path: str | None) -> list[str]:
+    from .data import decode_lines, read_lines
+
+    if path is None or path == "-":
+        return list(decode_lines(sys.stdin.buffer, "<stdin>"))
+    return list(read_lines(path))
+
+
+def _write_output(path: str | None, lines: list[str]) -> None:
+    from .modelfile import atomic_write
+
+    text = "".join(line + "\n" for line in lines)
+    if path is None or path == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    else:
+        atomic_write(path, text.encode("utf-8"))
+
+
+def _translate(args: argparse.Namespace) -> None:
+    from .translate import Translator
+
+    translator = Translator.load(args.model, device=args.device)
+    lines = _read_input(args.input)
+    outputs = [t.text for t in translator.translate(lines, batch_size=args.batch_size)]
+    _write_output(args.output, outputs)
+
+
+def _evaluate(args: argparse.Namespace) -> None:
+    from .evaluate import score_translations
+    from .translate import Translator
+
+    translator = Translator.load(args.model, device=args.device)
+    sources, references = _read_input(args.src), _read_input(args.ref)
+    if len(sources) != len(references):
+        raise AttnmtError(f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}")
+    scores = score_translations(translator, list(zip(sources, references)))
+    for key, value in scores.items():
+        print(f"{key}: {value}")
+
+
+def _plot(args: argparse.Namespace) -> None:
+    from .plot import plot_attention
+    from .translate import Translator
+
+    translator = Translator.load(args.model, device=args.device)
+    result = translator.translate([args.sentence])[0]
+    if result.attention is None:
+        raise AttnmtError(f"{args.model}: this model has no attention (model.attention=none); nothing to plot")
+    if not result.tokens or not result.source_tokens:
+        raise AttnmtError("nothing to plot: the sentence or its translation is empty")
+    plot_attention(result.attention, result.source_tokens, result.tokens, args.out,
+                   title=f"{args.sentence} -> {result.text}")
+    print(f"{result.text}\nheatmap written to {args.out}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="attnmt", description="Attention-based neural machine translation.")
+    parser.add_argument("--debug", action="store_true", help="show the full traceback of errors")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    demo = commands.add_parser("demo", help="train on built-in dates (no download), print accuracy, plot attention")
+    demo.add_argument("--out", default="attnmt-demo", help="directory for the model and heatmap (default: %(default)s)")
+    demo.add_argument("--overwrite", action="store_true", help="replace a model already in --out")
+    demo.set_defaults(run=_demo)
+
+    train = commands.add_parser("train", help="train on the data a YAML config names")
+    train.add_argument("config", help="YAML config file (see configs/)")
+    train.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="e.g. model.attention=dot train.epochs=5")
+    train.add_argument("--resume", action="store_true", help="continue from the checkpoint in train.out_dir")
+    train.add_argument("--overwrite", action="store_true", help="replace a model already in train.out_dir")
+    train.set_defaults(run=_train)
+
+    def add_model(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("model", help="model file (model.safetensors)")
+        sub.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 ... (default: GPU if there is one)")
+
+    translate = commands.add_parser("translate", help="translate lines from stdin or a file")
+    add_model(translate)
+    translate.add_argument("--input", "-i", help="one sentence per line (default: stdin)")
+    translate.add_argument("--output", "-o", help="where translations go (default: stdout)")
+    translate.add_argument("--batch-size", type=int, default=None, help="sentences per batch")
+    translate.set_defaults(run=_translate)
+
+    evaluate = commands.add_parser("evaluate", help="translate --src and score against --ref (BLEU, chrF)")
+    add_model(evaluate)
+    evaluate.add_argument("--src", required=True, help="source sentences, one per line")
+    evaluate.add_argument("--ref", required=True, help="reference translations, line-aligned with --src")
+    evaluate.set_defaults(run=_evaluate)
+
+    plot = commands.add_parser("plot", help="draw the attention of one translation as a heatmap")
+    add_model(plot)
+    plot.add_argument("sentence", help="the sentence to translate")
+    plot.add_argument("--out", required=True, help="PNG file to write")
+    plot.set_defaults(run=_plot)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.run(args)
+    except AttnmtError as err:
+        if args.debug:
+            traceback.print_exc()
+        print(f"attnmt: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("attnmt: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

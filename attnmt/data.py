@@ -1,0 +1,128 @@
+"""Reading parallel corpora: manythings TSV files, line-aligned files, and the built-in dates corpus."""
+
+from __future__ import annotations
+
+import gzip
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from .config import DataConfig
+from .dates import generate_dates
+from .errors import AttnmtError
+
+Pair = tuple[str, str]
+
+
+def decode_lines(lines: Iterable[bytes], name: str) -> Iterator[str]:
+    """Decode UTF-8 lines, naming `name` and the line number for binary or non-UTF-8 input."""
+    for number, line in enumerate(lines, start=1):
+        if b"\x00" in line:
+            raise AttnmtError(f"{name}:{number}: contains NUL bytes; is this a binary file, not text?")
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise AttnmtError(
+                f"{name}:{number}: not valid UTF-8 (byte 0x{line[err.start]:02x} at column {err.start + 1})"
+            ) from None
+        yield text.rstrip("\r\n")
+
+
+def read_lines(path: str | Path) -> Iterator[str]:
+    """Yield the lines of a UTF-8 text file, plain or gzip, without their line ends."""
+    path = Path(path)
+    if not path.is_file():
+        raise AttnmtError(f"{path}: file not found" if not path.exists() else f"{path}: not a regular file")
+    try:
+        with open(path, "rb") as raw:
+            gzipped = raw.read(2) == b"\x1f\x8b"
+        with gzip.open(path, "rb") if gzipped else open(path, "rb") as handle:
+            yield from decode_lines(handle, str(path))
+    except (OSError, EOFError, gzip.BadGzipFile) as err:
+        raise AttnmtError(f"{path}: cannot read: {err}") from None
+
+
+def read_tsv(path: str | Path, max_pairs: int = 0) -> list[Pair]:
+    """Read a manythings/Tatoeba file: `English<TAB>Other[<TAB>attribution]`; quotes are plain text.
+
+    Returns (english, other) pairs; blank lines are skipped.
+    """
+    pairs = []
+    for number, line in enumerate(read_lines(path), start=1):
+        if not line.strip():
+            continue
+        columns = line.split("\t")
+        if not 2 <= len(columns) <= 3:
+            raise AttnmtError(
+                f"{path}:{number}: expected 2 or 3 TAB-separated columns (English, translation, "
+                f"attribution), found {len(columns)}"
+            )
+        pairs.append((columns[0], columns[1]))
+        if max_pairs and len(pairs) >= max_pairs:
+            break
+    if not pairs:
+        raise AttnmtError(f"{path}: no sentence pairs in file")
+    return pairs
+
+
+def find_split_file(directory: str | Path, prefix: str, lang: str) -> Path:
+    """`DIR/prefix.lang`, or `DIR/prefix.lang.gz` if only that exists."""
+    plain = Path(directory) / f"{prefix}.{lang}"
+    for candidate in (plain, plain.with_name(plain.name + ".gz")):
+        if candidate.is_file():
+            return candidate
+    raise AttnmtError(f"{plain}: file not found (nor {plain.name}.gz)")
+
+
+def read_parallel(src_path: str | Path, tgt_path: str | Path) -> list[Pair]:
+    """Read two line-aligned files; line i of one translates line i of the other."""
+    src = list(read_lines(src_path))
+    tgt = list(read_lines(tgt_path))
+    if len(src) != len(tgt):
+        raise AttnmtError(
+            f"{src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}; parallel files must have one line per sentence on both sides"
+        )
+    if not src:
+        raise AttnmtError(f"{src_path}: no lines in file")
+    return list(zip(src, tgt))
+
+
+@dataclass
+class Corpus:
+    """Raw (source, target) sentence pairs of the three splits."""
+
+    train: list[Pair]
+    valid: list[Pair]
+    test: list[Pair]
+
+
+def split_pairs(pairs: list[Pair], valid_size: int, test_size: int, seed: int) -> Corpus:
+    """Shuffle with `seed`, then cut off test and valid; the rest trains."""
+    if valid_size + test_size >= len(pairs):
+        raise AttnmtError(
+            f"only {len(pairs)} pairs, too few for data.valid_size={valid_size} and data.test_size={test_size}"
+        )
+    shuffled = list(pairs)
+    random.Random(seed).shuffle(shuffled)
+    test, valid = shuffled[:test_size], shuffled[test_size : test_size + valid_size]
+    return Corpus(train=shuffled[test_size + valid_size :], valid=valid, test=test)
+
+
+def load_corpus(config: DataConfig) -> Corpus:
+    """The corpus the config names, as (source, target) pairs."""
+    if config.format == "dates":
+        pairs = generate_dates(config.num_pairs or 24000, seed=config.seed)
+        return split_pairs(pairs, config.valid_size, config.test_size, config.seed)
+    if config.format == "tsv":
+        english_first = read_tsv(config.path, config.max_pairs)
+        pairs = english_first if config.src_lang == "en" else [(o, e) for e, o in english_first]
+        return split_pairs(pairs, config.valid_size, config.test_size, config.seed)
+    splits = []
+    for prefix in (config.train_prefix, config.valid_prefix, config.test_prefix):
+        src = find_split_file(config.path, prefix, config.src_lang)
+        tgt = find_split_file(config.path, prefix, config.tgt_lang)
+        splits.append(read_parallel(src, tgt))
+    if config.max_pairs:
+        splits[0] = splits[0][: config.max_pairs]
+    return Corpus(*splits)

@@ -1,0 +1,125 @@
+"""The decoder, in the order of either paper, with any attention kind.
+
+bahdanau order (Bahdanau et al. 2015): attend with the previous state s_{t-1}, feed
+    [embedding; context] to the RNN, classify [output; context; embedding].
+luong order (Luong et al. 2015): run the RNN on the embedding (plus, with input feeding, the
+    previous attentional vector), attend with the new state h_t, combine
+    h~_t = tanh(W_c [context; h_t]) and classify h~_t.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import torch
+from torch import nn
+
+from .attention import Attention
+from .encoder import RNN_CLASSES, RNNState
+from .vocab import PAD_ID
+
+
+class Memory(NamedTuple):
+    """What the decoder attends to, computed once per sentence."""
+
+    keys: torch.Tensor    # [B, S, A] projected for the attention kind
+    values: torch.Tensor  # [B, S, D] encoder outputs
+    mask: torch.Tensor    # [B, S] True at real tokens
+
+
+class DecoderState(NamedTuple):
+    hidden: RNNState                      # [layers, B, H] (a pair of them for LSTM)
+    attn_vector: Optional[torch.Tensor]   # [B, H] previous h~_t, for input feeding (luong order)
+
+
+def top_layer(hidden: RNNState) -> torch.Tensor:
+    return (hidden[0] if isinstance(hidden, tuple) else hidden)[-1]     # [B, H]
+
+
+def select(state: DecoderState, index: torch.Tensor) -> DecoderState:
+    """Keep (or repeat) the batch rows `index` of a state, e.g. to follow beams."""
+    hidden = state.hidden
+    hidden = tuple(h.index_select(1, index) for h in hidden) if isinstance(hidden, tuple) else hidden.index_select(1, index)
+    attn_vector = None if state.attn_vector is None else state.attn_vector.index_select(0, index)
+    return DecoderState(hidden, attn_vector)
+
+
+class Decoder(nn.Module):
+    def __init__(self, vocab_size: int, emb_dim: int, hidden: int, layers: int, rnn: str,
+                 attention: Attention, context_dim: int, order: str, input_feeding: bool, dropout: float):
+        super().__init__()
+        self.order = order
+        self.input_feeding = input_feeding
+        self.hidden_size = hidden
+        self.embedding = nn.Embedding(vocab_size, emb_dim, padding_idx=PAD_ID)
+        self.dropout = nn.Dropout(dropout)
+        self.attention = attention
+        if order == "bahdanau":
+            rnn_input = emb_dim + context_dim
+            features = hidden + context_dim + emb_dim
+            self.combine = None
+        else:
+            rnn_input = emb_dim + (hidden if input_feeding else 0)
+            features = hidden
+            self.combine = nn.Linear(context_dim + hidden, hidden)
+        self.rnn = RNN_CLASSES[rnn](rnn_input, hidden, layers, batch_first=True,
+                                    dropout=dropout if layers > 1 else 0.0)
+        self.classifier = nn.Linear(features, vocab_size)
+
+    @property
+    def parallel(self) -> bool:
+        """True when, given the gold target, every step can be computed in one call."""
+        return self.order == "luong" and not self.input_feeding
+
+    def initial_state(self, hidden: RNNState, batch_size: int) -> DecoderState:
+        attn_vector = top_layer(hidden).new_zeros(batch_size, self.hidden_size) if self.input_feeding else None
+        return DecoderState(hidden, attn_vector)
+
+    def step(self, prev_tokens: torch.Tensor, state: DecoderState, memory: Memory
+             ) -> tuple[torch.Tensor, DecoderState, Optional[torch.Tensor]]:
+        """Decode T steps given the previous tokens [B, T]; T > 1 only when `parallel`.
+
+        Returns logits [B, T, V], the new state and the attention weights [B, T, S] (None for `none`).
+        """
+        embedded = self.dropout(self.embedding(prev_tokens))               # [B, T, E]
+        if self.order == "bahdanau":
+            query = top_layer(state.hidden).unsqueeze(1)                     # [B, 1, H] = s_{t-1}
+            context, weights = self.attention(query, memory.keys, memory.values, memory.mask)  # [B, 1, D]
+            output, hidden = self.rnn(torch.cat([embedded, context], dim=-1), state.hidden)    # [B, 1, H]
+            features = torch.cat([output, context, embedded], dim=-1)       # [B, 1, H + D + E]
+            attn_vector = None
+        else:
+            rnn_input = embedded
+            if self.input_feeding:
+                rnn_input = torch.cat([embedded, state.attn_vector.unsqueeze(1)], dim=-1)  # [B, 1, E + H]
+            output, hidden = self.rnn(rnn_input, state.hidden)              # [B, T, H] = h_t
+            context, weights = self.attention(output, memory.keys, memory.values, memory.mask)  # [B, T, D]
+            features = torch.tanh(self.combine(torch.cat([context, output], dim=-1)))         # [B, T, H]
+            attn_vector = features[:, -1] if self.input_feeding else None
+        logits = self.classifier(self.dropout(features))                    # [B, T, V]
+        return logits, DecoderState(hidden, attn_vector), weights
+
+    def forward(self, tgt_in: torch.Tensor, state: DecoderState, memory: Memory, teacher_forcing: float = 1.0
+                ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """Logits [B, T, V] and weights [B, T, S] for the whole target, `<sos> y1 .. yn` [B, T].
+
+        With teacher_forcing < 1, each step feeds each sentence its gold previous token with that
+        probability and its own previous prediction otherwise.
+        """
+        if teacher_forcing >= 1.0 and self.parallel:
+            logits, _, weights = self.step(tgt_in, state, memory)
+            return logits, weights
+        all_logits, all_weights = [], []
+        tokens = tgt_in[:, :1]                                              # [B, 1]
+        for t in range(tgt_in.shape[1]):
+            logits, state, weights = self.step(tokens, state, memory)
+            all_logits.append(logits)
+            all_weights.append(weights)
+            if t + 1 < tgt_in.shape[1]:
+                tokens = tgt_in[:, t + 1 : t + 2]
+                if teacher_forcing < 1.0:
+                    own = logits.argmax(-1)                                 # [B, 1]
+                    use_gold = torch.rand(own.shape, device=own.device) < teacher_forcing
+                    tokens = torch.where(use_gold, tokens, own)
+        weights = None if all_weights[0] is None else torch.cat(all_weights, dim=1)
+        return torch.cat(all_logits, dim=1), weights

@@ -1,0 +1,50 @@
+"""The encoder: embeddings and a (bidirectional, multi-layer) GRU or LSTM over the source."""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Union
+
+import torch
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from .vocab import PAD_ID
+
+# GRU: h [layers, B, H]; LSTM: (h, c), each [layers, B, H].
+RNNState = Union[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]
+
+RNN_CLASSES = {"gru": nn.GRU, "lstm": nn.LSTM}
+
+
+class EncoderOutput(NamedTuple):
+    outputs: torch.Tensor  # [B, S, D] every position's state, D = hidden x directions; pads are 0
+    final: RNNState        # per layer, both directions' last states side by side: [layers, B, D]
+    mask: torch.Tensor     # [B, S] True at real tokens
+
+
+class Encoder(nn.Module):
+    def __init__(self, vocab_size: int, emb_dim: int, hidden: int, layers: int,
+                 bidirectional: bool, rnn: str, dropout: float):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, emb_dim, padding_idx=PAD_ID)
+        self.dropout = nn.Dropout(dropout)
+        self.rnn = RNN_CLASSES[rnn](emb_dim, hidden, layers, batch_first=True,
+                                    bidirectional=bidirectional, dropout=dropout if layers > 1 else 0.0)
+        self.directions = 2 if bidirectional else 1
+        self.output_size = hidden * self.directions
+
+    def forward(self, src: torch.Tensor, lengths: torch.Tensor) -> EncoderOutput:
+        """src [B, S] ids, lengths [B] (all >= 1)."""
+        embedded = self.dropout(self.embedding(src))                        # [B, S, E]
+        # Packing keeps pads out of the states; the backward direction starts at the real end.
+        packed = pack_padded_sequence(embedded, lengths.cpu(), batch_first=True, enforce_sorted=False)
+        packed_out, final = self.rnn(packed)
+        outputs, _ = pad_packed_sequence(packed_out, batch_first=True, total_length=src.shape[1])
+        outputs = self.dropout(outputs)                                     # [B, S, D]
+        final = tuple(map(self._join_directions, final)) if isinstance(final, tuple) else self._join_directions(final)
+        return EncoderOutput(outputs, final, src != PAD_ID)
+
+    def _join_directions(self, state: torch.Tensor) -> torch.Tensor:
+        layers_x_dirs, batch, hidden = state.shape                          # [layers*dirs, B, H]
+        state = state.view(layers_x_dirs // self.directions, self.directions, batch, hidden)
+        return state.transpose(1, 2).reshape(-1, batch, self.directions * hidden)  # [layers, B, D]

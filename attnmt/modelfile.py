@@ -1,0 +1,83 @@
+"""One shareable file per model: weights in safetensors, everything else as JSON in its metadata.
+
+Nothing here unpickles, so loading a file from a stranger cannot run code. A training
+checkpoint is the same format with the optimizer's tensors and the run's counters added.
+Files are written to a temporary name, flushed to disk, then renamed: a crash never leaves a
+half-written file under the real name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load as load_safetensors_bytes
+from safetensors.torch import save as save_safetensors_bytes
+
+from .errors import AttnmtError
+
+MAGIC = "attnmt"
+FORMAT_VERSION = 1
+# Rejected before reading: far larger than any RNN model here and a sign of a corrupt header.
+MAX_HEADER_BYTES = 100 * 1024 * 1024
+
+
+def atomic_write(path: str | Path, data: bytes) -> None:
+    """Write `data` to `path` so that readers see either the old file or the whole new one."""
+    path = Path(path)
+    if not path.parent.is_dir():
+        raise AttnmtError(f"{path}: directory {path.parent} does not exist")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException as err:
+        Path(tmp).unlink(missing_ok=True)
+        if isinstance(err, OSError):
+            raise AttnmtError(f"{path}: cannot write: {err.strerror or err}") from None
+        raise
+
+
+def save_file(path: str | Path, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+    meta = {"format": MAGIC, "format_version": FORMAT_VERSION, **meta}
+    tensors = {name: t.detach().to("cpu").contiguous() for name, t in tensors.items()}
+    atomic_write(path, save_safetensors_bytes(tensors, metadata={MAGIC: json.dumps(meta)}))
+
+
+def load_file(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Tensors and metadata of an attnmt file; a clear error for anything else."""
+    path = Path(path)
+    if not path.is_file():
+        raise AttnmtError(f"{path}: model file not found" if not path.exists() else f"{path}: not a regular file")
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise AttnmtError(f"{path}: cannot read: {err.strerror or err}") from None
+    not_ours = f"{path}: not an attnmt model file"
+    if len(data) < 8:
+        raise AttnmtError(f"{not_ours} (only {len(data)} bytes)")
+    header_len = int.from_bytes(data[:8], "little")
+    if header_len > min(MAX_HEADER_BYTES, len(data) - 8):
+        raise AttnmtError(f"{not_ours} (no safetensors header; truncated, or another program's file such as a pickle)")
+    try:
+        header = json.loads(data[8 : 8 + header_len])
+        meta = json.loads(header["__metadata__"][MAGIC])
+    except (ValueError, KeyError, TypeError):
+        raise AttnmtError(f"{not_ours} (safetensors without attnmt metadata, or a corrupt header)") from None
+    if meta.get("format") != MAGIC:
+        raise AttnmtError(f"{not_ours} (unknown format)")
+    if meta.get("format_version", 0) > FORMAT_VERSION:
+        raise AttnmtError(f"{path}: written by a newer attnmt (format {meta['format_version']}); upgrade attnmt")
+    try:
+        tensors = load_safetensors_bytes(data)
+    except (SafetensorError, ValueError, RuntimeError) as err:
+        raise AttnmtError(f"{path}: model file is damaged or truncated ({err})") from None
+    return tensors, meta

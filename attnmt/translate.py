@@ -1,0 +1,110 @@
+"""The Translator: a trained model with its tokenizers and vocabularies, text in, text out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import torch
+
+from .batch import batch_indices, pad
+from .config import Config, config_from_dict
+from .errors import AttnmtError
+from .model import Seq2Seq, resolve_device
+from .modelfile import load_file, save_file
+from .search import greedy
+from .tokenize import Tokenizer, tokenizer_from_dict
+from .vocab import Vocabulary
+
+WEIGHTS_PREFIX = "model."
+
+
+@dataclass
+class Translation:
+    text: str                       # detokenized output
+    tokens: list[str]               # output tokens, without EOS
+    source_tokens: list[str]        # the tokens the model read
+    attention: Optional[np.ndarray]  # [len(tokens), len(source_tokens)]; None for attention `none`
+
+
+class Translator:
+    def __init__(self, model: Seq2Seq, config: Config, src_tokenizer: Tokenizer, tgt_tokenizer: Tokenizer,
+                 src_vocab: Vocabulary, tgt_vocab: Vocabulary):
+        self.model = model
+        self.config = config
+        self.src_tokenizer = src_tokenizer
+        self.tgt_tokenizer = tgt_tokenizer
+        self.src_vocab = src_vocab
+        self.tgt_vocab = tgt_vocab
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def metadata(self) -> dict[str, Any]:
+        return {
+            "config": self.config.to_dict(),
+            "src_tokenizer": self.src_tokenizer.to_dict(),
+            "tgt_tokenizer": self.tgt_tokenizer.to_dict(),
+            "src_vocab": self.src_vocab.to_list(),
+            "tgt_vocab": self.tgt_vocab.to_list(),
+        }
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        return {WEIGHTS_PREFIX + name: t for name, t in self.model.state_dict().items()}
+
+    def save(self, path: str | Path) -> None:
+        """Write the model as one self-contained file (atomically)."""
+        save_file(path, self.weights(), {"kind": "model", **self.metadata()})
+
+    @classmethod
+    def load(cls, path: str | Path, device: str = "auto") -> "Translator":
+        """Load a model file (or a training checkpoint) written by `save`."""
+        tensors, meta = load_file(path)
+        try:
+            config = config_from_dict(meta["config"])
+            src_vocab = Vocabulary.from_list(meta["src_vocab"])
+            tgt_vocab = Vocabulary.from_list(meta["tgt_vocab"])
+            src_tokenizer = tokenizer_from_dict(meta["src_tokenizer"])
+            tgt_tokenizer = tokenizer_from_dict(meta["tgt_tokenizer"])
+        except (KeyError, ValueError, TypeError, AttnmtError) as err:
+            raise AttnmtError(f"{path}: model file metadata is incomplete or invalid ({err})") from None
+        model = Seq2Seq(config.model, len(src_vocab), len(tgt_vocab))
+        weights = {k[len(WEIGHTS_PREFIX):]: v for k, v in tensors.items() if k.startswith(WEIGHTS_PREFIX)}
+        try:
+            model.load_state_dict(weights)
+        except RuntimeError as err:
+            first = str(err).splitlines()[0] if str(err) else "mismatch"
+            raise AttnmtError(f"{path}: weights do not match the model described in the file ({first})") from None
+        model.to(resolve_device(device)).eval()
+        return cls(model, config, src_tokenizer, tgt_tokenizer, src_vocab, tgt_vocab)
+
+    def tokenize_source(self, text: str) -> list[str]:
+        return self.src_tokenizer.tokenize(text)[: self.config.decode.max_src_len]
+
+    def translate(self, texts: list[str], batch_size: Optional[int] = None) -> list[Translation]:
+        """Translate sentences with greedy decoding, in length-sorted batches; order is kept."""
+        sources = [self.tokenize_source(t) for t in texts]
+        results: list[Optional[Translation]] = [None] * len(texts)
+        for i, tokens in enumerate(sources):
+            if not tokens:  # nothing to translate: say nothing, do not make the model guess
+                results[i] = Translation("", [], [], np.zeros((0, 0), dtype=np.float32))
+        todo = [i for i, tokens in enumerate(sources) if tokens]
+        decode = self.config.decode
+        groups = batch_indices([(len(sources[i]), 0) for i in todo], batch_size or decode.batch_size)
+        self.model.eval()
+        for group in groups:
+            ids = [todo[g] for g in group]
+            src = pad([self.src_vocab.encode(sources[i]) for i in ids]).to(self.device)
+            lengths = torch.tensor([len(sources[i]) for i in ids])
+            max_lengths = (lengths.float() * decode.max_len_ratio).long() + decode.max_len_extra + 1
+            out_ids, weights = greedy(self.model, src, lengths, max_lengths)
+            out_ids = out_ids.tolist()
+            weights = None if weights is None else weights.float().cpu().numpy()
+            for row, i in enumerate(ids):
+                tokens = self.tgt_vocab.decode(out_ids[row])
+                attention = None if weights is None else weights[row, : len(tokens), : len(sources[i])]
+                results[i] = Translation(self.tgt_tokenizer.detokenize(tokens), tokens, sources[i], attention)
+        return results  # type: ignore[return-value]
