@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -12,6 +13,21 @@ from typing import Any, Literal, Optional
 import yaml
 
 from .errors import AttnmtError
+
+
+class _YamlLoader(yaml.SafeLoader):
+    """YAML 1.1 reads `1e-3` as a string; read it as the number people mean."""
+
+
+_YamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+def parse_yaml(text: str) -> Any:
+    return yaml.load(text, Loader=_YamlLoader)
 
 
 @dataclass
@@ -137,7 +153,10 @@ def _check_value(value: Any, hint: Any, where: str) -> Any:
             raise AttnmtError(f"{where}: expected a number, got {value!r}")
         return float(value)
     if hint is str:
-        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+        if isinstance(value, bool):
+            raise AttnmtError(f"{where}: expected a string, got {value!r} (YAML reads yes/no/on/off as "
+                              f"true/false; put the value in quotes)")
+        if not isinstance(value, (str, int, float)):
             raise AttnmtError(f"{where}: expected a string, got {value!r}")
         return str(value)
     raise TypeError(f"unsupported config type {hint} at {where}")
@@ -175,12 +194,14 @@ def apply_overrides(values: dict, overrides: list[str]) -> dict:
         dotted, raw = item.split("=", 1)
         keys = dotted.strip().split(".")
         try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
+            value = parse_yaml(raw) if raw.strip() else ""
         except yaml.YAMLError:
             value = raw
         node = values
         for key in keys[:-1]:
-            node = node.setdefault(key, {})
+            if node.get(key) is None:  # absent, or a section whose keys are all commented out
+                node[key] = {}
+            node = node[key]
             if not isinstance(node, dict):
                 raise AttnmtError(f"override {item!r}: {key!r} is not a section")
         node[keys[-1]] = value
@@ -196,7 +217,7 @@ def load_config(path: str | Path, overrides: Optional[list[str]] = None) -> Conf
     except (OSError, UnicodeDecodeError) as err:
         raise AttnmtError(f"{path}: cannot read config: {err}") from None
     try:
-        values = yaml.safe_load(text) or {}
+        values = parse_yaml(text) or {}
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         line = f" line {mark.line + 1}" if mark else ""

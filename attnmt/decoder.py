@@ -1,7 +1,7 @@
 """The decoder, in the order of either paper, with any attention kind.
 
 bahdanau order (Bahdanau et al. 2015): attend with the previous state s_{t-1}, feed
-    [embedding; context] to the RNN, classify [output; context; embedding].
+    [embedding; context] to the RNN, classify the deep output tanh(W_o [s_t; context; embedding]).
 luong order (Luong et al. 2015): run the RNN on the embedding (plus, with input feeding, the
     previous attentional vector), attend with the new state h_t, combine
     h~_t = tanh(W_c [context; h_t]) and classify h~_t.
@@ -56,15 +56,14 @@ class Decoder(nn.Module):
         self.attention = attention
         if order == "bahdanau":
             rnn_input = emb_dim + context_dim
-            features = hidden + context_dim + emb_dim
-            self.combine = None
+            combine_input = hidden + context_dim + emb_dim  # the paper's deep output over [s_t; c_t; y_{t-1}]
         else:
             rnn_input = emb_dim + (hidden if input_feeding else 0)
-            features = hidden
-            self.combine = nn.Linear(context_dim + hidden, hidden)
+            combine_input = context_dim + hidden            # [c_t; h_t]
         self.rnn = RNN_CLASSES[rnn](rnn_input, hidden, layers, batch_first=True,
                                     dropout=dropout if layers > 1 else 0.0)
-        self.classifier = nn.Linear(features, vocab_size)
+        self.combine = nn.Linear(combine_input, hidden)
+        self.classifier = nn.Linear(hidden, vocab_size)
 
     @property
     def parallel(self) -> bool:
@@ -81,23 +80,31 @@ class Decoder(nn.Module):
 
         Returns logits [B, T, V], the new state and the attention weights [B, T, S] (None for `none`).
         """
+        features, state, weights = self._features(prev_tokens, state, memory)
+        return self.classify(features), state, weights
+
+    def classify(self, features: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.dropout(features))                      # [B, T, V]
+
+    def _features(self, prev_tokens: torch.Tensor, state: DecoderState, memory: Memory
+                  ) -> tuple[torch.Tensor, DecoderState, Optional[torch.Tensor]]:
+        """The vector the classifier reads, [B, T, H], for T steps."""
         embedded = self.dropout(self.embedding(prev_tokens))               # [B, T, E]
         if self.order == "bahdanau":
             query = top_layer(state.hidden).unsqueeze(1)                     # [B, 1, H] = s_{t-1}
             context, weights = self.attention(query, memory.keys, memory.values, memory.mask)  # [B, 1, D]
             output, hidden = self.rnn(torch.cat([embedded, context], dim=-1), state.hidden)    # [B, 1, H]
-            features = torch.cat([output, context, embedded], dim=-1)       # [B, 1, H + D + E]
-            attn_vector = None
+            combined = torch.cat([output, context, embedded], dim=-1)       # [B, 1, H + D + E]
         else:
             rnn_input = embedded
             if self.input_feeding:
                 rnn_input = torch.cat([embedded, state.attn_vector.unsqueeze(1)], dim=-1)  # [B, 1, E + H]
             output, hidden = self.rnn(rnn_input, state.hidden)              # [B, T, H] = h_t
             context, weights = self.attention(output, memory.keys, memory.values, memory.mask)  # [B, T, D]
-            features = torch.tanh(self.combine(torch.cat([context, output], dim=-1)))         # [B, T, H]
-            attn_vector = features[:, -1] if self.input_feeding else None
-        logits = self.classifier(self.dropout(features))                    # [B, T, V]
-        return logits, DecoderState(hidden, attn_vector), weights
+            combined = torch.cat([context, output], dim=-1)                 # [B, T, D + H]
+        features = torch.tanh(self.combine(combined))                       # [B, T, H]
+        attn_vector = features[:, -1] if self.input_feeding else None
+        return features, DecoderState(hidden, attn_vector), weights
 
     def forward(self, tgt_in: torch.Tensor, state: DecoderState, memory: Memory, teacher_forcing: float = 1.0
                 ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
@@ -107,19 +114,27 @@ class Decoder(nn.Module):
         probability and its own previous prediction otherwise.
         """
         if teacher_forcing >= 1.0 and self.parallel:
-            logits, _, weights = self.step(tgt_in, state, memory)
-            return logits, weights
-        all_logits, all_weights = [], []
+            features, _, weights = self._features(tgt_in, state, memory)
+            return self.classify(features), weights
+        # Step by step. Under full teacher forcing the classifier, the largest layer, runs once
+        # over all steps afterwards (one big matrix product instead of T small ones).
+        outputs, all_weights = [], []
         tokens = tgt_in[:, :1]                                              # [B, 1]
         for t in range(tgt_in.shape[1]):
-            logits, state, weights = self.step(tokens, state, memory)
-            all_logits.append(logits)
+            features, state, weights = self._features(tokens, state, memory)
             all_weights.append(weights)
+            if teacher_forcing >= 1.0:
+                outputs.append(features)
+            else:
+                logits = self.classify(features)
+                outputs.append(logits)
             if t + 1 < tgt_in.shape[1]:
                 tokens = tgt_in[:, t + 1 : t + 2]
                 if teacher_forcing < 1.0:
                     own = logits.argmax(-1)                                 # [B, 1]
                     use_gold = torch.rand(own.shape, device=own.device) < teacher_forcing
                     tokens = torch.where(use_gold, tokens, own)
+        stacked = torch.cat(outputs, dim=1)                                 # [B, T, H] or [B, T, V]
+        logits = self.classify(stacked) if teacher_forcing >= 1.0 else stacked
         weights = None if all_weights[0] is None else torch.cat(all_weights, dim=1)
-        return torch.cat(all_logits, dim=1), weights
+        return logits, weights

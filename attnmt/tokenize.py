@@ -13,8 +13,11 @@ _DROP = dict.fromkeys(map(ord, "\u200b\u00ad\u2060\ufeff"), None)
 
 SPACE_SYMBOL = "\u2581"  # how the char tokenizer shows a space: "▁"
 
-_NO_SPACE_BEFORE = set(".,!?;:%)]}…»")
-_NO_SPACE_AFTER = set("([{¿¡«")
+_NO_SPACE_BEFORE = set(".,!?;:%)]}…»”")
+_NO_SPACE_AFTER = set("([{¿¡«‚")
+_PLAIN_QUOTES = set("\"'‘’")
+_JOINERS = set("-/")
+_CONTRACTION_ENDS = {"s", "t", "re", "ve", "ll", "d", "m"}
 
 
 def normalize(text: str) -> str:
@@ -49,21 +52,35 @@ class WordTokenizer:
         return _WORD.findall(text)
 
     def detokenize(self, tokens: list[str]) -> str:
-        """Join tokens with the spacing rules of ordinary prose (the split itself loses spaces)."""
+        """Join tokens with the spacing rules of ordinary prose (tokenizing forgot the spaces)."""
         out = ""
-        quote_open = False
+        attach_next = True  # no space before the first token
+        open_quotes: set[str] = set()
         for i, token in enumerate(tokens):
-            attach = not out or out[-1] in _NO_SPACE_AFTER or token in _NO_SPACE_BEFORE
-            if token == '"':
-                attach = attach or quote_open
-                quote_open = not quote_open
-            elif out.endswith('"') and quote_open:
+            prev = tokens[i - 1] if i > 0 else ""
+            following = tokens[i + 1] if i + 1 < len(tokens) else ""
+            attach, attach_next_now = attach_next, False
+            if token in ".,:" and prev.isdigit() and following.isdigit():
+                attach = attach_next_now = True                   # 3,500  2:30  1.5
+            elif token in "'’" and prev[-1:].isalnum() and following.lower() in _CONTRACTION_ENDS:
+                attach = attach_next_now = True                   # don ' t -> don't
+            elif token in _JOINERS and prev[-1:].isalnum() and following[:1].isalnum():
+                attach = attach_next_now = True                   # self - confidence, and / or
+            elif token in _PLAIN_QUOTES or token in "„“":
+                # A quote that closes one opened earlier hugs the text before it, else the text after.
+                opener = "„" if token == "“" and "„" in open_quotes else token
+                if opener in open_quotes:
+                    open_quotes.discard(opener)
+                    attach = True
+                else:
+                    open_quotes.add(token)
+                    attach_next_now = True
+            elif token in _NO_SPACE_BEFORE:
                 attach = True
-            elif token == "'" and 0 < i < len(tokens) - 1 and tokens[i - 1][-1:].isalnum() and tokens[i + 1][:1].isalnum():
-                attach = True  # don ' t -> don't
-            elif out.endswith("'") and i >= 2 and tokens[i - 2][-1:].isalnum() and token[:1].isalnum():
-                attach = True
-            out += token if attach else " " + token
+            elif token in _NO_SPACE_AFTER:
+                attach_next_now = True
+            out += token if attach or not out else " " + token
+            attach_next = attach_next_now
         return out
 
     def to_dict(self) -> dict:
