@@ -123,7 +123,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    # Overrides may come after flags (`train c.yaml --resume train.epochs=3`), which argparse's
+    # positional `nargs="*"` alone does not allow; collect the stragglers here.
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        if args.command != "train" or any(a.startswith("-") or "=" not in a for a in extra):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.overrides += extra
     try:
         args.run(args)
     except AttnmtError as err:

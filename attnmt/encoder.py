@@ -42,7 +42,9 @@ class Encoder(nn.Module):
         outputs, _ = pad_packed_sequence(packed_out, batch_first=True, total_length=src.shape[1])
         outputs = self.dropout(outputs)                                     # [B, S, D]
         final = tuple(map(self._join_directions, final)) if isinstance(final, tuple) else self._join_directions(final)
-        return EncoderOutput(outputs, final, src != PAD_ID)
+        positions = torch.arange(src.shape[1], device=src.device)
+        mask = positions.unsqueeze(0) < lengths.to(src.device).unsqueeze(1)  # [B, S], from lengths like packing
+        return EncoderOutput(outputs, final, mask)
 
     def _join_directions(self, state: torch.Tensor) -> torch.Tensor:
         layers_x_dirs, batch, hidden = state.shape                          # [layers*dirs, B, H]

@@ -20,7 +20,7 @@ def greedy(model: Seq2Seq, src: torch.Tensor, src_lengths: torch.Tensor, max_len
     """
     memory, state = model.encode(src, src_lengths)
     batch = src.shape[0]
-    max_lengths = max_lengths.to(src.device)
+    max_lengths = max_lengths.to(src.device).clamp(min=1)
     tokens = torch.full((batch, 1), SOS_ID, dtype=torch.long, device=src.device)
     finished = torch.zeros(batch, dtype=torch.bool, device=src.device)
     outputs, all_weights = [], []

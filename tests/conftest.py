@@ -1,0 +1,33 @@
+from pathlib import Path
+
+import pytest
+
+from attnmt.config import config_from_dict
+from attnmt.train import train
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def tiny_dates_config(out_dir: Path, **model) -> dict:
+    """A model that trains on 1,500 generated dates in a few seconds (not to accuracy)."""
+    return {
+        "data": {"format": "dates", "num_pairs": 1500, "valid_size": 100, "test_size": 100},
+        "tokenizer": {"level": "char"},
+        "model": {"emb_dim": 16, "enc_hidden": 32, "dec_hidden": 48, "attn_dim": 24, "dropout": 0.0, **model},
+        "train": {"out_dir": str(out_dir), "epochs": 2, "batch_size": 64, "lr": 0.005},
+    }
+
+
+@pytest.fixture(scope="session")
+def dates_model(tmp_path_factory) -> Path:
+    """Path of a small trained model file (char level, Bahdanau attention)."""
+    out = tmp_path_factory.mktemp("dates_model")
+    result = train(config_from_dict(tiny_dates_config(out)), log=lambda _: None)
+    return result.model_path
+
+
+@pytest.fixture
+def shared_data() -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.skip("../shared/data is not beside the repository")
+    return SHARED_DATA

@@ -1,0 +1,439 @@
+"""Attention kinds: hand-computed scores, masking, shapes, gradients and the key protocol."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from attnmt.attention import (AdditiveAttention, DotAttention, GeneralAttention, NoAttention,
+                              make_attention)
+from attnmt.config import ModelConfig
+from attnmt.model import Seq2Seq
+from attnmt.search import greedy
+
+KINDS = ["bahdanau", "concat", "dot", "general", "none"]
+SCORING_KINDS = ["bahdanau", "concat", "dot", "general"]
+
+
+def softmax_list(xs):
+    exps = [math.exp(x) for x in xs]
+    total = sum(exps)
+    return [e / total for e in exps]
+
+
+def mix(weights, rows):
+    return [sum(w * row[d] for w, row in zip(weights, rows)) for d in range(len(rows[0]))]
+
+
+def reference_scores(kind, module, query, memory):
+    """Scores [B, T, S] written out position by position from the module's raw weights."""
+    B, T, _ = query.shape
+    S = memory.shape[1]
+    scores = torch.zeros(B, T, S, dtype=torch.float64)
+    for b in range(B):
+        for t in range(T):
+            q = query[b, t].double()
+            for j in range(S):
+                h = memory[b, j].double()
+                if kind in ("bahdanau", "concat"):
+                    pre = module.query_proj.weight.double() @ q + module.key_proj.weight.double() @ h
+                    if kind == "concat":
+                        pre = pre + module.query_proj.bias.double()
+                    scores[b, t, j] = (module.v.weight.double()[0] * torch.tanh(pre)).sum()
+                elif kind == "dot":
+                    scores[b, t, j] = (q * h).sum()
+                elif kind == "general":
+                    scores[b, t, j] = (q * (module.key_proj.weight.double() @ h)).sum()
+                else:
+                    raise AssertionError(kind)
+    return scores
+
+
+def reference_attention(kind, module, query, memory, mask):
+    """(context, weights) computed independently of the module's score()/forward()."""
+    scores = reference_scores(kind, module, query, memory)
+    B, T, S = scores.shape
+    weights = torch.zeros_like(scores)
+    for b in range(B):
+        real = [j for j in range(S) if mask[b, j]]
+        for t in range(T):
+            exps = torch.exp(scores[b, t, real] - scores[b, t, real].max())
+            weights[b, t, real] = exps / exps.sum()
+    context = torch.einsum("bts,bsv->btv", weights, memory.double())
+    return context.float(), weights.float()
+
+
+def build(kind, query_dim=4, key_dim=6, attn_dim=5):
+    if kind == "dot":
+        key_dim = query_dim
+    module, width = make_attention(kind, query_dim, key_dim, attn_dim)
+    return module, width, query_dim, key_dim
+
+
+# ---------------------------------------------------------------- make_attention
+
+def test_make_attention_classes_and_context_width():
+    expected = {"bahdanau": AdditiveAttention, "concat": AdditiveAttention, "dot": DotAttention,
+                "general": GeneralAttention, "none": NoAttention}
+    for kind, cls in expected.items():
+        module, width = make_attention(kind, 4, 6, 5)
+        assert type(module) is cls
+        assert width == (0 if kind == "none" else 6)
+    bahdanau, _ = make_attention("bahdanau", 4, 6, 5)
+    concat, _ = make_attention("concat", 4, 6, 5)
+    assert bahdanau.query_proj.bias is None and bahdanau.key_proj.bias is None and bahdanau.v.bias is None
+    assert concat.query_proj.bias is not None and concat.key_proj.bias is None and concat.v.bias is None
+    assert tuple(bahdanau.key_proj.weight.shape) == (5, 6)
+    assert tuple(bahdanau.query_proj.weight.shape) == (5, 4)
+    assert tuple(bahdanau.v.weight.shape) == (1, 5)
+    general, _ = make_attention("general", 4, 6, 5)
+    assert tuple(general.key_proj.weight.shape) == (4, 6)
+    with pytest.raises(ValueError):
+        make_attention("multihead", 4, 6, 5)
+
+
+# ---------------------------------------------------------------- hand-computed examples
+
+Q = torch.tensor([[[1.0, 0.0]]])                            # [1, 1, 2]
+H = torch.tensor([[[1.0, 0.0], [0.0, 1.0], [2.0, 0.0]]])     # [1, 3, 2]
+MASK = torch.ones(1, 3, dtype=torch.bool)
+
+
+def test_dot_attention_by_hand():
+    # scores = q . h_j = [1*1 + 0*0, 1*0 + 0*1, 1*2 + 0*0] = [1, 0, 2]
+    # softmax: exp = [e, 1, e^2] = [2.718282, 1, 7.389056], sum = 11.107338
+    #   weights = [0.244728, 0.090031, 0.665241]
+    # context = 0.244728*[1, 0] + 0.090031*[0, 1] + 0.665241*[2, 0] = [1.575210, 0.090031]
+    attention = DotAttention()
+    keys = attention.project_keys(H)
+    assert_close(keys, H)                                    # dot uses the raw outputs as keys
+    context, weights = attention(Q, keys, H, MASK)
+    assert_close(weights, torch.tensor([[[0.244728, 0.090031, 0.665241]]]), atol=1e-6, rtol=0)
+    assert_close(context, torch.tensor([[[1.575210, 0.090031]]]), atol=1e-6, rtol=0)
+    e = math.e
+    exact = [e / (e + 1 + e * e), 1 / (e + 1 + e * e), e * e / (e + 1 + e * e)]
+    assert_close(weights, torch.tensor([[exact]]))
+    assert_close(context, torch.tensor([[[exact[0] + 2 * exact[2], exact[1]]]]))
+
+
+def set_additive(module, w_q, w_k, v, b=None):
+    with torch.no_grad():
+        module.query_proj.weight.copy_(torch.tensor(w_q))
+        module.key_proj.weight.copy_(torch.tensor(w_k))
+        module.v.weight.copy_(torch.tensor([v]))
+        if b is not None:
+            module.query_proj.bias.copy_(torch.tensor(b))
+
+
+def test_bahdanau_attention_by_hand():
+    attention, width = make_attention("bahdanau", 2, 2, 2)
+    assert width == 2
+    # W_q = I, W_k = 0.5 I, v = [1, -1]
+    set_additive(attention, [[1.0, 0.0], [0.0, 1.0]], [[0.5, 0.0], [0.0, 0.5]], [1.0, -1.0])
+    keys = attention.project_keys(H)
+    # W_k h_j = [0.5, 0], [0, 0.5], [1, 0]
+    assert_close(keys, torch.tensor([[[0.5, 0.0], [0.0, 0.5], [1.0, 0.0]]]))
+    context, weights = attention(Q, keys, H, MASK)
+    # W_q q + W_k h_j = [1.5, 0], [1, 0.5], [2, 0]
+    # score_j = tanh(a) - tanh(b) = tanh(1.5), tanh(1) - tanh(0.5), tanh(2)
+    scores = [math.tanh(1.5), math.tanh(1.0) - math.tanh(0.5), math.tanh(2.0)]
+    assert_close(torch.tensor(scores), torch.tensor([0.905148, 0.299477, 0.964028]), atol=1e-6, rtol=0)
+    w = softmax_list(scores)
+    assert_close(weights, torch.tensor([[w]]))
+    assert_close(context, torch.tensor([[mix(w, H[0].tolist())]]))
+
+
+def test_concat_attention_by_hand_uses_query_bias():
+    attention, _ = make_attention("concat", 2, 2, 2)
+    set_additive(attention, [[1.0, 0.0], [0.0, 1.0]], [[0.5, 0.0], [0.0, 0.5]], [1.0, -1.0], b=[-1.0, 0.5])
+    keys = attention.project_keys(H)
+    context, weights = attention(Q, keys, H, MASK)
+    # W_q q + b + W_k h_j = [1.5 - 1, 0 + 0.5], [1 - 1, 0.5 + 0.5], [2 - 1, 0 + 0.5]
+    #                     = [0.5, 0.5], [0, 1], [1, 0.5]
+    scores = [math.tanh(0.5) - math.tanh(0.5), math.tanh(0.0) - math.tanh(1.0), math.tanh(1.0) - math.tanh(0.5)]
+    w = softmax_list(scores)
+    assert_close(weights, torch.tensor([[w]]))
+    assert_close(context, torch.tensor([[mix(w, H[0].tolist())]]))
+    # Without the bias the numbers are different, so the bias is really used.
+    with torch.no_grad():
+        attention.query_proj.bias.zero_()
+    _, unbiased = attention(Q, keys, H, MASK)
+    assert not torch.allclose(unbiased, weights)
+
+
+def test_general_attention_by_hand():
+    attention, width = make_attention("general", 2, 3, 7)    # attn_dim is unused by general
+    assert width == 3
+    memory = torch.tensor([[[1.0, 0.0, 1.0], [0.0, 2.0, 0.0], [1.0, 1.0, 1.0]]])  # [1, 3, 3]
+    with torch.no_grad():
+        attention.key_proj.weight.copy_(torch.tensor([[1.0, 0.0, 0.0], [0.0, 0.5, -1.0]]))  # W [2, 3]
+    query = torch.tensor([[[2.0, 1.0]]])
+    keys = attention.project_keys(memory)
+    # W h_j = [1, -1], [0, 1], [1, -0.5]
+    assert_close(keys, torch.tensor([[[1.0, -1.0], [0.0, 1.0], [1.0, -0.5]]]))
+    context, weights = attention(query, keys, memory, MASK)
+    # q . W h_j = 2*1 + 1*(-1) = 1, 2*0 + 1*1 = 1, 2*1 + 1*(-0.5) = 1.5
+    w = softmax_list([1.0, 1.0, 1.5])
+    assert_close(weights, torch.tensor([[w]]))
+    assert_close(context, torch.tensor([[mix(w, memory[0].tolist())]]))
+
+
+def test_none_attention_by_hand():
+    attention, width = make_attention("none", 2, 2, 2)
+    assert width == 0
+    keys = attention.project_keys(H)
+    assert tuple(keys.shape) == (1, 3, 0)
+    context, weights = attention(Q, keys, H, MASK)
+    assert weights is None
+    assert tuple(context.shape) == (1, 1, 0)
+    assert context.dtype == H.dtype
+    assert list(attention.parameters()) == []
+
+
+@pytest.mark.parametrize("kind", SCORING_KINDS)
+def test_matches_reference_on_random_inputs(kind):
+    torch.manual_seed(0)
+    attention, _, qd, kd = build(kind)
+    query = torch.randn(2, 4, qd)
+    memory = torch.randn(2, 5, kd)
+    mask = torch.tensor([[True] * 5, [True, True, True, False, False]])
+    context, weights = attention(query, attention.project_keys(memory), memory, mask)
+    ref_context, ref_weights = reference_attention(kind, attention, query, memory, mask)
+    assert_close(weights, ref_weights, atol=1e-6, rtol=1e-5)
+    assert_close(context, ref_context, atol=1e-6, rtol=1e-5)
+
+
+# ---------------------------------------------------------------- masking and shapes
+
+@pytest.mark.parametrize("kind", SCORING_KINDS)
+def test_masked_positions_get_exactly_zero_weight(kind):
+    torch.manual_seed(1)
+    attention, _, qd, kd = build(kind)
+    B, T, S = 3, 4, 6
+    query = torch.randn(B, T, qd) * 3
+    memory = torch.randn(B, S, kd) * 3
+    lengths = torch.tensor([6, 2, 1])
+    mask = torch.arange(S)[None, :] < lengths[:, None]
+    # Huge values at pads must not leak in either.
+    memory = memory.masked_fill(~mask[..., None], 1e4)
+    context, weights = attention(query, attention.project_keys(memory), memory, mask)
+    assert tuple(context.shape) == (B, T, kd)
+    assert tuple(weights.shape) == (B, T, S)
+    pads = ~mask[:, None, :].expand(B, T, S)
+    assert (weights[pads] == 0.0).all()
+    assert (weights[~pads] > 0.0).all()
+    assert torch.isfinite(weights).all() and torch.isfinite(context).all()
+    assert_close(weights.sum(-1), torch.ones(B, T))
+    for b in range(B):
+        n = int(lengths[b])
+        assert_close(weights[b, :, :n].sum(-1), torch.ones(T))
+        # The context mixes only the real positions.
+        assert_close(context[b], weights[b, :, :n] @ memory[b, :n])
+    # The one-token sentence attends fully to its only token.
+    assert (weights[2, :, 0] == 1.0).all()
+    assert_close(context[2], memory[2, :1].expand(T, kd))
+
+
+def test_masked_positions_zero_even_with_huge_negative_scores():
+    """Pads are excluded outright, not just given a large negative score."""
+    attention = DotAttention()
+    query = torch.tensor([[[-100.0]]])
+    memory = torch.tensor([[[100.0], [200.0], [0.0]]])       # real scores -1e4, -2e4; pad would be 0
+    mask = torch.tensor([[True, True, False]])
+    context, weights = attention(query, attention.project_keys(memory), memory, mask)
+    assert weights[0, 0, 2] == 0.0
+    assert weights[0, 0].tolist() == [1.0, 0.0, 0.0]         # e^-1e4 vs e^-2e4: all on position 0
+    assert context[0, 0].tolist() == [100.0]
+
+
+@pytest.mark.parametrize("kind", SCORING_KINDS)
+def test_padded_sentence_matches_unpadded(kind):
+    torch.manual_seed(2)
+    attention, _, qd, kd = build(kind)
+    query = torch.randn(1, 3, qd)
+    memory = torch.randn(1, 3, kd)
+    alone_c, alone_w = attention(query, attention.project_keys(memory), memory, torch.ones(1, 3, dtype=torch.bool))
+    padded = torch.cat([memory, torch.randn(1, 4, kd)], dim=1)
+    mask = torch.tensor([[True] * 3 + [False] * 4])
+    c, w = attention(query, attention.project_keys(padded), padded, mask)
+    assert_close(c, alone_c)
+    assert_close(w[:, :, :3], alone_w)
+    assert (w[:, :, 3:] == 0.0).all()
+
+
+@pytest.mark.parametrize("T", [1, 5])
+def test_none_attention_shapes(T):
+    attention, width = make_attention("none", 4, 6, 5)
+    memory = torch.randn(2, 7, 6)
+    mask = torch.ones(2, 7, dtype=torch.bool)
+    context, weights = attention(torch.randn(2, T, 4), attention.project_keys(memory), memory, mask)
+    assert weights is None
+    assert tuple(context.shape) == (2, T, 0) and width == 0
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_single_query_equals_row_of_many(kind):
+    """T queries at once give the same rows as T single-query calls."""
+    torch.manual_seed(3)
+    attention, width, qd, kd = build(kind)
+    query = torch.randn(2, 4, qd)
+    memory = torch.randn(2, 5, kd)
+    mask = torch.tensor([[True] * 5, [True, True, False, False, False]])
+    keys = attention.project_keys(memory)
+    context, weights = attention(query, keys, memory, mask)
+    assert tuple(context.shape) == (2, 4, width)
+    for t in range(4):
+        c, w = attention(query[:, t : t + 1], keys, memory, mask)
+        assert_close(c, context[:, t : t + 1])
+        if kind == "none":
+            assert w is None and weights is None
+        else:
+            assert_close(w, weights[:, t : t + 1])
+
+
+# ---------------------------------------------------------------- gradients
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_gradients_reach_every_parameter(kind):
+    torch.manual_seed(4)
+    attention, width, qd, kd = build(kind)
+    query = torch.randn(2, 3, qd, requires_grad=True)
+    memory = torch.randn(2, 4, kd, requires_grad=True)
+    mask = torch.tensor([[True] * 4, [True, True, True, False]])
+    context, weights = attention(query, attention.project_keys(memory), memory, mask)
+    loss = (context * torch.randn_like(context)).sum()
+    if kind == "none":
+        assert list(attention.parameters()) == []
+        assert not context.requires_grad or context.numel() == 0
+        return
+    loss.backward()
+    params = dict(attention.named_parameters())
+    expected = {"bahdanau": {"key_proj.weight", "query_proj.weight", "v.weight"},
+                "concat": {"key_proj.weight", "query_proj.weight", "query_proj.bias", "v.weight"},
+                "dot": set(), "general": {"key_proj.weight"}}[kind]
+    assert set(params) == expected
+    for name, p in params.items():
+        assert p.grad is not None, name
+        assert p.grad.abs().sum() > 0, name
+    # The scores depend on the query and the memory, for every kind that scores.
+    assert query.grad is not None and query.grad.abs().sum() > 0
+    assert memory.grad is not None and memory.grad.abs().sum() > 0
+    # No gradient flows into padded memory rows.
+    assert (memory.grad[1, 3] == 0).all()
+
+
+# ---------------------------------------------------------------- the key protocol
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_precomputed_keys_equal_projecting_inside(kind):
+    """Keys projected once and reused give what projecting at each call would give."""
+    torch.manual_seed(5)
+    attention, _, qd, kd = build(kind)
+    memory = torch.randn(2, 5, kd)
+    mask = torch.tensor([[True] * 5, [True] * 3 + [False] * 2])
+    keys = attention.project_keys(memory)
+    for _ in range(3):
+        query = torch.randn(2, 2, qd)
+        c1, w1 = attention(query, keys, memory, mask)
+        c2, w2 = attention(query, attention.project_keys(memory), memory, mask)
+        assert_close(c1, c2, rtol=0, atol=0)
+        if kind == "none":
+            assert w1 is None and w2 is None
+        else:
+            assert_close(w1, w2, rtol=0, atol=0)
+            ref_c, ref_w = reference_attention(kind, attention, query, memory, mask)
+            assert_close(w1, ref_w, atol=1e-6, rtol=1e-5)
+            assert_close(c1, ref_c, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kind", SCORING_KINDS)
+def test_project_keys_is_the_only_key_projection(kind):
+    """forward() scores with the keys it is given: it never re-projects the memory itself."""
+    torch.manual_seed(6)
+    attention, _, qd, kd = build(kind)
+    memory = torch.randn(1, 4, kd)
+    mask = torch.ones(1, 4, dtype=torch.bool)
+    keys = attention.project_keys(memory)
+    query = torch.randn(1, 2, qd)
+    calls = []
+    if hasattr(attention, "key_proj"):
+        attention.key_proj.register_forward_hook(lambda *a: calls.append(1))
+    _, w = attention(query, keys, memory, mask)
+    assert calls == []
+    # Other keys with the same values change the weights: the scores come from `keys`.
+    _, w_other = attention(query, keys.flip(1), memory, mask)
+    assert_close(w_other, w.flip(-1))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_no_state_between_calls(kind):
+    """Two memories used alternately give the results each gives on a fresh module."""
+    torch.manual_seed(7)
+    attention, _, qd, kd = build(kind)
+    mem_a, mem_b = torch.randn(2, 3, kd), torch.randn(1, 6, kd)
+    mask_a = torch.tensor([[True, True, True], [True, False, False]])
+    mask_b = torch.tensor([[True] * 4 + [False] * 2])
+    keys_a, keys_b = attention.project_keys(mem_a), attention.project_keys(mem_b)
+    queries_a = [torch.randn(2, 1, qd) for _ in range(3)]
+    queries_b = [torch.randn(1, 2, qd) for _ in range(3)]
+    fresh, _ = make_attention(kind, qd, kd, 5)
+    fresh.load_state_dict(attention.state_dict())
+    expected_a = [fresh(q, fresh.project_keys(mem_a), mem_a, mask_a) for q in queries_a]
+    fresh2, _ = make_attention(kind, qd, kd, 5)
+    fresh2.load_state_dict(attention.state_dict())
+    expected_b = [fresh2(q, fresh2.project_keys(mem_b), mem_b, mask_b) for q in queries_b]
+    buffers_before = {k: v.clone() for k, v in attention.state_dict().items()}
+    attrs_before = set(vars(attention))
+    for i in range(3):
+        got_a = attention(queries_a[i], keys_a, mem_a, mask_a)
+        got_b = attention(queries_b[i], keys_b, mem_b, mask_b)
+        assert_close(got_a[0], expected_a[i][0], rtol=0, atol=0)
+        assert_close(got_b[0], expected_b[i][0], rtol=0, atol=0)
+        if kind != "none":
+            assert_close(got_a[1], expected_a[i][1], rtol=0, atol=0)
+            assert_close(got_b[1], expected_b[i][1], rtol=0, atol=0)
+            ref_a = reference_attention(kind, attention, queries_a[i], mem_a, mask_a)
+            ref_b = reference_attention(kind, attention, queries_b[i], mem_b, mask_b)
+            assert_close(got_a[1], ref_a[1], atol=1e-6, rtol=1e-5)
+            assert_close(got_b[1], ref_b[1], atol=1e-6, rtol=1e-5)
+    assert set(vars(attention)) == attrs_before
+    for k, v in attention.state_dict().items():
+        assert torch.equal(v, buffers_before[k])
+
+
+def tiny_model(kind, order):
+    torch.manual_seed(8)
+    config = ModelConfig(rnn="gru", emb_dim=6, enc_hidden=4, bidirectional=True, dec_hidden=8,
+                         attention=kind, attn_dim=5, decoder=order, dropout=0.0)
+    return Seq2Seq(config, 10, 11).eval()
+
+
+@pytest.mark.parametrize("order", ["bahdanau", "luong"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_model_projects_keys_once_per_sentence(kind, order):
+    """encode() projects the memory once; decoding steps only reuse the keys."""
+    model = tiny_model(kind, order)
+    attention = model.decoder.attention
+    calls = []
+    original = attention.project_keys
+
+    def counting(memory):
+        calls.append(tuple(memory.shape))
+        return original(memory)
+
+    attention.project_keys = counting
+    key_proj_calls = []
+    if hasattr(attention, "key_proj"):
+        attention.key_proj.register_forward_hook(lambda *a: key_proj_calls.append(1))
+    src = torch.tensor([[4, 5, 6, 7], [8, 9, 0, 0]])
+    lengths = torch.tensor([4, 2])
+    tgt_in = torch.tensor([[2, 4, 5, 6, 7], [2, 8, 9, 0, 0]])
+    model(src, lengths, tgt_in, teacher_forcing=1.0)
+    assert calls == [(2, 4, 8)]
+    greedy(model, src, lengths, torch.tensor([6, 6]))
+    assert calls == [(2, 4, 8), (2, 4, 8)]
+    if hasattr(attention, "key_proj"):
+        assert len(key_proj_calls) == 2

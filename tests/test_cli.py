@@ -1,0 +1,144 @@
+"""The `attnmt` command end to end, on real Tatoeba and Multi30k pairs from ../shared/data."""
+
+import gzip
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+TINY_MODEL = ["model.emb_dim=32", "model.enc_hidden=32", "model.dec_hidden=64", "model.attn_dim=32",
+              "model.dropout=0.0", "vocab.min_freq=1"]
+
+
+def attnmt(*args: str, stdin: str | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONIOENCODING": "utf-8"}
+    return subprocess.run([sys.executable, "-m", "attnmt", *args], input=stdin, capture_output=True,
+                          text=True, cwd=cwd or REPO, env=env, timeout=600)
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) -> None:
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("attnmt: error: "), result.stderr
+    assert "Traceback" not in result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+@pytest.fixture(scope="module")
+def tatoeba_model(tmp_path_factory) -> Path:
+    data = Path(__file__).resolve().parents[2] / "shared" / "data" / "tatoeba_deu_eng" / "deu.txt.gz"
+    if not data.exists():
+        pytest.skip("../shared/data is not beside the repository")
+    out = tmp_path_factory.mktemp("tatoeba")
+    result = attnmt("train", "configs/tatoeba_de_en.yaml", f"data.path={data}", "data.max_pairs=4000",
+                    "data.valid_size=300", "data.test_size=300", "train.epochs=3", "train.batch_size=64",
+                    "train.batch_type=sentences", f"train.out_dir={out}", *TINY_MODEL)
+    assert result.returncode == 0, result.stderr
+    epochs = [line for line in result.stdout.splitlines() if line.startswith("epoch ")]
+    assert len(epochs) == 3 and all("valid_ppl" in line for line in epochs)
+    first, last = (float(e.split("valid_ppl ")[1].split()[0]) for e in (epochs[0], epochs[-1]))
+    assert last < first, result.stdout  # it learned something
+    assert "test: exact" in result.stdout
+    return out / "model.safetensors"
+
+
+def test_train_writes_model_and_checkpoint(tatoeba_model):
+    assert tatoeba_model.exists()
+    assert (tatoeba_model.parent / "checkpoint.safetensors").exists()
+
+
+def test_translate_stdin_to_stdout(tatoeba_model):
+    lines = ["Ich bin müde.", "", "Wo ist der Bahnhof?"]
+    result = attnmt("translate", str(tatoeba_model), stdin="\n".join(lines) + "\n")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout.split("\n")
+    assert len(out) == len(lines) + 1 and out[-1] == ""  # one line out per line in
+    assert out[1] == "" and out[0] and out[2]
+
+
+def test_translate_files(tatoeba_model, tmp_path):
+    src = tmp_path / "in.de"
+    src.write_text("Tom ist hier.\nIch liebe dich.\n", encoding="utf-8")
+    dst = tmp_path / "out.en"
+    result = attnmt("translate", str(tatoeba_model), "--input", str(src), "--output", str(dst))
+    assert result.returncode == 0, result.stderr
+    assert len(dst.read_text(encoding="utf-8").splitlines()) == 2
+
+
+def test_translate_output_into_missing_directory(tatoeba_model, tmp_path):
+    src = tmp_path / "in.de"
+    src.write_text("Hallo!\n", encoding="utf-8")
+    result = attnmt("translate", str(tatoeba_model), "-i", str(src), "-o", str(tmp_path / "no" / "out.txt"))
+    assert_one_line_error(result, "does not exist")
+
+
+def test_translate_non_utf8_input(tatoeba_model, tmp_path):
+    src = tmp_path / "in.de"
+    src.write_bytes(b"Hallo!\nGr\xfc\xdfe\n")
+    assert_one_line_error(attnmt("translate", str(tatoeba_model), "-i", str(src)), f"{src}:2", "UTF-8")
+
+
+def test_plot_cli(tatoeba_model, tmp_path):
+    out = tmp_path / "heat.png"
+    result = attnmt("plot", str(tatoeba_model), "Ich bin müde.", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    assert out.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_evaluate_cli(tatoeba_model, tmp_path):
+    src, ref = tmp_path / "s.de", tmp_path / "r.en"
+    src.write_text("Ich bin müde.\nTom ist hier.\n", encoding="utf-8")
+    ref.write_text("I'm tired.\nTom is here.\n", encoding="utf-8")
+    result = attnmt("evaluate", str(tatoeba_model), "--src", str(src), "--ref", str(ref))
+    assert result.returncode == 0, result.stderr
+    for key in ("exact: ", "bleu: ", "chrf: ", "bleu_signature: nrefs:1"):
+        assert key in result.stdout, result.stdout
+
+
+def test_train_refuses_to_overwrite_a_model(tatoeba_model):
+    before = tatoeba_model.read_bytes()
+    result = attnmt("train", "configs/tatoeba_de_en.yaml", f"train.out_dir={tatoeba_model.parent}", "data.path=x")
+    assert_one_line_error(result, "already holds a model", "--overwrite")
+    assert tatoeba_model.read_bytes() == before
+
+
+def test_train_on_multi30k_parallel_files(shared_data, tmp_path):
+    # The first lines of the real gzipped files (all of them would take minutes).
+    data = tmp_path / "multi30k"
+    data.mkdir()
+    for split, count in [("train", 1000), ("val", 100), ("test_2016_flickr", 100)]:
+        for lang in ("de", "en"):
+            with gzip.open(shared_data / "multi30k" / f"{split}.{lang}.gz", "rb") as full:
+                head = b"".join(line for _, line in zip(range(count), full))
+            (data / f"{split}.{lang}.gz").write_bytes(gzip.compress(head))
+    result = attnmt("train", "configs/multi30k_de_en.yaml", f"data.path={data}", "train.epochs=1",
+                    f"train.out_dir={tmp_path / 'out'}", *TINY_MODEL)
+    assert result.returncode == 0, result.stderr
+    assert "1000 training pairs" in result.stdout and "100 valid, 100 test" in result.stdout
+
+
+def test_mismatched_parallel_files(tmp_path):
+    for name, lines in [("train.de", 3), ("train.en", 2), ("val.de", 1), ("val.en", 1),
+                        ("test_2016_flickr.de", 1), ("test_2016_flickr.en", 1)]:
+        (tmp_path / name).write_text("ein Satz\n" * lines, encoding="utf-8")
+    result = attnmt("train", "configs/multi30k_de_en.yaml", f"data.path={tmp_path}",
+                    f"train.out_dir={tmp_path / 'out'}")
+    assert_one_line_error(result, "train.de has 3 lines", "train.en has 2")
+
+
+def test_unknown_config_key(tmp_path):
+    result = attnmt("train", "configs/tatoeba_de_en.yaml", "model.atention=dot", "data.path=x")
+    assert_one_line_error(result, "model.atention", "attention")
+
+
+def test_missing_model_file(tmp_path):
+    assert_one_line_error(attnmt("translate", str(tmp_path / "none.safetensors"), stdin="x\n"), "not found")
+
+
+def test_debug_shows_traceback(tmp_path):
+    result = attnmt("--debug", "translate", str(tmp_path / "none.safetensors"), stdin="x\n")
+    assert result.returncode == 2 and "Traceback" in result.stderr

@@ -1,0 +1,141 @@
+"""The Translator API and model files: save, load, translate, edge cases."""
+
+import json
+import pickle
+
+import numpy as np
+import pytest
+import torch
+
+from attnmt import AttnmtError, Translator
+from attnmt.modelfile import load_file, save_file
+from attnmt.plot import plot_attention
+
+SENTENCES = ["March 3, 2021", "3. Oktober 1990", "12/25/2031", "the 1st of May 1999"]
+
+
+def test_translation_fields(dates_model):
+    translator = Translator.load(dates_model)
+    results = translator.translate(SENTENCES)
+    assert len(results) == len(SENTENCES)
+    for sentence, result in zip(SENTENCES, results):
+        assert result.source_tokens == translator.src_tokenizer.tokenize(sentence)
+        assert result.text == translator.tgt_tokenizer.detokenize(result.tokens)
+        assert result.attention.shape == (len(result.tokens), len(result.source_tokens))
+        assert np.all(result.attention >= 0)
+        np.testing.assert_allclose(result.attention.sum(axis=1), 1.0, rtol=1e-5)
+
+
+def test_save_load_gives_identical_translations(dates_model, tmp_path):
+    first = Translator.load(dates_model)
+    copy = tmp_path / "copy.safetensors"
+    first.save(copy)
+    second = Translator.load(copy)
+    for a, b in zip(first.translate(SENTENCES), second.translate(SENTENCES)):
+        assert a.text == b.text and a.tokens == b.tokens
+        np.testing.assert_array_equal(a.attention, b.attention)
+    for name, tensor in first.model.state_dict().items():
+        assert torch.equal(tensor, second.model.state_dict()[name])
+
+
+def test_batch_does_not_change_translations(dates_model):
+    translator = Translator.load(dates_model)
+    together = [r.text for r in translator.translate(SENTENCES * 5, batch_size=64)]
+    alone = [translator.translate([s])[0].text for s in SENTENCES]
+    assert together == alone * 5
+
+
+def test_empty_line_gives_empty_translation(dates_model):
+    translator = Translator.load(dates_model)
+    empty, real, blank = translator.translate(["", SENTENCES[0], "   \u200b "])
+    for result in (empty, blank):
+        assert result.text == "" and result.tokens == [] and result.attention.shape == (0, 0)
+    assert real.text != ""
+
+
+def test_unknown_words_translate_without_error(dates_model):
+    translator = Translator.load(dates_model)
+    (result,) = translator.translate(["жжжёёёЩЩЩ"])  # no Cyrillic in the dates vocabulary
+    ids = translator.src_vocab.encode(result.source_tokens)
+    assert set(ids) == {1}  # all <unk>
+    limit = int(len(result.source_tokens) * translator.config.decode.max_len_ratio) + translator.config.decode.max_len_extra
+    assert len(result.tokens) <= limit
+    assert result.attention.shape == (len(result.tokens), len(result.source_tokens))
+
+
+def test_overlong_input_is_cut_to_the_documented_limit(dates_model):
+    translator = Translator.load(dates_model)
+    limit = translator.config.decode.max_src_len
+    (result,) = translator.translate(["1" * (limit * 3)])
+    assert len(result.source_tokens) == limit
+
+
+def test_model_file_is_safetensors_with_json_metadata(dates_model):
+    tensors, meta = load_file(dates_model)
+    assert meta["kind"] == "model"
+    assert meta["src_vocab"][:4] == ["<pad>", "<unk>", "<sos>", "<eos>"]
+    assert meta["config"]["model"]["attention"] == "bahdanau"
+    assert all(name.startswith("model.") for name in tensors)
+    header_len = int.from_bytes(dates_model.read_bytes()[:8], "little")
+    header = json.loads(dates_model.read_bytes()[8 : 8 + header_len])
+    assert "attnmt" in header["__metadata__"]
+
+
+class Boom:
+    def __reduce__(self):
+        return (exec, ("open(__import__('os').environ['BOOM_FILE'], 'w').write('ran')",))
+
+
+def test_pickle_in_place_of_model_is_refused_without_running(tmp_path, monkeypatch):
+    marker = tmp_path / "ran.txt"
+    monkeypatch.setenv("BOOM_FILE", str(marker))
+    evil = tmp_path / "model.safetensors"
+    evil.write_bytes(pickle.dumps(Boom()))
+    with pytest.raises(AttnmtError, match="not an attnmt model file"):
+        Translator.load(evil)
+    assert not marker.exists()
+
+
+def test_torch_save_file_is_refused(tmp_path):
+    path = tmp_path / "model.pt"
+    torch.save({"weights": torch.zeros(3)}, path)
+    with pytest.raises(AttnmtError, match="not an attnmt model file"):
+        Translator.load(path)
+
+
+def test_truncated_model_file_is_refused(dates_model, tmp_path):
+    data = dates_model.read_bytes()
+    for cut in (4, 100, len(data) // 2, len(data) - 1):
+        broken = tmp_path / f"cut{cut}.safetensors"
+        broken.write_bytes(data[:cut])
+        with pytest.raises(AttnmtError, match=str(broken.name)):
+            Translator.load(broken)
+
+
+def test_other_safetensors_file_is_refused(tmp_path):
+    from safetensors.torch import save_file as plain_save
+
+    path = tmp_path / "other.safetensors"
+    plain_save({"w": torch.zeros(2)}, str(path))
+    with pytest.raises(AttnmtError, match="without attnmt metadata"):
+        Translator.load(path)
+
+
+def test_missing_model_file(tmp_path):
+    with pytest.raises(AttnmtError, match="not found"):
+        Translator.load(tmp_path / "nothing.safetensors")
+
+
+def test_save_into_missing_directory_fails_cleanly(tmp_path):
+    with pytest.raises(AttnmtError, match="does not exist"):
+        save_file(tmp_path / "no" / "such" / "m.safetensors", {"x": torch.zeros(1)}, {})
+
+
+def test_plot_writes_png(dates_model, tmp_path):
+    translator = Translator.load(dates_model)
+    (result,) = translator.translate(["3. Oktober 1990"])
+    out = tmp_path / "a.png"
+    plot_attention(result.attention, result.source_tokens, result.tokens, out, title="ü ß → Devanagari हवं")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(ValueError):
+        plot_attention(result.attention, result.source_tokens[:-1], result.tokens, out)
