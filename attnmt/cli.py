@@ -48,7 +48,11 @@ def _translate(args: argparse.Namespace) -> None:
 
     translator = Translator.load(args.model, device=args.device)
     lines = _read_input(args.input)
-    outputs = [t.text for t in translator.translate(lines, batch_size=args.batch_size)]
+    nbest = translator.translate_nbest(lines, args.n_best, args.beam, args.alpha, args.batch_size)
+    if args.n_best == 1:
+        outputs = [hyps[0].text for hyps in nbest]
+    else:  # Moses-style n-best list: sentence number ||| translation ||| log-probability
+        outputs = [f"{i} ||| {h.text} ||| {h.log_prob:.4f}" for i, hyps in enumerate(nbest) for h in hyps]
     _write_output(args.output, outputs)
 
 
@@ -60,7 +64,7 @@ def _evaluate(args: argparse.Namespace) -> None:
     sources, references = _read_input(args.src), _read_input(args.ref)
     if len(sources) != len(references):
         raise AttnmtError(f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}")
-    scores = score_translations(translator, list(zip(sources, references)))
+    scores = score_translations(translator, list(zip(sources, references)), args.beam, args.alpha)
     for key, value in scores.items():
         print(f"{key}: {value}")
 
@@ -101,17 +105,24 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("model", help="model file (model.safetensors)")
         sub.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 ... (default: GPU if there is one)")
 
+    def add_search(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--beam", type=int, default=None, help="beam size (default: the model's decode.beam_size; 1 = greedy)")
+        sub.add_argument("--alpha", type=float, default=None, help="GNMT length penalty for beam search (default: 0)")
+
     translate = commands.add_parser("translate", help="translate lines from stdin or a file")
     add_model(translate)
     translate.add_argument("--input", "-i", help="one sentence per line (default: stdin)")
     translate.add_argument("--output", "-o", help="where translations go (default: stdout)")
     translate.add_argument("--batch-size", type=int, default=None, help="sentences per batch")
+    translate.add_argument("--n-best", type=int, default=1, help="print the N best: `i ||| text ||| log-prob` lines")
+    add_search(translate)
     translate.set_defaults(run=_translate)
 
     evaluate = commands.add_parser("evaluate", help="translate --src and score against --ref (BLEU, chrF)")
     add_model(evaluate)
     evaluate.add_argument("--src", required=True, help="source sentences, one per line")
     evaluate.add_argument("--ref", required=True, help="reference translations, line-aligned with --src")
+    add_search(evaluate)
     evaluate.set_defaults(run=_evaluate)
 
     plot = commands.add_parser("plot", help="draw the attention of one translation as a heatmap")

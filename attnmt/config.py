@@ -57,8 +57,12 @@ class DataConfig:
 
 @dataclass
 class TokenizerConfig:
-    level: Literal["word", "char"] = "word"
+    # word, char, or sentencepiece subwords (bpe, unigram) trained on the training data.
+    level: Literal["word", "char", "bpe", "unigram"] = "word"
     lowercase: bool = False
+    # Subwords only: pieces to learn, and one model for both languages (joint) or one each.
+    vocab_size: int = 8000
+    joint: bool = True
 
 
 @dataclass
@@ -99,6 +103,10 @@ class TrainConfig:
     label_smoothing: float = 0.0
     seed: int = 1
     device: str = "auto"
+    # Without a terminal for the progress bar, log a line every this many updates (0 = never).
+    log_every: int = 200
+    # Also save checkpoint.safetensors every this many updates (0 = only at the end of each epoch).
+    checkpoint_every: int = 500
     # Stop early once validation exact match reaches this fraction (0 = never).
     target_exact_match: float = 0.0
     samples: int = 3
@@ -112,6 +120,10 @@ class DecodeConfig:
     max_len_ratio: float = 2.0
     max_len_extra: int = 10
     batch_size: int = 64
+    # 1 = greedy decoding; more = beam search with that many hypotheses per sentence.
+    beam_size: int = 1
+    # GNMT length penalty exponent for beam search (0 = rank by plain log-probability).
+    alpha: float = 0.0
 
 
 @dataclass

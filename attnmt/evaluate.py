@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 import sacrebleu
 
 from .translate import Translator
@@ -28,9 +30,10 @@ def corpus_scores(hypotheses: list[str], references: list[str]) -> dict[str, flo
     }
 
 
-def score_translations(translator: Translator, pairs: list[tuple[str, str]]) -> dict:
-    """Exact match (%), BLEU and chrF of the translator's greedy outputs for (source, reference) pairs."""
-    hypotheses = [t.text for t in translator.translate([s for s, _ in pairs])]
+def score_translations(translator: Translator, pairs: list[tuple[str, str]], beam_size: Optional[int] = None,
+                       alpha: Optional[float] = None) -> dict:
+    """Exact match (%), BLEU and chrF of the translator's outputs for (source, reference) pairs."""
+    hypotheses = [t.text for t in translator.translate([s for s, _ in pairs], beam_size, alpha)]
     references = [r for _, r in pairs]
     # Exact match forgives what the tokenizer normalizes away (odd spaces; case when lowercasing).
     tokenizer = translator.tgt_tokenizer

@@ -8,6 +8,7 @@ half-written file under the real name.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -46,9 +47,19 @@ def atomic_write(path: str | Path, data: bytes) -> None:
         raise
 
 
+def tensors_digest(tensors: dict[str, torch.Tensor]) -> str:
+    """sha256 over names, dtypes, shapes and bytes: safetensors itself has no checksum."""
+    digest = hashlib.sha256()
+    for name in sorted(tensors):
+        tensor = tensors[name]
+        digest.update(f"{name}|{tensor.dtype}|{list(tensor.shape)}|".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
 def save_file(path: str | Path, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
-    meta = {"format": MAGIC, "format_version": FORMAT_VERSION, **meta}
     tensors = {name: t.detach().to("cpu").contiguous() for name, t in tensors.items()}
+    meta = {"format": MAGIC, "format_version": FORMAT_VERSION, "sha256": tensors_digest(tensors), **meta}
     atomic_write(path, save_safetensors_bytes(tensors, metadata={MAGIC: json.dumps(meta)}))
 
 
@@ -80,4 +91,6 @@ def load_file(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]
         tensors = load_safetensors_bytes(data)
     except (SafetensorError, ValueError, RuntimeError) as err:
         raise AttnmtError(f"{path}: model file is damaged or truncated ({err})") from None
+    if tensors_digest(tensors) != meta.get("sha256"):
+        raise AttnmtError(f"{path}: model file is corrupted (its weights do not match their checksum)")
     return tensors, meta

@@ -2,40 +2,140 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
 
+from .decoder import Memory, select
 from .model import Seq2Seq
 from .vocab import EOS_ID, PAD_ID, SOS_ID
 
 
 @torch.inference_mode()
 def greedy(model: Seq2Seq, src: torch.Tensor, src_lengths: torch.Tensor, max_lengths: torch.Tensor
-           ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+           ) -> tuple[torch.Tensor, Optional[torch.Tensor], torch.Tensor]:
     """Most likely token at each step, until EOS or the sentence's own `max_lengths` [B].
 
-    Returns ids [B, T] (EOS included where produced, PAD after it) and weights [B, T, S]
-    (None for attention `none`).
+    Returns ids [B, T] (EOS included where produced, PAD after it), weights [B, T, S]
+    (None for attention `none`) and the log-probability of each output, EOS included [B].
     """
     memory, state = model.encode(src, src_lengths)
     batch = src.shape[0]
     max_lengths = max_lengths.to(src.device).clamp(min=1)
     tokens = torch.full((batch, 1), SOS_ID, dtype=torch.long, device=src.device)
     finished = torch.zeros(batch, dtype=torch.bool, device=src.device)
+    log_prob = torch.zeros(batch, device=src.device)
     outputs, all_weights = [], []
     for t in range(int(max_lengths.max())):
         logits, state, weights = model.decoder.step(tokens, state, memory)
-        next_tokens = logits[:, -1].argmax(-1)                              # [B]
+        step_log_probs = torch.log_softmax(logits[:, -1].float(), dim=-1)     # [B, V]
+        next_tokens = step_log_probs.argmax(-1)                                # [B]
         # A sentence at its length limit ends here, as if it had produced EOS.
         next_tokens = torch.where(max_lengths <= t + 1, torch.full_like(next_tokens, EOS_ID), next_tokens)
         next_tokens = next_tokens.masked_fill(finished, PAD_ID)
+        chosen = step_log_probs.gather(1, next_tokens.unsqueeze(1)).squeeze(1)
+        log_prob += chosen.masked_fill(finished, 0.0)
         outputs.append(next_tokens)
         all_weights.append(weights)
         finished |= next_tokens == EOS_ID
         if finished.all():
             break
         tokens = next_tokens.unsqueeze(1)
-    ids = torch.stack(outputs, dim=1)                                       # [B, T]
+    ids = torch.stack(outputs, dim=1)                                          # [B, T]
     weights = None if all_weights[0] is None else torch.cat(all_weights, dim=1)  # [B, T, S]
-    return ids, weights
+    return ids, weights, log_prob
+
+
+@dataclass
+class Hypothesis:
+    ids: list[int]                       # output ids, without EOS
+    log_prob: float                      # sum of the log-probabilities of ids and the final EOS
+    score: float                         # log_prob / GNMT length penalty, what the beam ranks by
+    attention: Optional[torch.Tensor]    # [len(ids), S] weights of the steps that produced ids
+
+
+def length_penalty(length: int, alpha: float) -> float:
+    """GNMT's lp(Y) = ((5 + |Y|) / 6)^alpha (Wu et al. 2016); alpha 0 ranks by plain log-probability."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+@torch.inference_mode()
+def beam_search(model: Seq2Seq, src: torch.Tensor, src_lengths: torch.Tensor, max_lengths: torch.Tensor,
+                beam_size: int, alpha: float = 0.0, n_best: int = 1) -> list[list[Hypothesis]]:
+    """The `n_best` best hypotheses per sentence, best first, by batched beam search.
+
+    Each sentence keeps `beam_size` live hypotheses. At every step the best 2 x beam_size
+    extensions are ranked; an EOS among the first beam_size finishes that hypothesis, the best
+    beam_size others live on. A sentence is done when it has beam_size finished hypotheses or
+    reaches its max length (where only EOS is allowed), and it then leaves the batch, so the
+    remaining sentences run on a smaller one.
+    """
+    k = beam_size
+    memory, state = model.encode(src, src_lengths)
+    batch, device = src.shape[0], src.device
+    rows = torch.arange(batch, device=device).repeat_interleave(k)                 # [B*K]
+    memory = Memory(*(t.index_select(0, rows) for t in memory))
+    state = select(state, rows)
+    active = torch.arange(batch, device=device)                                    # sentences still decoding
+    max_lengths = max_lengths.to(device).clamp(min=1)
+    scores = torch.full((batch, k), float("-inf"), device=device)                  # [b, K] live log-probs
+    scores[:, 0] = 0.0                                                             # one real start per sentence
+    tokens = torch.full((batch * k,), SOS_ID, dtype=torch.long, device=device)     # [b*K]
+    history = torch.zeros(batch * k, 0, dtype=torch.long, device=device)           # [b*K, t]
+    attn_history: Optional[torch.Tensor] = None                                    # [b*K, t, S]
+    finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
+
+    for t in range(int(max_lengths.max())):
+        logits, state, weights = model.decoder.step(tokens.unsqueeze(1), state, memory)
+        log_probs = torch.log_softmax(logits[:, -1].float(), dim=-1)               # [b*K, V]
+        vocab = log_probs.shape[-1]
+        at_limit = (max_lengths[active] <= t + 1).repeat_interleave(k)             # [b*K]
+        if at_limit.any():  # at the length limit only EOS may follow
+            eos_only = torch.full_like(log_probs[0], float("-inf"))
+            eos_only[EOS_ID] = 0.0
+            log_probs = torch.where(at_limit.unsqueeze(1), log_probs + eos_only, log_probs)
+        steps_attn = None if weights is None else weights[:, -1]                   # [b*K, S]
+        if steps_attn is not None:
+            attn_history = (steps_attn.unsqueeze(1) if attn_history is None
+                            else torch.cat([attn_history, steps_attn.unsqueeze(1)], dim=1))  # [b*K, t+1, S]
+
+        b = active.shape[0]
+        candidates = (scores.unsqueeze(2) + log_probs.view(b, k, vocab)).view(b, k * vocab)  # [b, K*V]
+        top_scores, top_ids = candidates.topk(min(2 * k, k * vocab), dim=1)        # [b, 2K]
+        from_row = top_ids // vocab + torch.arange(b, device=device).unsqueeze(1) * k  # [b, 2K] rows of b*K
+        next_token = top_ids % vocab
+        is_eos = (next_token == EOS_ID) & torch.isfinite(top_scores)
+
+        for i, j in (is_eos[:, :k]).nonzero().tolist():  # EOS among the best K: a finished hypothesis
+            sentence = int(active[i])
+            if len(finished[sentence]) >= k:
+                continue
+            row = int(from_row[i, j])
+            ids = history[row].tolist()
+            log_prob = float(top_scores[i, j])
+            attention = None if attn_history is None else attn_history[row, :-1]
+            finished[sentence].append(Hypothesis(ids, log_prob, log_prob / length_penalty(len(ids) + 1, alpha),
+                                                 attention))
+
+        live_scores = top_scores.masked_fill(next_token == EOS_ID, float("-inf"))
+        scores, pick = live_scores.topk(k, dim=1)                                  # [b, K]
+        chosen_rows = from_row.gather(1, pick).view(-1)                            # [b*K]
+        tokens = next_token.gather(1, pick).view(-1)
+        history = torch.cat([history.index_select(0, chosen_rows), tokens.unsqueeze(1)], dim=1)
+        if attn_history is not None:
+            attn_history = attn_history.index_select(0, chosen_rows)
+        state = select(state, chosen_rows)
+
+        done = torch.tensor([len(finished[int(s)]) >= k for s in active], device=device)
+        done |= max_lengths[active] <= t + 1
+        if done.all():
+            break
+        if done.any():  # drop finished sentences from the batch
+            keep = (~done).nonzero().squeeze(1)
+            keep_rows = (keep.unsqueeze(1) * k + torch.arange(k, device=device)).view(-1)
+            active, scores, tokens, history = active[keep], scores[keep], tokens[keep_rows], history[keep_rows]
+            attn_history = None if attn_history is None else attn_history.index_select(0, keep_rows)
+            memory = Memory(*(m.index_select(0, keep_rows) for m in memory))
+            state = select(state, keep_rows)
+    return [sorted(hyps, key=lambda h: -h.score)[:n_best] for hyps in finished]

@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import base64
+import io
 import re
 import unicodedata
+from typing import Iterable
+
+import sentencepiece
+
+from .errors import AttnmtError
 
 # Spaces that str.split() may or may not treat as such, all made plain spaces.
 _SPACES = dict.fromkeys(map(ord, "\u00a0\u202f\u2007\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2008\u2009\u200a\u3000\t\r\n\x0b\x0c"), " ")
@@ -37,19 +44,29 @@ def _word_pattern() -> re.Pattern:
 _WORD = _word_pattern()
 
 
-class WordTokenizer:
-    """Words are runs of letters, digits and marks; every other visible character is a token."""
+class BaseTokenizer:
+    """Normalization and settings shared by the tokenizers; subclasses split and join."""
 
-    level = "word"
+    level = ""
 
     def __init__(self, lowercase: bool = False):
         self.lowercase = lowercase
 
-    def tokenize(self, text: str) -> list[str]:
+    def prepare(self, text: str) -> str:
         text = normalize(text)
-        if self.lowercase:
-            text = text.lower()
-        return _WORD.findall(text)
+        return text.lower() if self.lowercase else text
+
+    def to_dict(self) -> dict:
+        return {"level": self.level, "lowercase": self.lowercase}
+
+
+class WordTokenizer(BaseTokenizer):
+    """Words are runs of letters, digits and marks; every other visible character is a token."""
+
+    level = "word"
+
+    def tokenize(self, text: str) -> list[str]:
+        return _WORD.findall(self.prepare(text))
 
     def detokenize(self, tokens: list[str]) -> str:
         """Join tokens with the spacing rules of ordinary prose (tokenizing forgot the spaces)."""
@@ -83,37 +100,70 @@ class WordTokenizer:
             attach_next = attach_next_now
         return out
 
-    def to_dict(self) -> dict:
-        return {"level": self.level, "lowercase": self.lowercase}
 
-
-class CharTokenizer:
+class CharTokenizer(BaseTokenizer):
     """One token per character; a space becomes SPACE_SYMBOL so it stays visible in plots."""
 
     level = "char"
 
-    def __init__(self, lowercase: bool = False):
-        self.lowercase = lowercase
-
     def tokenize(self, text: str) -> list[str]:
-        text = normalize(text)
-        if self.lowercase:
-            text = text.lower()
-        return [SPACE_SYMBOL if c == " " else c for c in text]
+        return [SPACE_SYMBOL if c == " " else c for c in self.prepare(text)]
 
     def detokenize(self, tokens: list[str]) -> str:
         return "".join(" " if t == SPACE_SYMBOL else t for t in tokens)
 
+
+class SubwordTokenizer(BaseTokenizer):
+    """sentencepiece BPE or unigram pieces; the trained model travels inside the model file."""
+
+    def __init__(self, level: str, model: bytes, lowercase: bool = False):
+        super().__init__(lowercase)
+        self.level = level
+        self.model = model
+        self.processor = sentencepiece.SentencePieceProcessor(model_proto=model)
+
+    @classmethod
+    def train(cls, level: str, sentences: Iterable[str], vocab_size: int, lowercase: bool = False
+              ) -> "SubwordTokenizer":
+        """Learn `vocab_size` pieces (a soft limit for small corpora) from raw sentences."""
+        texts = [normalize(s).lower() if lowercase else normalize(s) for s in sentences]
+        model = io.BytesIO()
+        try:
+            sentencepiece.SentencePieceTrainer.train(
+                sentence_iterator=iter(t for t in texts if t), model_writer=model, vocab_size=vocab_size,
+                model_type=level, character_coverage=1.0, hard_vocab_limit=False,
+                # We normalize before sentencepiece sees the text, and add BOS/EOS ourselves.
+                normalization_rule_name="identity", bos_id=-1, eos_id=-1, num_threads=1, minloglevel=2,
+            )
+        except RuntimeError as err:
+            raise AttnmtError(f"cannot train the {level} subword model: {err}") from None
+        return cls(level, model.getvalue(), lowercase)
+
+    def tokenize(self, text: str) -> list[str]:
+        return self.processor.encode(self.prepare(text), out_type=str)
+
+    def detokenize(self, tokens: list[str]) -> str:
+        return self.processor.decode_pieces(tokens)
+
     def to_dict(self) -> dict:
-        return {"level": self.level, "lowercase": self.lowercase}
+        return {**super().to_dict(), "model": base64.b64encode(self.model).decode("ascii")}
 
 
-Tokenizer = WordTokenizer | CharTokenizer
+Tokenizer = WordTokenizer | CharTokenizer | SubwordTokenizer
 
 
 def make_tokenizer(level: str, lowercase: bool = False) -> Tokenizer:
+    """A word or character tokenizer (subword ones are trained: SubwordTokenizer.train)."""
     return {"word": WordTokenizer, "char": CharTokenizer}[level](lowercase)
 
 
 def tokenizer_from_dict(values: dict) -> Tokenizer:
+    if values["level"] in ("bpe", "unigram"):
+        return SubwordTokenizer(values["level"], base64.b64decode(values["model"]), values["lowercase"])
     return make_tokenizer(values["level"], values["lowercase"])
+
+
+def tokenizers_from_dicts(source: dict, target: dict) -> tuple[Tokenizer, Tokenizer]:
+    """The (source, target) tokenizers a model file describes; a joint subword model is loaded once."""
+    src = tokenizer_from_dict(source)
+    return src, src if target == source else tokenizer_from_dict(target)

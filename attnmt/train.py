@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 import random
 import time
@@ -12,15 +13,15 @@ from typing import Callable, Optional
 import torch
 from tqdm import tqdm
 
-from .batch import Example, batch_indices, collate
-from .config import Config
+from .batch import Batch, Example, batch_indices, collate
+from .config import Config, TokenizerConfig
 from .data import Pair, load_corpus
 from .errors import AttnmtError
 from .evaluate import score_translations
 from .loss import sequence_loss
 from .model import Seq2Seq, resolve_device
 from .modelfile import load_file, save_file
-from .tokenize import Tokenizer, make_tokenizer
+from .tokenize import SubwordTokenizer, Tokenizer, make_tokenizer, tokenizers_from_dicts
 from .translate import WEIGHTS_PREFIX, Translator
 from .vocab import Vocabulary
 
@@ -39,14 +40,30 @@ class PreparedData:
     valid: list[Example]
     valid_pairs: list[Pair]
     test_pairs: list[Pair]
-    dropped: int  # training pairs left out: an empty side, or longer than data.max_len
+    dropped: int      # training pairs left out: an empty side, or longer than data.max_len
+    fingerprint: str  # sha256 of the raw training pairs, to refuse resuming on other data
 
 
-def prepare_data(config: Config) -> PreparedData:
+def make_tokenizers(config: TokenizerConfig, pairs: list[Pair]) -> tuple[Tokenizer, Tokenizer]:
+    """Source and target tokenizers; subword ones are trained on the training pairs here."""
+    if config.level in ("word", "char"):
+        return make_tokenizer(config.level, config.lowercase), make_tokenizer(config.level, config.lowercase)
+    sources, targets = [s for s, _ in pairs], [t for _, t in pairs]
+    if config.joint:
+        shared = SubwordTokenizer.train(config.level, sources + targets, config.vocab_size, config.lowercase)
+        return shared, shared
+    return (SubwordTokenizer.train(config.level, sources, config.vocab_size, config.lowercase),
+            SubwordTokenizer.train(config.level, targets, config.vocab_size, config.lowercase))
+
+
+def prepare_data(config: Config, saved: Optional[dict] = None) -> PreparedData:
+    """Read, tokenize and encode the corpus; `saved` (a checkpoint's metadata) supplies the
+    tokenizers and vocabularies of the run being resumed instead of new ones."""
     corpus = load_corpus(config.data)
-    tok = config.tokenizer
-    src_tokenizer = make_tokenizer(tok.level, tok.lowercase)
-    tgt_tokenizer = make_tokenizer(tok.level, tok.lowercase)
+    if saved:
+        src_tokenizer, tgt_tokenizer = tokenizers_from_dicts(saved["src_tokenizer"], saved["tgt_tokenizer"])
+    else:
+        src_tokenizer, tgt_tokenizer = make_tokenizers(config.tokenizer, corpus.train)
 
     def tokenized(pairs: list[Pair]) -> list[tuple[list[str], list[str]]]:
         limit = config.data.max_len
@@ -57,15 +74,21 @@ def prepare_data(config: Config) -> PreparedData:
     if not train:
         raise AttnmtError("no usable training pairs: every pair has an empty side or exceeds data.max_len")
     valid = tokenized(corpus.valid)
-    voc = config.vocab
-    src_vocab = Vocabulary.build((s for s, _ in train), voc.min_freq, voc.max_size)
-    tgt_vocab = Vocabulary.build((t for _, t in train), voc.min_freq, voc.max_size)
+    if saved:
+        src_vocab, tgt_vocab = Vocabulary.from_list(saved["src_vocab"]), Vocabulary.from_list(saved["tgt_vocab"])
+    else:
+        voc = config.vocab
+        src_vocab = Vocabulary.build((s for s, _ in train), voc.min_freq, voc.max_size)
+        tgt_vocab = Vocabulary.build((t for _, t in train), voc.min_freq, voc.max_size)
 
     def encoded(pairs: list[tuple[list[str], list[str]]]) -> list[Example]:
         return [(src_vocab.encode(s), tgt_vocab.encode(t)) for s, t in pairs]
 
+    digest = hashlib.sha256()
+    for source, target in corpus.train:
+        digest.update(f"{source}\t{target}\n".encode("utf-8"))
     return PreparedData(src_tokenizer, tgt_tokenizer, src_vocab, tgt_vocab, encoded(train), encoded(valid),
-                        corpus.valid, corpus.test, len(corpus.train) - len(train))
+                        corpus.valid, corpus.test, len(corpus.train) - len(train), digest.hexdigest())
 
 
 @dataclass
@@ -74,6 +97,8 @@ class Progress:
 
     epoch: int = 1
     batch_in_epoch: int = 0  # batches of `epoch` already done
+    epoch_loss: float = 0.0  # summed training loss and target tokens of those batches
+    epoch_tokens: int = 0
     step: int = 0
     best_valid_loss: float = math.inf
     elapsed_s: float = 0.0
@@ -103,24 +128,36 @@ def evaluate_loss(model: Seq2Seq, examples: list[Example], batch_size: int, devi
     return total / max(tokens, 1)
 
 
-def _save_checkpoint(path: Path, translator: Translator, optimizer: torch.optim.Optimizer, progress: Progress) -> None:
+def _save_checkpoint(path: Path, translator: Translator, optimizer: torch.optim.Optimizer, progress: Progress,
+                     data: PreparedData) -> None:
     optim_state = optimizer.state_dict()
     tensors = translator.weights()
     for index, values in optim_state["state"].items():
         for key, value in values.items():
             tensors[f"{OPTIMIZER_PREFIX}{index}.{key}"] = value
     tensors["rng.torch"] = torch.get_rng_state()
+    if torch.cuda.is_available():
+        tensors["rng.cuda"] = torch.cuda.get_rng_state()
     meta = {"kind": "checkpoint", **translator.metadata(), "param_groups": optim_state["param_groups"],
-            "progress": progress.__dict__}
+            "progress": progress.__dict__, "data_sha256": data.fingerprint}
     save_file(path, tensors, meta)
 
 
-def _load_checkpoint(path: Path, model: Seq2Seq, optimizer: torch.optim.Optimizer, data: PreparedData) -> Progress:
+def _read_checkpoint(path: Path, config: Config) -> tuple[dict[str, torch.Tensor], dict]:
     tensors, meta = load_file(path)
     if meta.get("kind") != "checkpoint":
         raise AttnmtError(f"{path}: not a training checkpoint")
-    if meta["src_vocab"] != data.src_vocab.to_list() or meta["tgt_vocab"] != data.tgt_vocab.to_list():
-        raise AttnmtError(f"{path}: checkpoint was trained on other data or vocabulary settings; cannot resume")
+    saved = meta["config"]
+    for section in ("model", "tokenizer", "vocab"):  # data are checked by their fingerprint
+        changed = [k for k, v in getattr(config, section).__dict__.items() if saved[section].get(k) != v]
+        if changed:
+            keys = ", ".join(f"{section}.{k}" for k in changed)
+            raise AttnmtError(f"{path}: cannot resume with different {keys} than the checkpoint was trained with")
+    return tensors, meta
+
+
+def _restore(tensors: dict[str, torch.Tensor], meta: dict, model: Seq2Seq, optimizer: torch.optim.Optimizer
+             ) -> Progress:
     model.load_state_dict({k[len(WEIGHTS_PREFIX):]: v for k, v in tensors.items() if k.startswith(WEIGHTS_PREFIX)})
     state: dict[int, dict] = {}
     for name, value in tensors.items():
@@ -129,6 +166,8 @@ def _load_checkpoint(path: Path, model: Seq2Seq, optimizer: torch.optim.Optimize
             state.setdefault(int(index), {})[key] = value
     optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
     torch.set_rng_state(tensors["rng.torch"])
+    if "rng.cuda" in tensors and torch.cuda.is_available():
+        torch.cuda.set_rng_state(tensors["rng.cuda"])
     return Progress(**meta["progress"])
 
 
@@ -150,66 +189,66 @@ def train(config: Config, resume: bool = False, overwrite: bool = False,
 
     torch.manual_seed(tc.seed)
     device = resolve_device(tc.device)
-    data = prepare_data(config)
+    checkpoint = _read_checkpoint(checkpoint_path, config) if resume else None
+    data = prepare_data(config, checkpoint[1] if checkpoint else None)
+    if checkpoint and checkpoint[1].get("data_sha256") != data.fingerprint:
+        raise AttnmtError(f"{checkpoint_path}: the training data differ from those the checkpoint was trained on; "
+                          f"cannot resume")
     log(f"data: {len(data.train)} training pairs ({data.dropped} left out: empty or over {config.data.max_len} "
         f"tokens), {len(data.valid)} valid, {len(data.test_pairs)} test; vocab {len(data.src_vocab)} source, "
         f"{len(data.tgt_vocab)} target")
     model = Seq2Seq(config.model, len(data.src_vocab), len(data.tgt_vocab)).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=tc.lr)
     translator = Translator(model, config, data.src_tokenizer, data.tgt_tokenizer, data.src_vocab, data.tgt_vocab)
-    progress = _load_checkpoint(checkpoint_path, model, optimizer, data) if resume else Progress()
+    progress = _restore(*checkpoint, model, optimizer) if checkpoint else Progress()
     log(f"model: {sum(p.numel() for p in model.parameters()):,} parameters on {device}"
         + (f"; resuming at epoch {progress.epoch}, step {progress.step}" if resume else ""))
 
     lengths = [(len(s), len(t)) for s, t in data.train]
     started = time.monotonic() - progress.elapsed_s
-    out_of_time = False
-    while progress.epoch <= tc.epochs and not out_of_time:
+    stop = ""
+    while progress.epoch <= tc.epochs and not stop:
         # The order of an epoch depends only on the seed and the epoch number, so resume can skip ahead.
         order = batch_indices(lengths, tc.batch_size, tc.batch_type, shuffle=True,
                               rng=random.Random(tc.seed * 1_000_003 + progress.epoch))
         model.train()
         bar = tqdm(total=len(order), initial=progress.batch_in_epoch, desc=f"epoch {progress.epoch}",
                    unit="batch", disable=None, leave=False)
-        loss_sum, token_sum = 0.0, 0
         for ids in order[progress.batch_in_epoch:]:
             batch = collate([data.train[i] for i in ids], ids, device)
-            logits, _ = model(batch.src, batch.src_lengths, batch.tgt_in, tc.teacher_forcing)
-            loss = sequence_loss(logits, batch.tgt_out, tc.label_smoothing)
-            tokens = batch.num_target_tokens
-            if not torch.isfinite(loss):
-                raise AttnmtError(f"loss became {loss.item()} at step {progress.step + 1}; training stopped, "
-                                  f"{model_path} keeps the last good model. Try a lower train.lr or train.clip")
-            optimizer.zero_grad(set_to_none=True)
-            (loss / tokens).backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), tc.clip)
-            optimizer.step()
+            loss = _train_step(model, optimizer, batch, config, progress.step + 1, model_path)
             progress.step += 1
             progress.batch_in_epoch += 1
-            loss_sum += loss.item()
-            token_sum += tokens
+            progress.epoch_loss += loss
+            progress.epoch_tokens += batch.num_target_tokens
             bar.update()
-            bar.set_postfix(loss=f"{loss_sum / token_sum:.3f}")
+            bar.set_postfix(loss=f"{progress.epoch_loss / progress.epoch_tokens:.3f}")
+            if bar.disable and tc.log_every and progress.step % tc.log_every == 0:  # no terminal: log lines instead
+                log(f"epoch {progress.epoch} step {progress.step} ({progress.batch_in_epoch}/{len(order)}) | "
+                    f"train_loss {progress.epoch_loss / progress.epoch_tokens:.4f} | "
+                    f"{(time.monotonic() - started) / 60:.1f} min")
             if tc.max_minutes and time.monotonic() - started > tc.max_minutes * 60:
-                out_of_time = True
+                stop = f"time budget of {tc.max_minutes} minutes used up"
                 break
+            if tc.checkpoint_every and progress.step % tc.checkpoint_every == 0 and progress.batch_in_epoch < len(order):
+                progress.elapsed_s = time.monotonic() - started
+                _save_checkpoint(checkpoint_path, translator, optimizer, progress, data)
         bar.close()
         progress.elapsed_s = time.monotonic() - started
-        record = _validate(translator, data, config, device, progress.epoch, loss_sum / max(token_sum, 1))
+        record = _validate(translator, data, config, device, progress)
         progress.history.append(record)
         log(" | ".join(f"{k} {v}" for k, v in record.items()))
         if record["valid_loss"] < progress.best_valid_loss:
             progress.best_valid_loss = record["valid_loss"]
             translator.save(model_path)
-        reached = tc.target_exact_match and record.get("valid_exact", 0) >= tc.target_exact_match * 100
+        if tc.target_exact_match and record.get("valid_exact", 0) >= tc.target_exact_match * 100:
+            stop = f"valid exact match reached {tc.target_exact_match:.0%}"
         if progress.batch_in_epoch >= len(order):
             progress.epoch, progress.batch_in_epoch = progress.epoch + 1, 0
-        _save_checkpoint(checkpoint_path, translator, optimizer, progress)
-        if reached:
-            log(f"valid exact match reached {tc.target_exact_match:.0%}; stopping")
-            break
-    if out_of_time:
-        log(f"time budget of {tc.max_minutes} minutes used up; stopping")
+            progress.epoch_loss, progress.epoch_tokens = 0.0, 0
+        _save_checkpoint(checkpoint_path, translator, optimizer, progress, data)
+    if stop:
+        log(f"{stop}; stopping")
 
     best = Translator.load(model_path, device=str(device))
     test_scores = score_translations(best, data.test_pairs) if data.test_pairs else {}
@@ -219,10 +258,35 @@ def train(config: Config, resume: bool = False, overwrite: bool = False,
                        (time.monotonic() - started) / 60)
 
 
+def _train_step(model: Seq2Seq, optimizer: torch.optim.Optimizer, batch: Batch, config: Config, step: int,
+                model_path: Path) -> float:
+    """One update; returns the summed loss. Refuses to go on from a NaN loss or out of memory."""
+    tc = config.train
+    try:
+        logits, _ = model(batch.src, batch.src_lengths, batch.tgt_in, tc.teacher_forcing)
+        loss = sequence_loss(logits, batch.tgt_out, tc.label_smoothing)
+        if not torch.isfinite(loss):
+            raise AttnmtError(f"loss became {loss.item()} at step {step}; training stopped before the update, and "
+                              f"{model_path} keeps the last good model. Try a lower train.lr or train.clip")
+        optimizer.zero_grad(set_to_none=True)
+        (loss / batch.num_target_tokens).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), tc.clip)
+        optimizer.step()
+    except RuntimeError as err:  # torch.OutOfMemoryError is a RuntimeError too
+        if "out of memory" not in str(err) and "can't allocate memory" not in str(err):
+            raise
+        shape = "x".join(map(str, batch.tgt_in.shape))
+        raise AttnmtError(f"out of memory at step {step} (target batch {shape}); lower train.batch_size or "
+                          f"data.max_len, then continue with --resume from the last checkpoint") from None
+    return loss.item()
+
+
 def _validate(translator: Translator, data: PreparedData, config: Config, device: torch.device,
-              epoch: int, train_loss: float) -> dict:
+              progress: Progress) -> dict:
     valid_loss = evaluate_loss(translator.model, data.valid, config.train.batch_size, device)
-    record = {"epoch": epoch, "train_loss": round(train_loss, 4), "valid_loss": round(valid_loss, 4),
+    train_loss = progress.epoch_loss / max(progress.epoch_tokens, 1)
+    record = {"epoch": progress.epoch, "step": progress.step, "train_loss": round(train_loss, 4),
+              "valid_loss": round(valid_loss, 4),
               "valid_ppl": round(math.exp(min(valid_loss, 50)), 2)}
     pairs = data.valid_pairs
     if pairs:

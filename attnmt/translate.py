@@ -14,9 +14,9 @@ from .config import Config, config_from_dict
 from .errors import AttnmtError
 from .model import Seq2Seq, resolve_device
 from .modelfile import load_file, save_file
-from .search import greedy
-from .tokenize import Tokenizer, tokenizer_from_dict
-from .vocab import Vocabulary
+from .search import Hypothesis, beam_search, greedy
+from .tokenize import Tokenizer, tokenizers_from_dicts
+from .vocab import EOS_ID, Vocabulary
 
 WEIGHTS_PREFIX = "model."
 
@@ -27,6 +27,7 @@ class Translation:
     tokens: list[str]               # output tokens, without EOS
     source_tokens: list[str]        # the tokens the model read
     attention: Optional[np.ndarray]  # [len(tokens), len(source_tokens)]; None for attention `none`
+    log_prob: float                 # log-probability the model gives this output (EOS included)
 
 
 class Translator:
@@ -67,8 +68,7 @@ class Translator:
             config = config_from_dict(meta["config"])
             src_vocab = Vocabulary.from_list(meta["src_vocab"])
             tgt_vocab = Vocabulary.from_list(meta["tgt_vocab"])
-            src_tokenizer = tokenizer_from_dict(meta["src_tokenizer"])
-            tgt_tokenizer = tokenizer_from_dict(meta["tgt_tokenizer"])
+            src_tokenizer, tgt_tokenizer = tokenizers_from_dicts(meta["src_tokenizer"], meta["tgt_tokenizer"])
         except (KeyError, ValueError, TypeError, AttnmtError) as err:
             raise AttnmtError(f"{path}: model file metadata is incomplete or invalid ({err})") from None
         model = Seq2Seq(config.model, len(src_vocab), len(tgt_vocab))
@@ -84,15 +84,30 @@ class Translator:
     def tokenize_source(self, text: str) -> list[str]:
         return self.src_tokenizer.tokenize(text)[: self.config.decode.max_src_len]
 
-    def translate(self, texts: list[str], batch_size: Optional[int] = None) -> list[Translation]:
-        """Translate sentences with greedy decoding, in length-sorted batches; order is kept."""
+    def translate(self, texts: list[str], beam_size: Optional[int] = None, alpha: Optional[float] = None,
+                  batch_size: Optional[int] = None) -> list[Translation]:
+        """Translate sentences: greedy, or beam search when beam_size > 1 (default: the config's)."""
+        return [nbest[0] for nbest in self.translate_nbest(texts, 1, beam_size, alpha, batch_size)]
+
+    def translate_nbest(self, texts: list[str], n_best: int = 1, beam_size: Optional[int] = None,
+                        alpha: Optional[float] = None, batch_size: Optional[int] = None) -> list[list[Translation]]:
+        """The n_best translations of each sentence, best first, in the order of `texts`.
+
+        Sentences are decoded in batches of similar length; an empty sentence gets one empty translation.
+        """
+        if isinstance(texts, str):
+            raise TypeError("translate() takes a list of sentences; wrap a single one: translate([text])")
+        decode = self.config.decode
+        beam_size = beam_size or decode.beam_size
+        alpha = decode.alpha if alpha is None else alpha
+        if not 1 <= n_best <= beam_size:
+            raise AttnmtError(f"n_best ({n_best}) must be between 1 and the beam size ({beam_size})")
         sources = [self.tokenize_source(t) for t in texts]
-        results: list[Optional[Translation]] = [None] * len(texts)
+        results: list[list[Translation]] = [[] for _ in texts]
         for i, tokens in enumerate(sources):
             if not tokens:  # nothing to translate: say nothing, do not make the model guess
-                results[i] = Translation("", [], [], np.zeros((0, 0), dtype=np.float32))
+                results[i] = [Translation("", [], [], np.zeros((0, 0), dtype=np.float32), 0.0)]
         todo = [i for i, tokens in enumerate(sources) if tokens]
-        decode = self.config.decode
         groups = batch_indices([(len(sources[i]), 0) for i in todo], batch_size or decode.batch_size)
         self.model.eval()
         for group in groups:
@@ -100,11 +115,29 @@ class Translator:
             src = pad([self.src_vocab.encode(sources[i]) for i in ids]).to(self.device)
             lengths = torch.tensor([len(sources[i]) for i in ids])
             max_lengths = (lengths.float() * decode.max_len_ratio).long() + decode.max_len_extra + 1
-            out_ids, weights = greedy(self.model, src, lengths, max_lengths)
-            out_ids = out_ids.tolist()
-            weights = None if weights is None else weights.float().cpu().numpy()
+            if beam_size == 1:
+                hypotheses = self._greedy_hypotheses(src, lengths, max_lengths)
+            else:
+                hypotheses = beam_search(self.model, src, lengths, max_lengths, beam_size, alpha, n_best)
             for row, i in enumerate(ids):
-                tokens = self.tgt_vocab.decode(out_ids[row])
-                attention = None if weights is None else weights[row, : len(tokens), : len(sources[i])]
-                results[i] = Translation(self.tgt_tokenizer.detokenize(tokens), tokens, sources[i], attention)
-        return results  # type: ignore[return-value]
+                results[i] = [self._translation(sources[i], h) for h in hypotheses[row]]
+        return results
+
+    def _greedy_hypotheses(self, src: torch.Tensor, lengths: torch.Tensor, max_lengths: torch.Tensor
+                           ) -> list[list[Hypothesis]]:
+        out_ids, weights, log_probs = greedy(self.model, src, lengths, max_lengths)
+        hypotheses = []
+        for row, row_ids in enumerate(out_ids.tolist()):
+            ids = row_ids[: row_ids.index(EOS_ID)] if EOS_ID in row_ids else row_ids
+            attention = None if weights is None else weights[row, : len(ids)]
+            log_prob = float(log_probs[row])
+            hypotheses.append([Hypothesis(ids, log_prob, log_prob, attention)])
+        return hypotheses
+
+    def _translation(self, source_tokens: list[str], hypothesis: Hypothesis) -> Translation:
+        tokens = self.tgt_vocab.decode(hypothesis.ids)
+        attention = None
+        if hypothesis.attention is not None:
+            attention = hypothesis.attention[:, : len(source_tokens)].float().cpu().numpy()
+        return Translation(self.tgt_tokenizer.detokenize(tokens), tokens, source_tokens, attention,
+                           hypothesis.log_prob)

@@ -145,7 +145,7 @@ def test_architecture_overfits_tiny_corpus(case):
         losses.append(loss.item())
         if loss.item() < 0.3 and step % 5 == 0:
             model.eval()
-            ids, _ = greedy(model, batch.src, batch.src_lengths, max_lengths)
+            ids, _, _ = greedy(model, batch.src, batch.src_lengths, max_lengths)
             if ids.shape == batch.tgt_out.shape and torch.equal(ids, batch.tgt_out):
                 solved = True
                 break
@@ -427,7 +427,7 @@ def test_teacher_forcing_below_one_is_reproducible(rnn, order, feeding, attentio
     torch.manual_seed(6)
     own, _ = model(batch.src, batch.src_lengths, batch.tgt_in, teacher_forcing=0.0)
     T = batch.tgt_in.shape[1]
-    ids, _ = greedy(model, batch.src, batch.src_lengths, torch.full((6,), T))
+    ids, _, _ = greedy(model, batch.src, batch.src_lengths, torch.full((6,), T))
     predicted = own.argmax(-1)
     for row in range(6):
         produced = ids[row].tolist()
@@ -452,7 +452,7 @@ def test_greedy_respects_max_lengths(rnn, order, feeding, attention):
     src = pad([[5, 6, 7], [4, 5, 6, 7, 8, 9], [10, 11]])
     lengths = torch.tensor([3, 6, 2])
     max_lengths = torch.tensor([2, 6, 1])
-    ids, weights = greedy(model, src, lengths, max_lengths)
+    ids, weights, _ = greedy(model, src, lengths, max_lengths)
     assert tuple(ids.shape) == (3, 6)
     for row, limit in enumerate(max_lengths.tolist()):
         produced = ids[row].tolist()
@@ -473,7 +473,7 @@ def test_greedy_stops_when_all_sentences_end(attention):
     model = make_model(attention=attention).eval()
     suppress(model, EOS_ID, value=1e4)                       # EOS is always the best token
     src = pad([[5, 6, 7], [4, 5]])
-    ids, weights = greedy(model, src, torch.tensor([3, 2]), torch.tensor([50, 50]))
+    ids, weights, _ = greedy(model, src, torch.tensor([3, 2]), torch.tensor([50, 50]))
     assert ids.tolist() == [[EOS_ID], [EOS_ID]]
     assert weights is None if attention == "none" else tuple(weights.shape) == (2, 1, 3)
 
@@ -484,10 +484,10 @@ def test_greedy_pads_sentences_that_ended_early():
     lengths = torch.tensor([3, 4])
     # Make EOS the best token only for sentence 0: look at what greedy produces otherwise.
     suppress(model, EOS_ID, PAD_ID)
-    free, _ = greedy(model, src, lengths, torch.tensor([8, 8]))
+    free, _, _ = greedy(model, src, lengths, torch.tensor([8, 8]))
     assert tuple(free.shape) == (2, 8)
     # Now let sentence 0 end after 2 tokens, sentence 1 run to its limit.
-    ids, weights = greedy(model, src, lengths, torch.tensor([3, 8]))
+    ids, weights, _ = greedy(model, src, lengths, torch.tensor([3, 8]))
     assert ids[0].tolist() == free[0, :2].tolist() + [EOS_ID] + [PAD_ID] * 5
     assert ids[1].tolist() == free[1].tolist()             # unaffected by the other sentence
     assert tuple(weights.shape) == (2, 8, 4)
@@ -500,9 +500,9 @@ def test_greedy_same_alone_and_in_batch_and_consistent_with_forward(attention):
     sources = [[5, 6, 7], [4, 5, 6, 7, 8, 9, 10], [11]]
     lengths = torch.tensor([3, 7, 1])
     max_lengths = torch.tensor([6, 9, 4])
-    ids, weights = greedy(model, pad(sources), lengths, max_lengths)
+    ids, weights, _ = greedy(model, pad(sources), lengths, max_lengths)
     for row, source in enumerate(sources):
-        alone, alone_weights = greedy(model, torch.tensor([source]), lengths[row : row + 1], max_lengths[row : row + 1])
+        alone, alone_weights, _ = greedy(model, torch.tensor([source]), lengths[row : row + 1], max_lengths[row : row + 1])
         n = alone.shape[1]
         assert ids[row, :n].tolist() == alone[0].tolist()
         assert (ids[row, n:] == PAD_ID).all()

@@ -1,0 +1,139 @@
+"""Training survives a kill and resumes exactly; same seed, same weights; NaN stops cleanly."""
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from attnmt import AttnmtError
+from attnmt.config import config_from_dict
+from attnmt.modelfile import load_file
+from attnmt.train import train
+
+from conftest import tiny_dates_config
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def write_config(path: Path, out_dir: Path) -> Path:
+    values = tiny_dates_config(out_dir)
+    values["data"].update(num_pairs=700, valid_size=50, test_size=50)
+    # Dropout and teacher forcing below 1 draw random numbers: resume must restore the generator.
+    values["model"].update(dropout=0.2)
+    values["train"].update(epochs=3, batch_size=32, checkpoint_every=2, teacher_forcing=0.7)
+    path.write_text(yaml.safe_dump(values), encoding="utf-8")
+    return path
+
+
+def run(config: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "attnmt", "train", str(config), *extra], cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def weights(path: Path) -> dict[str, torch.Tensor]:
+    tensors, _ = load_file(path)
+    return {k: v for k, v in tensors.items() if k.startswith("model.")}
+
+
+def assert_bit_identical(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+
+
+def test_killed_and_resumed_run_ends_bit_identical(tmp_path):
+    reference = tmp_path / "reference"
+    done = run(write_config(tmp_path / "ref.yaml", reference))
+    assert done.wait(timeout=600) == 0, done.stderr.read()
+
+    interrupted = tmp_path / "interrupted"
+    config = write_config(tmp_path / "int.yaml", interrupted)
+    rng = random.Random(7)
+    kills = 0
+    for _attempt in range(20):
+        resume = (interrupted / "checkpoint.safetensors").exists()
+        process = run(config, "--resume") if resume else run(config, "--overwrite")
+        if kills < 3:
+            # Wait for the run to get going (a checkpoint newer than the last), then kill it at a random moment.
+            time.sleep(3.0 + rng.uniform(0.0, 2.0))
+            if process.poll() is None:
+                os.kill(process.pid, signal.SIGKILL)
+                process.wait()
+                kills += 1
+                continue
+        if process.wait(timeout=600) == 0:
+            break
+        pytest.fail(process.stderr.read())
+    assert kills == 3, "the run finished before it could be killed three times; make it longer"
+    assert_bit_identical(weights(reference / "checkpoint.safetensors"), weights(interrupted / "checkpoint.safetensors"))
+    assert_bit_identical(weights(reference / "model.safetensors"), weights(interrupted / "model.safetensors"))
+    _, ref_meta = load_file(reference / "checkpoint.safetensors")
+    _, int_meta = load_file(interrupted / "checkpoint.safetensors")
+    for key in ("step", "epoch", "best_valid_loss"):
+        assert ref_meta["progress"][key] == int_meta["progress"][key]
+    assert not list(interrupted.glob(".*.tmp")), "a temporary file was left behind"
+
+
+def test_same_seed_same_weights(tmp_path):
+    runs = []
+    for name in ("a", "b"):
+        values = tiny_dates_config(tmp_path / name)
+        values["model"].update(dropout=0.3)
+        values["train"].update(teacher_forcing=0.5, epochs=1)
+        runs.append(train(config_from_dict(values), log=lambda _: None).model_path)
+    assert_bit_identical(weights(runs[0]), weights(runs[1]))
+
+
+def test_nan_loss_stops_and_keeps_the_last_good_model(tmp_path, monkeypatch):
+    values = tiny_dates_config(tmp_path)
+    values["train"].update(epochs=1)
+    train(config_from_dict(values), log=lambda _: None)
+    model_path = tmp_path / "model.safetensors"
+    checkpoint_path = tmp_path / "checkpoint.safetensors"
+    before = model_path.read_bytes(), checkpoint_path.read_bytes()
+
+    import attnmt.train as train_module
+
+    real_loss = train_module.sequence_loss
+    calls = {"n": 0}
+
+    def poisoned(logits, targets, label_smoothing=0.0):
+        calls["n"] += 1
+        loss = real_loss(logits, targets, label_smoothing)
+        return loss * float("nan") if calls["n"] == 5 else loss
+
+    monkeypatch.setattr(train_module, "sequence_loss", poisoned)
+    values["train"].update(epochs=2)
+    with pytest.raises(AttnmtError, match="loss became nan at step"):
+        train(config_from_dict(values), resume=True, log=lambda _: None)
+    assert (model_path.read_bytes(), checkpoint_path.read_bytes()) == before
+
+
+def test_resume_without_checkpoint_is_an_error(tmp_path):
+    with pytest.raises(AttnmtError, match="no checkpoint to resume from"):
+        train(config_from_dict(tiny_dates_config(tmp_path)), resume=True, log=lambda _: None)
+
+
+def test_resume_with_other_data_is_refused(tmp_path):
+    values = tiny_dates_config(tmp_path)
+    values["train"].update(epochs=1)
+    train(config_from_dict(values), log=lambda _: None)
+    values["data"].update(seed=2)
+    with pytest.raises(AttnmtError, match="training data differ"):
+        train(config_from_dict(values), resume=True, log=lambda _: None)
+
+
+def test_resume_with_other_model_settings_is_refused(tmp_path):
+    values = tiny_dates_config(tmp_path)
+    values["train"].update(epochs=1)
+    train(config_from_dict(values), log=lambda _: None)
+    values["model"].update(dec_hidden=40)
+    with pytest.raises(AttnmtError, match="model.dec_hidden"):
+        train(config_from_dict(values), resume=True, log=lambda _: None)

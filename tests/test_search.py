@@ -1,0 +1,116 @@
+"""Greedy and beam search: agreement, batch independence, true scores, limits."""
+
+import math
+
+import pytest
+import torch
+
+from attnmt import Translator
+from attnmt.batch import pad
+from attnmt.config import ModelConfig
+from attnmt.model import Seq2Seq
+from attnmt.search import beam_search, greedy, length_penalty
+from attnmt.vocab import EOS_ID, SOS_ID
+
+
+def random_model(seed: int = 0, **kwargs) -> Seq2Seq:
+    torch.manual_seed(seed)
+    config = ModelConfig(emb_dim=16, enc_hidden=16, dec_hidden=32, attn_dim=16, dropout=0.0, **kwargs)
+    model = Seq2Seq(config, 30, 12).eval()
+    with torch.no_grad():  # make EOS likely enough that hypotheses end at different lengths
+        model.decoder.classifier.bias[EOS_ID] += 1.5
+    return model
+
+
+def random_batch(seed: int, batch: int = 6) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(2, 9, (batch,), generator=g)
+    src = pad([torch.randint(4, 30, (int(n),), generator=g).tolist() for n in lengths])
+    return src, lengths, lengths * 2 + 3
+
+
+def sequence_log_prob(model: Seq2Seq, src: torch.Tensor, length: torch.Tensor, ids: list[int]) -> float:
+    """log P(ids + EOS | src) by teacher forcing: the number beam search should report."""
+    with torch.no_grad():
+        tgt_in = torch.tensor([[SOS_ID] + ids])
+        logits, _ = model(src.unsqueeze(0)[:, : int(length)], length.view(1), tgt_in)
+        log_probs = torch.log_softmax(logits.float(), dim=-1)[0]
+        targets = ids + [EOS_ID]
+        return float(sum(log_probs[t, token] for t, token in enumerate(targets)))
+
+
+@pytest.mark.parametrize("kind", [{"attention": "bahdanau"}, {"attention": "general", "decoder": "luong"},
+                                  {"attention": "none", "rnn": "lstm"}])
+def test_beam_one_equals_greedy(kind):
+    model = random_model(**kind)
+    src, lengths, max_lengths = random_batch(1)
+    ids, _, log_probs = greedy(model, src, lengths, max_lengths)
+    beams = beam_search(model, src, lengths, max_lengths, beam_size=1)
+    for row, (hyps, greedy_ids) in enumerate(zip(beams, ids.tolist())):
+        expected = greedy_ids[: greedy_ids.index(EOS_ID)]
+        assert hyps[0].ids == expected
+        assert hyps[0].log_prob == pytest.approx(float(log_probs[row]), abs=1e-4)
+
+
+def test_scores_are_true_log_probabilities():
+    model = random_model()
+    src, lengths, max_lengths = random_batch(2)
+    alpha = 0.6
+    beams = beam_search(model, src, lengths, max_lengths, beam_size=4, alpha=alpha, n_best=4)
+    for row, hyps in enumerate(beams):
+        assert 1 <= len(hyps) <= 4
+        assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
+        assert len({tuple(h.ids) for h in hyps}) == len(hyps)
+        for h in hyps:
+            assert h.log_prob == pytest.approx(sequence_log_prob(model, src[row], lengths[row], h.ids), abs=1e-4)
+            assert h.score == pytest.approx(h.log_prob / length_penalty(len(h.ids) + 1, alpha))
+            assert h.attention.shape == (len(h.ids), src.shape[1])
+            assert len(h.ids) < int(max_lengths[row])
+
+
+def test_beam_finds_at_least_as_likely_output_as_greedy():
+    model = random_model(3)
+    src, lengths, max_lengths = random_batch(3, batch=10)
+    _, _, greedy_log_probs = greedy(model, src, lengths, max_lengths)
+    beams = beam_search(model, src, lengths, max_lengths, beam_size=8)
+    better = sum(h[0].log_prob >= float(g) - 1e-5 for h, g in zip(beams, greedy_log_probs))
+    assert better >= 9  # beam search is not guaranteed to win, but nearly always does
+
+
+def test_sentence_alone_or_in_a_batch_of_64_gives_the_same_output():
+    model = random_model(4)
+    src, lengths, max_lengths = random_batch(4, batch=64)
+    together = beam_search(model, src, lengths, max_lengths, beam_size=5, alpha=0.6, n_best=3)
+    for row in range(0, 64, 7):
+        n = int(lengths[row])
+        alone = beam_search(model, src[row : row + 1, :n], lengths[row : row + 1], max_lengths[row : row + 1],
+                            beam_size=5, alpha=0.6, n_best=3)[0]
+        assert [h.ids for h in alone] == [h.ids for h in together[row]]
+        for a, b in zip(alone, together[row]):
+            assert a.log_prob == pytest.approx(b.log_prob, abs=1e-4)
+
+
+def test_length_limit_is_respected():
+    model = random_model(5)
+    with torch.no_grad():
+        model.decoder.classifier.bias[EOS_ID] -= 50.0  # never chooses EOS by itself
+    src, lengths, _ = random_batch(5)
+    limits = torch.tensor([1, 2, 3, 4, 5, 6])
+    for hyps, limit in zip(beam_search(model, src, lengths, limits, beam_size=3, n_best=3), limits):
+        assert all(len(h.ids) == int(limit) - 1 for h in hyps)
+        assert all(math.isfinite(h.log_prob) for h in hyps)
+
+
+def test_translator_beam_and_nbest(dates_model):
+    translator = Translator.load(dates_model)
+    sentences = ["March 3, 2021", "", "3. Oktober 1990"]
+    greedy_out = translator.translate(sentences)
+    beam1 = translator.translate(sentences, beam_size=1)
+    assert [t.text for t in greedy_out] == [t.text for t in beam1]
+    nbest = translator.translate_nbest(sentences, n_best=3, beam_size=4)
+    assert [len(n) for n in nbest] == [3, 1, 3]
+    assert nbest[1][0].text == ""
+    for hyps in (nbest[0], nbest[2]):
+        assert hyps[0].log_prob >= hyps[1].log_prob >= hyps[2].log_prob  # alpha 0: ranked by log-probability
+        for h in hyps:
+            assert h.attention.shape == (len(h.tokens), len(h.source_tokens))
