@@ -33,7 +33,7 @@ def _read_input(path: str | None) -> list[str]:
 
 
 def _write_output(path: str | None, lines: list[str]) -> None:
-    from .modelfile import atomic_write
+    from .files import atomic_write
 
     text = "".join(line + "\n" for line in lines)
     if path is None or path == "-":
@@ -64,7 +64,7 @@ def _evaluate(args: argparse.Namespace) -> None:
     sources, references = _read_input(args.src), _read_input(args.ref)
     if len(sources) != len(references):
         raise AttnmtError(f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}")
-    scores = score_translations(translator, list(zip(sources, references)), args.beam, args.alpha)
+    scores = score_translations(translator, list(zip(sources, references)), args.beam, args.alpha, args.lc_tok)
     for key, value in scores.items():
         print(f"{key}: {value}")
 
@@ -122,6 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_model(evaluate)
     evaluate.add_argument("--src", required=True, help="source sentences, one per line")
     evaluate.add_argument("--ref", required=True, help="reference translations, line-aligned with --src")
+    evaluate.add_argument("--lc-tok", action="store_true",
+                          help="also print BLEU on lowercased word tokens, the PyTorch tutorials' recipe")
     add_search(evaluate)
     evaluate.set_defaults(run=_evaluate)
 

@@ -87,6 +87,9 @@ class ModelConfig:
     input_feeding: bool = False
     bridge: Literal["linear", "copy", "zero"] = "linear"
     dropout: float = 0.2
+    # Share the target embedding matrix with the output layer (Press & Wolf 2017); the
+    # decoder's output vector then has emb_dim units.
+    tie_embeddings: bool = False
 
 
 @dataclass
@@ -101,6 +104,19 @@ class TrainConfig:
     clip: float = 1.0
     teacher_forcing: float = 1.0
     label_smoothing: float = 0.0
+    # Learning rate: constant; halved (plateau_factor) when validation stops improving for
+    # plateau_patience epochs; or linear warmup over warmup_steps, then inverse square root decay.
+    scheduler: Literal["none", "plateau", "warmup"] = "none"
+    plateau_factor: float = 0.5
+    plateau_patience: int = 1
+    warmup_steps: int = 1000
+    min_lr: float = 1e-5
+    # Which validation figure picks the best model and drives plateau and early stopping.
+    select_by: Literal["loss", "bleu"] = "loss"
+    # Stop after this many validations without a better model (0 = never stop early).
+    patience: int = 0
+    # At the end, average the weights of the last N epochs and keep the average if it validates better.
+    average_last: int = 0
     seed: int = 1
     device: str = "auto"
     # Without a terminal for the progress bar, log a line every this many updates (0 = never).

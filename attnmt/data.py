@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from .config import DataConfig
+from .corpora import is_corpus_name, resolve
 from .dates import generate_dates
 from .errors import AttnmtError
 
@@ -111,17 +112,20 @@ def split_pairs(pairs: list[Pair], valid_size: int, test_size: int, seed: int) -
 
 def load_corpus(config: DataConfig) -> Corpus:
     """The corpus the config names, as (source, target) pairs."""
+    path = config.path
+    if path and not Path(path).exists() and is_corpus_name(path):
+        path = str(resolve(path))
     if config.format == "dates":
         pairs = generate_dates(config.num_pairs or 24000, seed=config.seed)
         return split_pairs(pairs, config.valid_size, config.test_size, config.seed)
     if config.format == "tsv":
-        english_first = read_tsv(config.path, config.max_pairs)
+        english_first = read_tsv(path, config.max_pairs)
         pairs = english_first if config.src_lang == "en" else [(o, e) for e, o in english_first]
         return split_pairs(pairs, config.valid_size, config.test_size, config.seed)
     splits = []
     for prefix in (config.train_prefix, config.valid_prefix, config.test_prefix):
-        src = find_split_file(config.path, prefix, config.src_lang)
-        tgt = find_split_file(config.path, prefix, config.tgt_lang)
+        src = find_split_file(path, prefix, config.src_lang)
+        tgt = find_split_file(path, prefix, config.tgt_lang)
         splits.append(read_parallel(src, tgt))
     if config.max_pairs:
         splits[0] = splits[0][: config.max_pairs]

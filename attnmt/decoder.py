@@ -29,7 +29,7 @@ class Memory(NamedTuple):
 
 class DecoderState(NamedTuple):
     hidden: RNNState                      # [layers, B, H] (a pair of them for LSTM)
-    attn_vector: Optional[torch.Tensor]   # [B, H] previous h~_t, for input feeding (luong order)
+    attn_vector: Optional[torch.Tensor]   # [B, O] previous h~_t, for input feeding (luong order)
 
 
 def top_layer(hidden: RNNState) -> torch.Tensor:
@@ -46,11 +46,13 @@ def select(state: DecoderState, index: torch.Tensor) -> DecoderState:
 
 class Decoder(nn.Module):
     def __init__(self, vocab_size: int, emb_dim: int, hidden: int, layers: int, rnn: str,
-                 attention: Attention, context_dim: int, order: str, input_feeding: bool, dropout: float):
+                 attention: Attention, context_dim: int, order: str, input_feeding: bool, dropout: float,
+                 tie_embeddings: bool = False):
         super().__init__()
         self.order = order
         self.input_feeding = input_feeding
-        self.hidden_size = hidden
+        # The vector the classifier reads (h~_t); as wide as the embeddings when they are tied.
+        self.output_size = emb_dim if tie_embeddings else hidden
         self.embedding = nn.Embedding(vocab_size, emb_dim, padding_idx=PAD_ID)
         self.dropout = nn.Dropout(dropout)
         self.attention = attention
@@ -58,12 +60,14 @@ class Decoder(nn.Module):
             rnn_input = emb_dim + context_dim
             combine_input = hidden + context_dim + emb_dim  # the paper's deep output over [s_t; c_t; y_{t-1}]
         else:
-            rnn_input = emb_dim + (hidden if input_feeding else 0)
+            rnn_input = emb_dim + (self.output_size if input_feeding else 0)
             combine_input = context_dim + hidden            # [c_t; h_t]
         self.rnn = RNN_CLASSES[rnn](rnn_input, hidden, layers, batch_first=True,
                                     dropout=dropout if layers > 1 else 0.0)
-        self.combine = nn.Linear(combine_input, hidden)
-        self.classifier = nn.Linear(hidden, vocab_size)
+        self.combine = nn.Linear(combine_input, self.output_size)
+        self.classifier = nn.Linear(self.output_size, vocab_size)
+        if tie_embeddings:
+            self.classifier.weight = self.embedding.weight
 
     @property
     def parallel(self) -> bool:
@@ -71,7 +75,7 @@ class Decoder(nn.Module):
         return self.order == "luong" and not self.input_feeding
 
     def initial_state(self, hidden: RNNState, batch_size: int) -> DecoderState:
-        attn_vector = top_layer(hidden).new_zeros(batch_size, self.hidden_size) if self.input_feeding else None
+        attn_vector = top_layer(hidden).new_zeros(batch_size, self.output_size) if self.input_feeding else None
         return DecoderState(hidden, attn_vector)
 
     def step(self, prev_tokens: torch.Tensor, state: DecoderState, memory: Memory
@@ -88,7 +92,7 @@ class Decoder(nn.Module):
 
     def _features(self, prev_tokens: torch.Tensor, state: DecoderState, memory: Memory
                   ) -> tuple[torch.Tensor, DecoderState, Optional[torch.Tensor]]:
-        """The vector the classifier reads, [B, T, H], for T steps."""
+        """The vector the classifier reads, [B, T, O], for T steps."""
         embedded = self.dropout(self.embedding(prev_tokens))               # [B, T, E]
         if self.order == "bahdanau":
             query = top_layer(state.hidden).unsqueeze(1)                     # [B, 1, H] = s_{t-1}
@@ -98,11 +102,11 @@ class Decoder(nn.Module):
         else:
             rnn_input = embedded
             if self.input_feeding:
-                rnn_input = torch.cat([embedded, state.attn_vector.unsqueeze(1)], dim=-1)  # [B, 1, E + H]
+                rnn_input = torch.cat([embedded, state.attn_vector.unsqueeze(1)], dim=-1)  # [B, 1, E + O]
             output, hidden = self.rnn(rnn_input, state.hidden)              # [B, T, H] = h_t
             context, weights = self.attention(output, memory.keys, memory.values, memory.mask)  # [B, T, D]
             combined = torch.cat([context, output], dim=-1)                 # [B, T, D + H]
-        features = torch.tanh(self.combine(combined))                       # [B, T, H]
+        features = torch.tanh(self.combine(combined))                       # [B, T, O]
         attn_vector = features[:, -1] if self.input_feeding else None
         return features, DecoderState(hidden, attn_vector), weights
 

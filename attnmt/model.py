@@ -30,7 +30,7 @@ class Seq2Seq(nn.Module):
                                                 self.encoder.output_size, config.attn_dim)
         self.decoder = Decoder(tgt_vocab_size, config.emb_dim, config.dec_hidden, config.dec_layers,
                                config.rnn, attention, context_dim, config.decoder,
-                               config.input_feeding, config.dropout)
+                               config.input_feeding, config.dropout, config.tie_embeddings)
         self.bridge = (nn.Linear(self.encoder.output_size, config.dec_hidden)
                        if config.bridge == "linear" else None)
 

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -21,30 +19,12 @@ from safetensors.torch import load as load_safetensors_bytes
 from safetensors.torch import save as save_safetensors_bytes
 
 from .errors import AttnmtError
+from .files import atomic_write
 
 MAGIC = "attnmt"
 FORMAT_VERSION = 1
 # Rejected before reading: far larger than any RNN model here and a sign of a corrupt header.
 MAX_HEADER_BYTES = 100 * 1024 * 1024
-
-
-def atomic_write(path: str | Path, data: bytes) -> None:
-    """Write `data` to `path` so that readers see either the old file or the whole new one."""
-    path = Path(path)
-    if not path.parent.is_dir():
-        raise AttnmtError(f"{path}: directory {path.parent} does not exist")
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException as err:
-        Path(tmp).unlink(missing_ok=True)
-        if isinstance(err, OSError):
-            raise AttnmtError(f"{path}: cannot write: {err.strerror or err}") from None
-        raise
 
 
 def tensors_digest(tensors: dict[str, torch.Tensor]) -> str:
@@ -58,7 +38,8 @@ def tensors_digest(tensors: dict[str, torch.Tensor]) -> str:
 
 
 def save_file(path: str | Path, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
-    tensors = {name: t.detach().to("cpu").contiguous() for name, t in tensors.items()}
+    # A copy of each: tied weights share memory, which safetensors refuses to write.
+    tensors = {name: t.detach().to("cpu").clone().contiguous() for name, t in tensors.items()}
     meta = {"format": MAGIC, "format_version": FORMAT_VERSION, "sha256": tensors_digest(tensors), **meta}
     atomic_write(path, save_safetensors_bytes(tensors, metadata={MAGIC: json.dumps(meta)}))
 

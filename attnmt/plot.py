@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib import font_manager  # noqa: E402
 
-from .modelfile import atomic_write  # noqa: E402
+from .files import atomic_write  # noqa: E402
 
 # Tried in order for each glyph, so Latin, Cyrillic, Greek, Devanagari, CJK all get a face
 # where the machine has one (matplotlib falls back per glyph since 3.6).

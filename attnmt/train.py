@@ -14,7 +14,7 @@ import torch
 from tqdm import tqdm
 
 from .batch import Batch, Example, batch_indices, collate
-from .config import Config, TokenizerConfig
+from .config import Config, TokenizerConfig, TrainConfig
 from .data import Pair, load_corpus
 from .errors import AttnmtError
 from .evaluate import score_translations
@@ -100,7 +100,10 @@ class Progress:
     epoch_loss: float = 0.0  # summed training loss and target tokens of those batches
     epoch_tokens: int = 0
     step: int = 0
-    best_valid_loss: float = math.inf
+    best_metric: float = -math.inf  # of the kept model, higher is better: -valid_loss or valid BLEU
+    bad_validations: int = 0         # validations since the kept model, for plateau and early stopping
+    lr: float = 0.0                  # the learning rate now (0 until the first step sets it)
+    epoch_files: list[str] = field(default_factory=list)  # the last epochs' models, for averaging
     elapsed_s: float = 0.0
     history: list[dict] = field(default_factory=list)
 
@@ -108,7 +111,7 @@ class Progress:
 @dataclass
 class TrainResult:
     model_path: Path
-    best_valid_loss: float
+    best_metric: float
     test_scores: dict
     epochs: int
     minutes: float
@@ -216,6 +219,7 @@ def train(config: Config, resume: bool = False, overwrite: bool = False,
                    unit="batch", disable=None, leave=False)
         for ids in order[progress.batch_in_epoch:]:
             batch = collate([data.train[i] for i in ids], ids, device)
+            _set_lr(optimizer, progress, tc)
             loss = _train_step(model, optimizer, batch, config, progress.step + 1, model_path)
             progress.step += 1
             progress.batch_in_epoch += 1
@@ -225,7 +229,7 @@ def train(config: Config, resume: bool = False, overwrite: bool = False,
             bar.set_postfix(loss=f"{progress.epoch_loss / progress.epoch_tokens:.3f}")
             if bar.disable and tc.log_every and progress.step % tc.log_every == 0:  # no terminal: log lines instead
                 log(f"epoch {progress.epoch} step {progress.step} ({progress.batch_in_epoch}/{len(order)}) | "
-                    f"train_loss {progress.epoch_loss / progress.epoch_tokens:.4f} | "
+                    f"train_loss {progress.epoch_loss / progress.epoch_tokens:.4f} | lr {progress.lr:.2e} | "
                     f"{(time.monotonic() - started) / 60:.1f} min")
             if tc.max_minutes and time.monotonic() - started > tc.max_minutes * 60:
                 stop = f"time budget of {tc.max_minutes} minutes used up"
@@ -238,24 +242,80 @@ def train(config: Config, resume: bool = False, overwrite: bool = False,
         record = _validate(translator, data, config, device, progress)
         progress.history.append(record)
         log(" | ".join(f"{k} {v}" for k, v in record.items()))
-        if record["valid_loss"] < progress.best_valid_loss:
-            progress.best_valid_loss = record["valid_loss"]
-            translator.save(model_path)
-        if tc.target_exact_match and record.get("valid_exact", 0) >= tc.target_exact_match * 100:
-            stop = f"valid exact match reached {tc.target_exact_match:.0%}"
+        stop = stop or _after_validation(record, translator, progress, config, model_path, log)
         if progress.batch_in_epoch >= len(order):
+            if tc.average_last > 1:
+                _keep_epoch_model(translator, progress, out_dir, tc.average_last)
             progress.epoch, progress.batch_in_epoch = progress.epoch + 1, 0
             progress.epoch_loss, progress.epoch_tokens = 0.0, 0
         _save_checkpoint(checkpoint_path, translator, optimizer, progress, data)
     if stop:
         log(f"{stop}; stopping")
+    if tc.average_last > 1 and len(progress.epoch_files) > 1:
+        _try_average(translator, data, config, device, progress, out_dir, model_path, log)
 
     best = Translator.load(model_path, device=str(device))
     test_scores = score_translations(best, data.test_pairs) if data.test_pairs else {}
     if test_scores:
         log("test: " + " | ".join(f"{k} {v}" for k, v in test_scores.items() if "signature" not in k))
-    return TrainResult(model_path, progress.best_valid_loss, test_scores, len(progress.history),
+    return TrainResult(model_path, progress.best_metric, test_scores, len(progress.history),
                        (time.monotonic() - started) / 60)
+
+
+def _set_lr(optimizer: torch.optim.Optimizer, progress: Progress, tc: TrainConfig) -> None:
+    """The learning rate for the next step: warmup then inverse square root decay, or the plateau's."""
+    if tc.scheduler == "warmup":
+        step = progress.step + 1
+        progress.lr = max(tc.lr * min(step / tc.warmup_steps, (tc.warmup_steps / step) ** 0.5), tc.min_lr)
+    elif not progress.lr:
+        progress.lr = tc.lr
+    for group in optimizer.param_groups:
+        group["lr"] = progress.lr
+
+
+def _after_validation(record: dict, translator: Translator, progress: Progress, config: Config, model_path: Path,
+                      log: Callable[[str], None]) -> str:
+    """Keep the model if it is the best so far; adjust the plateau schedule; say why to stop, if so."""
+    tc = config.train
+    metric = -record["valid_loss"] if tc.select_by == "loss" else record.get("valid_bleu", 0.0)
+    if metric > progress.best_metric:
+        progress.best_metric, progress.bad_validations = metric, 0
+        translator.save(model_path)
+    else:
+        progress.bad_validations += 1
+        if tc.scheduler == "plateau" and progress.bad_validations % tc.plateau_patience == 0:
+            progress.lr = max(progress.lr * tc.plateau_factor, tc.min_lr)
+            log(f"validation {tc.select_by} did not improve; learning rate now {progress.lr:.2e}")
+    if tc.patience and progress.bad_validations >= tc.patience:
+        return f"no better validation {tc.select_by} for {tc.patience} validations"
+    if tc.target_exact_match and record.get("valid_exact", 0) >= tc.target_exact_match * 100:
+        return f"valid exact match reached {tc.target_exact_match:.0%}"
+    return ""
+
+
+def _keep_epoch_model(translator: Translator, progress: Progress, out_dir: Path, keep: int) -> None:
+    """Save this epoch's model and forget (delete) the ones too old to be averaged."""
+    name = f"epoch{progress.epoch}.safetensors"
+    translator.save(out_dir / name)
+    progress.epoch_files = [f for f in progress.epoch_files if f != name] + [name]
+    while len(progress.epoch_files) > keep:
+        (out_dir / progress.epoch_files.pop(0)).unlink(missing_ok=True)
+
+
+def _try_average(translator: Translator, data: PreparedData, config: Config, device: torch.device,
+                 progress: Progress, out_dir: Path, model_path: Path, log: Callable[[str], None]) -> None:
+    """Average the last epochs' weights; keep the average as the model if it validates better."""
+    states = [Translator.load(out_dir / name, device=str(device)).model.state_dict() for name in progress.epoch_files]
+    averaged = {k: sum(state[k].float() for state in states) / len(states) for k in states[0]}
+    translator.model.load_state_dict({k: v.to(states[0][k].dtype) for k, v in averaged.items()})
+    record = _validate(translator, data, config, device, progress)
+    log(f"average of the last {len(states)} epochs: " + " | ".join(f"{k} {v}" for k, v in record.items()
+                                                                      if k.startswith("valid")))
+    metric = -record["valid_loss"] if config.train.select_by == "loss" else record.get("valid_bleu", 0.0)
+    if metric > progress.best_metric:
+        progress.best_metric = metric
+        translator.save(model_path)
+        log(f"the average validates better than any single epoch; {model_path} is now the average")
 
 
 def _train_step(model: Seq2Seq, optimizer: torch.optim.Optimizer, batch: Batch, config: Config, step: int,

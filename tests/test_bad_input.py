@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from attnmt import cli, modelfile
+from attnmt import cli, files
 
 TSV_OK = "".join(f"Sentence {i}.\tSatz {i}.\n" for i in range(40))
 
@@ -174,7 +174,7 @@ def test_full_disk_keeps_the_old_file(dates_model, tmp_path, capsys, monkeypatch
     def no_space(fd):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(modelfile.os, "fsync", no_space)
+    monkeypatch.setattr(files.os, "fsync", no_space)
     line = run_cli(capsys, "translate", str(dates_model), "-i", str(src), "-o", str(target))
     assert "No space left on device" in line
     assert target.read_text(encoding="utf-8") == "previous output\n"

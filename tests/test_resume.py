@@ -76,7 +76,7 @@ def test_killed_and_resumed_run_ends_bit_identical(tmp_path):
     assert_bit_identical(weights(reference / "model.safetensors"), weights(interrupted / "model.safetensors"))
     _, ref_meta = load_file(reference / "checkpoint.safetensors")
     _, int_meta = load_file(interrupted / "checkpoint.safetensors")
-    for key in ("step", "epoch", "best_valid_loss"):
+    for key in ("step", "epoch", "best_metric", "lr"):
         assert ref_meta["progress"][key] == int_meta["progress"][key]
     assert not list(interrupted.glob(".*.tmp")), "a temporary file was left behind"
 
