@@ -189,6 +189,8 @@ def train(config: Config, resume: bool = False, overwrite: bool = False,
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise AttnmtError(f"{out_dir}: cannot create output directory: {err.strerror or err}") from None
+    for stale in out_dir.glob(".*.safetensors.*.tmp"):  # half-written files of a run killed while saving
+        stale.unlink(missing_ok=True)
 
     torch.manual_seed(tc.seed)
     device = resolve_device(tc.device)

@@ -48,21 +48,25 @@ def assert_bit_identical(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor])
         assert torch.equal(a[name], b[name]), name
 
 
-def test_killed_and_resumed_run_ends_bit_identical(tmp_path):
+@pytest.mark.parametrize("kill_seed", [7, 8])
+def test_killed_and_resumed_run_ends_bit_identical(tmp_path, kill_seed):
     reference = tmp_path / "reference"
     done = run(write_config(tmp_path / "ref.yaml", reference))
     assert done.wait(timeout=600) == 0, done.stderr.read()
 
     interrupted = tmp_path / "interrupted"
     config = write_config(tmp_path / "int.yaml", interrupted)
-    rng = random.Random(7)
+    checkpoint = interrupted / "checkpoint.safetensors"
+    rng = random.Random(kill_seed)
     kills = 0
-    for _attempt in range(20):
-        resume = (interrupted / "checkpoint.safetensors").exists()
-        process = run(config, "--resume") if resume else run(config, "--overwrite")
+    for _attempt in range(10):
+        before = checkpoint.stat().st_mtime_ns if checkpoint.exists() else None
+        process = run(config, "--resume") if before is not None else run(config, "--overwrite")
         if kills < 3:
-            # Wait for the run to get going (a checkpoint newer than the last), then kill it at a random moment.
-            time.sleep(3.0 + rng.uniform(0.0, 2.0))
+            # Once this run has written a checkpoint of its own, kill it at a random moment after.
+            while process.poll() is None and (not checkpoint.exists() or checkpoint.stat().st_mtime_ns == before):
+                time.sleep(0.02)
+            time.sleep(rng.uniform(0.0, 0.6))
             if process.poll() is None:
                 os.kill(process.pid, signal.SIGKILL)
                 process.wait()
@@ -78,7 +82,7 @@ def test_killed_and_resumed_run_ends_bit_identical(tmp_path):
     _, int_meta = load_file(interrupted / "checkpoint.safetensors")
     for key in ("step", "epoch", "best_metric", "lr"):
         assert ref_meta["progress"][key] == int_meta["progress"][key]
-    assert not list(interrupted.glob(".*.tmp")), "a temporary file was left behind"
+    assert not list(interrupted.glob(".*.tmp")), "a killed save left its temporary file behind"
 
 
 def test_same_seed_same_weights(tmp_path):
