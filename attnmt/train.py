@@ -176,7 +176,7 @@ def _restore(tensors: dict[str, torch.Tensor], meta: dict, model: Seq2Seq, optim
 
 def train(config: Config, resume: bool = False, overwrite: bool = False,
           log: Callable[[str], None] = print) -> TrainResult:
-    """Train the model the config describes; the best model by validation loss goes to out_dir."""
+    """Train the model the config describes; the best model by `train.select_by` goes to out_dir."""
     tc = config.train
     out_dir = Path(tc.out_dir)
     model_path, checkpoint_path = out_dir / MODEL_FILE, out_dir / CHECKPOINT_FILE

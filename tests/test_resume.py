@@ -141,3 +141,21 @@ def test_resume_with_other_model_settings_is_refused(tmp_path):
     values["model"].update(dec_hidden=40)
     with pytest.raises(AttnmtError, match="model.dec_hidden"):
         train(config_from_dict(values), resume=True, log=lambda _: None)
+
+
+def test_out_of_memory_says_what_to_lower_and_keeps_the_checkpoint(tmp_path, monkeypatch):
+    values = tiny_dates_config(tmp_path)
+    values["train"].update(epochs=1)
+    train(config_from_dict(values), log=lambda _: None)
+    checkpoint = (tmp_path / "checkpoint.safetensors").read_bytes()
+
+    from attnmt.model import Seq2Seq
+
+    def no_memory(self, *args, **kwargs):
+        raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 123456789 bytes")
+
+    monkeypatch.setattr(Seq2Seq, "forward", no_memory)
+    values["train"].update(epochs=2)
+    with pytest.raises(AttnmtError, match="out of memory at step .* lower train.batch_size"):
+        train(config_from_dict(values), resume=True, log=lambda _: None)
+    assert (tmp_path / "checkpoint.safetensors").read_bytes() == checkpoint
