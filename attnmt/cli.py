@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 import traceback
-from pathlib import Path
 
 from .errors import AttnmtError
 

@@ -5,7 +5,6 @@ import gzip
 import os
 from pathlib import Path
 
-import pytest
 
 from attnmt import cli, files
 

@@ -3,7 +3,6 @@
 import functools
 import gzip
 import http.server
-import io
 import shutil
 import threading
 import zipfile

@@ -11,7 +11,6 @@ from torch.testing import assert_close
 
 from attnmt.batch import collate, pad
 from attnmt.config import Config, DataConfig, ModelConfig, validate
-from attnmt.decoder import Decoder
 from attnmt.encoder import Encoder
 from attnmt.errors import AttnmtError
 from attnmt.loss import sequence_loss
