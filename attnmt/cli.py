@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import traceback
+from pathlib import Path
 
 from .errors import AttnmtError
 
@@ -56,20 +57,61 @@ def _translate(args: argparse.Namespace) -> None:
 
 
 def _evaluate(args: argparse.Namespace) -> None:
-    from .evaluate import score_translations
+    from .data import load_split
+    from .evaluate import bleu_by_length, score_outputs
     from .translate import Translator
 
-    translator = Translator.load(args.model, device=args.device)
-    sources, references = _read_input(args.src), _read_input(args.ref)
-    if len(sources) != len(references):
-        raise AttnmtError(f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}")
-    scores = score_translations(translator, list(zip(sources, references)), args.beam, args.alpha, args.lc_tok)
-    for key, value in scores.items():
-        print(f"{key}: {value}")
+    if (args.split is None) == (args.src is None) or (args.src is None) != (args.ref is None):
+        raise AttnmtError("evaluate needs either --src and --ref, or --split")
+    edges = _length_edges(args.buckets)
+    by_length: dict[str, list[dict]] = {}
+    for model_path in args.models:
+        translator = Translator.load(model_path, device=args.device)
+        if args.split:
+            pairs = load_split(translator.config.data, args.split, args.data)
+        else:
+            sources, references = _read_input(args.src), _read_input(args.ref)
+            if len(sources) != len(references):
+                raise AttnmtError(f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}")
+            pairs = list(zip(sources, references))
+        hypotheses = [t.text for t in translator.translate([s for s, _ in pairs], args.beam, args.alpha)]
+        if len(args.models) > 1:
+            print(f"== {model_path}")
+        for key, value in score_outputs(translator, pairs, hypotheses, args.lc_tok).items():
+            print(f"{key}: {value}")
+        if args.by_length or args.chart:
+            rows = bleu_by_length([s for s, _ in pairs], hypotheses, [r for _, r in pairs], edges, args.lc_tok)
+            by_length[_model_label(model_path, by_length)] = rows
+            print("bleu by source length (word tokens):")
+            for row in rows:
+                bleu = "-" if row["bleu"] is None else f"{row['bleu']:.2f}"
+                print(f"  {row['bucket']:>7}  sentences {row['sentences']:>5}  bleu {bleu}")
+    if args.chart:
+        from .plot import plot_bleu_by_length
+
+        first = next(iter(by_length.values()))
+        plot_bleu_by_length([r["bucket"] for r in first], {name: [r["bleu"] for r in rows] for name, rows in by_length.items()},
+                            [r["sentences"] for r in first], args.chart,
+                            title="BLEU by source length" + (" (lowercased tokens)" if args.lc_tok else ""))
+        print(f"chart written to {args.chart}")
+
+
+def _length_edges(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise AttnmtError(f"--buckets {text!r}: expected ascending word counts separated by commas, e.g. 10,15,20,25") from None
+
+
+def _model_label(model_path: str, taken: dict) -> str:
+    """A short name for a model in a chart: its directory for `DIR/model.safetensors`."""
+    path = Path(model_path)
+    label = path.parent.name if path.stem in ("model", "checkpoint") and path.parent.name else path.stem
+    return label if label not in taken else model_path
 
 
 def _plot(args: argparse.Namespace) -> None:
-    from .plot import plot_attention
+    from .plot import missing_glyphs, plot_attention
     from .translate import Translator
 
     translator = Translator.load(args.model, device=args.device)
@@ -78,8 +120,12 @@ def _plot(args: argparse.Namespace) -> None:
         raise AttnmtError(f"{args.model}: this model has no attention (model.attention=none); nothing to plot")
     if not result.tokens or not result.source_tokens:
         raise AttnmtError("nothing to plot: the sentence or its translation is empty")
-    plot_attention(result.attention, result.source_tokens, result.tokens, args.out,
-                   title=f"{args.sentence} -> {result.text}")
+    title = f"{args.sentence} -> {result.text}"
+    missing = missing_glyphs(result.source_tokens + result.tokens + [title])
+    if missing:
+        print(f"attnmt: warning: no installed font draws {''.join(missing[:10])!r}; they will show as boxes. "
+              "Install a font for this script (Debian: fonts-noto-core)", file=sys.stderr)
+    plot_attention(result.attention, result.source_tokens, result.tokens, args.out, title=title)
     print(f"{result.text}\nheatmap written to {args.out}")
 
 
@@ -117,12 +163,21 @@ def build_parser() -> argparse.ArgumentParser:
     add_search(translate)
     translate.set_defaults(run=_translate)
 
-    evaluate = commands.add_parser("evaluate", help="translate --src and score against --ref (BLEU, chrF)")
-    add_model(evaluate)
-    evaluate.add_argument("--src", required=True, help="source sentences, one per line")
-    evaluate.add_argument("--ref", required=True, help="reference translations, line-aligned with --src")
+    evaluate = commands.add_parser(
+        "evaluate", help="translate and score against references (exact match, BLEU, chrF; by source length)")
+    evaluate.add_argument("models", nargs="+", metavar="MODEL", help="model file(s); several are scored side by side")
+    evaluate.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 ... (default: GPU if there is one)")
+    evaluate.add_argument("--src", help="source sentences, one per line")
+    evaluate.add_argument("--ref", help="reference translations, line-aligned with --src")
+    evaluate.add_argument("--split", choices=["train", "valid", "test"],
+                          help="instead of --src/--ref: this split of the data the model was trained on, cut as in training")
+    evaluate.add_argument("--data", default="", help="with --split: where the model's data.path is on this machine")
     evaluate.add_argument("--lc-tok", action="store_true",
-                          help="also print BLEU on lowercased word tokens, the PyTorch tutorials' recipe")
+                          help="also print BLEU on lowercased word tokens, the PyTorch tutorials' recipe (and use it by length)")
+    evaluate.add_argument("--by-length", action="store_true", help="also print BLEU per bucket of source length in words")
+    evaluate.add_argument("--buckets", default="10,15,20,25",
+                          help="upper bounds of the length buckets, in words (default: %(default)s, as Bahdanau et al. 2015)")
+    evaluate.add_argument("--chart", help="draw BLEU by source length of each model into this PNG file")
     add_search(evaluate)
     evaluate.set_defaults(run=_evaluate)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import random
 from dataclasses import dataclass
@@ -130,3 +131,11 @@ def load_corpus(config: DataConfig) -> Corpus:
     if config.max_pairs:
         splits[0] = splits[0][: config.max_pairs]
     return Corpus(*splits)
+
+
+def load_split(config: DataConfig, split: str, path: str = "") -> list[Pair]:
+    """One split ("train", "valid" or "test") of the corpus a model was trained on, cut as in
+    training (same seed); `path` stands in for data.path, e.g. where the file is on this machine."""
+    if split not in ("train", "valid", "test"):
+        raise AttnmtError(f"unknown split {split!r}: choose train, valid or test")
+    return getattr(load_corpus(dataclasses.replace(config, path=path or config.path)), split)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import bisect
 from typing import Optional
 
 import sacrebleu
 
+from .errors import AttnmtError
 from .tokenize import WordTokenizer
 from .translate import Translator
 
@@ -43,16 +45,73 @@ def corpus_scores(hypotheses: list[str], references: list[str]) -> dict[str, flo
     }
 
 
+def exact_match_any(sources: list[str], hypotheses: list[str], references: list[str]) -> float:
+    """Fraction of outputs equal to any reference given to the same source sentence (Tatoeba
+    gives one English sentence several translations: "She kissed him." -> two in German)."""
+    accepted: dict[str, set[str]] = {}
+    for source, reference in zip(sources, references):
+        accepted.setdefault(source, set()).add(reference.strip())
+    if not references:
+        return 0.0
+    return sum(h.strip() in accepted[s] for s, h in zip(sources, hypotheses)) / len(references)
+
+
 def score_translations(translator: Translator, pairs: list[tuple[str, str]], beam_size: Optional[int] = None,
                        alpha: Optional[float] = None, lc_tok: bool = False) -> dict:
     """Exact match (%), BLEU and chrF of the translator's outputs for (source, reference) pairs,
     and with `lc_tok` the tutorials' lowercased-token BLEU."""
     hypotheses = [t.text for t in translator.translate([s for s, _ in pairs], beam_size, alpha)]
+    return score_outputs(translator, pairs, hypotheses, lc_tok)
+
+
+def score_outputs(translator: Translator, pairs: list[tuple[str, str]], hypotheses: list[str],
+                  lc_tok: bool = False) -> dict:
+    """The scores of `score_translations` for outputs already made."""
+    sources = [s for s, _ in pairs]
     references = [r for _, r in pairs]
     # Exact match forgives what the tokenizer normalizes away (odd spaces; case when lowercasing).
     tokenizer = translator.tgt_tokenizer
     normalized = [tokenizer.detokenize(tokenizer.tokenize(r)) for r in references]
-    scores = {"exact": round(100 * exact_match(hypotheses, normalized), 2), **corpus_scores(hypotheses, references)}
+    scores = {"exact": round(100 * exact_match(hypotheses, normalized), 2)}
+    if len(set(sources)) < len(sources):
+        scores["exact_any_ref"] = round(100 * exact_match_any(sources, hypotheses, normalized), 2)
+    scores.update(corpus_scores(hypotheses, references))
     if lc_tok:
         scores["bleu_lc_tok"] = lowercased_token_bleu(hypotheses, references)
     return scores
+
+
+# Source-length buckets after Bahdanau et al. (2015), Fig. 2: <=10, 11-15, 16-20, 21-25, >25 words.
+LENGTH_EDGES = (10, 15, 20, 25)
+
+
+def bucket_labels(edges: tuple[int, ...]) -> list[str]:
+    """Labels of the buckets that `edges` (ascending upper bounds) cut: ['<=10', '11-15', ..., '>25']."""
+    labels = [f"<={edges[0]}"] + [f"{low + 1}-{high}" if high > low + 1 else str(high)
+                                  for low, high in zip(edges, edges[1:])]
+    return labels + [f">{edges[-1]}"]
+
+
+def bleu_by_length(sources: list[str], hypotheses: list[str], references: list[str],
+                   edges: tuple[int, ...] = LENGTH_EDGES, lc_tok: bool = False) -> list[dict]:
+    """BLEU of each bucket of source length: [{bucket, sentences, bleu}], shortest first.
+
+    Length counts the tokens of our word tokenizer (words and punctuation marks), whatever units
+    the model reads, so that models with different tokenizers are bucketed alike. An empty bucket
+    has bleu None.
+    """
+    if list(edges) != sorted(set(edges)) or not edges or edges[0] < 1:
+        raise AttnmtError(f"length buckets must be ascending positive numbers, got {list(edges)}")
+    words = WordTokenizer()
+    buckets: list[tuple[list[str], list[str]]] = [([], []) for _ in range(len(edges) + 1)]
+    for source, hypothesis, reference in zip(sources, hypotheses, references):
+        index = bisect.bisect_left(edges, len(words.tokenize(source)))
+        buckets[index][0].append(hypothesis)
+        buckets[index][1].append(reference)
+    rows = []
+    for label, (hyps, refs) in zip(bucket_labels(edges), buckets):
+        bleu = None
+        if hyps:
+            bleu = lowercased_token_bleu(hyps, refs) if lc_tok else corpus_scores(hyps, refs)["bleu"]
+        rows.append({"bucket": label, "sentences": len(hyps), "bleu": bleu})
+    return rows

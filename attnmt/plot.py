@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import functools
 import io
+import unicodedata
 import warnings
 from pathlib import Path
+from typing import Optional
 
 import matplotlib
 
 matplotlib.use("Agg")  # files only; never needs a screen
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-from matplotlib import font_manager  # noqa: E402
+from matplotlib import font_manager, ft2font  # noqa: E402
 
 from .files import atomic_write  # noqa: E402
 
@@ -25,6 +28,30 @@ def available_fonts() -> list[str]:
     """The preferred faces this machine has (asking for missing ones floods the log)."""
     installed = {font.name for font in font_manager.fontManager.ttflist}
     return [name for name in FONT_PREFERENCE if name in installed] or ["sans-serif"]
+
+
+@functools.lru_cache(maxsize=1)
+def _covered_codepoints() -> frozenset[int]:
+    covered: set[int] = set()
+    for font in font_manager.fontManager.ttflist:
+        if font.name in available_fonts():
+            covered.update(ft2font.FT2Font(font.fname).get_charmap())
+    return frozenset(covered)
+
+
+def missing_glyphs(labels: list[str]) -> list[str]:
+    """The characters of `labels` that no installed preferred face can draw (they would show as boxes)."""
+    covered = _covered_codepoints()
+    # Joiners and other format characters (ZWJ in Devanagari) shape text but are never drawn.
+    return sorted({c for label in labels for c in label
+                   if ord(c) not in covered and not c.isspace() and unicodedata.category(c) != "Cf"})
+
+
+def _save(fig: plt.Figure, path: str | Path) -> None:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    plt.close(fig)
+    atomic_write(path, buffer.getvalue())
 
 
 def plot_attention(weights: np.ndarray, source_tokens: list[str], output_tokens: list[str],
@@ -50,7 +77,28 @@ def plot_attention(weights: np.ndarray, source_tokens: list[str], output_tokens:
             ax.set_title(title, fontsize=9, pad=12)
         fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02)
         fig.tight_layout()
-        buffer = io.BytesIO()
-        fig.savefig(buffer, format="png")
-        plt.close(fig)
-    atomic_write(path, buffer.getvalue())
+        _save(fig, path)
+
+
+def plot_bleu_by_length(buckets: list[str], bleu: dict[str, list[Optional[float]]], sentences: list[int],
+                        path: str | Path, title: str = "") -> None:
+    """Write a PNG line chart of BLEU per source-length bucket, one line per model in `bleu`.
+
+    `sentences` gives each bucket's size, shown under its label; empty buckets leave gaps.
+    """
+    with plt.rc_context({"font.family": available_fonts()}):
+        fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
+        positions = np.arange(len(buckets))
+        for (name, scores), marker in zip(bleu.items(), "osD^v<>"):
+            values = np.array([np.nan if s is None else s for s in scores], dtype=np.float64)
+            ax.plot(positions, values, marker=marker, label=name)
+        ax.set_xticks(positions, labels=[f"{b}\n({n})" for b, n in zip(buckets, sentences)])
+        ax.set_xlabel("source length in word tokens (sentences in the bucket)")
+        ax.set_ylabel("BLEU")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.legend()
+        if title:
+            ax.set_title(title, fontsize=10)
+        fig.tight_layout()
+        _save(fig, path)

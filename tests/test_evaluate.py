@@ -1,0 +1,83 @@
+"""Scores: exact match against any reference, BLEU by source length, evaluation on a training split."""
+
+from pathlib import Path
+
+import pytest
+import sacrebleu
+
+from attnmt.config import config_from_dict
+from attnmt.data import load_corpus, load_split
+from attnmt.evaluate import bleu_by_length, bucket_labels, exact_match_any
+from attnmt.plot import missing_glyphs
+from attnmt.train import train
+from conftest import tiny_dates_config
+from test_cli import assert_one_line_error, attnmt
+
+
+def test_bucket_labels():
+    assert bucket_labels((10, 15, 20, 25)) == ["<=10", "11-15", "16-20", "21-25", ">25"]
+    assert bucket_labels((3,)) == ["<=3", ">3"]
+    assert bucket_labels((3, 4, 6)) == ["<=3", "4", "5-6", ">6"]
+
+
+def test_bleu_by_length_buckets_by_source_words_and_scores_each_bucket_alone():
+    short = [("ein Hund läuft .", "a dog is running on the grass", "a dog runs on the grass")] * 3
+    long = [(" ".join(["Wort"] * 12), "the man on the left is riding a red bike", "the man on the left rides a red bike")] * 2
+    sources, hypotheses, references = map(list, zip(*(short + long)))
+    rows = bleu_by_length(sources, hypotheses, references, edges=(5, 10))
+    assert [(r["bucket"], r["sentences"]) for r in rows] == [("<=5", 3), ("6-10", 0), (">10", 2)]
+    assert rows[1]["bleu"] is None
+    expected_long = sacrebleu.corpus_bleu(hypotheses[3:], [references[3:]]).score
+    assert rows[2]["bleu"] == pytest.approx(expected_long, abs=0.01)
+    assert rows[0]["bleu"] != rows[2]["bleu"]
+
+
+def test_bleu_by_length_rejects_bad_edges():
+    with pytest.raises(Exception, match="ascending"):
+        bleu_by_length(["a"], ["a"], ["a"], edges=(10, 5))
+
+
+def test_exact_match_any_accepts_every_translation_of_the_same_source():
+    sources = ["She kissed him.", "She kissed him.", "I ran."]
+    references = ["Sie hat ihn geküsst.", "Sie küsste ihn.", "Ich rannte."]
+    hypotheses = ["Sie küsste ihn.", "Sie küsste ihn.", "Ich lief."]
+    assert exact_match_any(sources, hypotheses, references) == pytest.approx(2 / 3)
+
+
+def test_load_split_cuts_the_corpus_as_training_did():
+    config = config_from_dict(tiny_dates_config(Path("unused")))
+    corpus = load_corpus(config.data)
+    assert load_split(config.data, "test") == corpus.test
+    assert load_split(config.data, "train") == corpus.train
+
+
+@pytest.fixture(scope="module")
+def no_attention_model(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("dates_none")
+    return train(config_from_dict(tiny_dates_config(out, attention="none")), log=lambda _: None).model_path
+
+
+def test_evaluate_split_by_length_with_chart_for_two_models(dates_model, no_attention_model, tmp_path):
+    chart = tmp_path / "by_length.png"
+    result = attnmt("evaluate", str(dates_model), str(no_attention_model), "--split", "test",
+                    "--by-length", "--buckets", "2,3", "--chart", str(chart))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("== ") == 2 and result.stdout.count("bleu by source length") == 2
+    rows = [line.split() for line in result.stdout.splitlines() if "sentences" in line]
+    assert [r[0] for r in rows] == ["<=2", "3", ">3"] * 2
+    assert sum(int(r[2]) for r in rows[:3]) == 100  # the 100 test dates, each in one bucket
+    assert chart.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_evaluate_needs_one_kind_of_input(dates_model, tmp_path):
+    src = tmp_path / "s.txt"
+    src.write_text("march 3, 1999\n", encoding="utf-8")
+    assert_one_line_error(attnmt("evaluate", str(dates_model), "--src", str(src), "--split", "test"),
+                          "--src and --ref, or --split")
+    assert_one_line_error(attnmt("evaluate", str(dates_model), "--split", "test", "--buckets", "5,x"), "--buckets")
+
+
+def test_missing_glyphs_names_what_no_font_draws():
+    assert missing_glyphs(["hello", "Zürich"]) == []
+    assert missing_glyphs(["\U000f0000"]) == ["\U000f0000"]  # a private-use plane: no font has it
+    assert missing_glyphs(["\u200d"]) == []                  # ZWJ shapes, it is never drawn
