@@ -19,7 +19,7 @@ from .data import Pair, load_corpus
 from .errors import AttnmtError
 from .evaluate import score_translations
 from .loss import sequence_loss
-from .model import Seq2Seq, resolve_device
+from .model import Seq2Seq, autocast, resolve_device
 from .modelfile import load_file, save_file
 from .tokenize import SubwordTokenizer, Tokenizer, make_tokenizer, tokenizers_from_dicts
 from .translate import WEIGHTS_PREFIX, Translator
@@ -203,7 +203,7 @@ def train(config: Config, resume: bool = False, overwrite: bool = False,
         f"tokens), {len(data.valid)} valid, {len(data.test_pairs)} test; vocab {len(data.src_vocab)} source, "
         f"{len(data.tgt_vocab)} target")
     model = Seq2Seq(config.model, len(data.src_vocab), len(data.tgt_vocab)).to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=tc.lr)
+    optimizer = make_optimizer(model, tc)
     translator = Translator(model, config, data.src_tokenizer, data.tgt_tokenizer, data.src_vocab, data.tgt_vocab)
     progress = _restore(*checkpoint, model, optimizer) if checkpoint else Progress()
     log(f"model: {sum(p.numel() for p in model.parameters()):,} parameters on {device}"
@@ -222,7 +222,7 @@ def train(config: Config, resume: bool = False, overwrite: bool = False,
         for ids in order[progress.batch_in_epoch:]:
             batch = collate([data.train[i] for i in ids], ids, device)
             _set_lr(optimizer, progress, tc)
-            loss = _train_step(model, optimizer, batch, config, progress.step + 1, model_path)
+            loss = train_step(model, optimizer, batch, config, progress.step + 1, model_path)
             progress.step += 1
             progress.batch_in_epoch += 1
             progress.epoch_loss += loss
@@ -262,6 +262,10 @@ def train(config: Config, resume: bool = False, overwrite: bool = False,
         log("test: " + " | ".join(f"{k} {v}" for k, v in test_scores.items() if "signature" not in k))
     return TrainResult(model_path, progress.best_metric, test_scores, len(progress.history),
                        (time.monotonic() - started) / 60)
+
+
+def make_optimizer(model: Seq2Seq, tc: TrainConfig) -> torch.optim.Optimizer:
+    return torch.optim.Adam(model.parameters(), lr=tc.lr)
 
 
 def _set_lr(optimizer: torch.optim.Optimizer, progress: Progress, tc: TrainConfig) -> None:
@@ -320,13 +324,14 @@ def _try_average(translator: Translator, data: PreparedData, config: Config, dev
         log(f"the average validates better than any single epoch; {model_path} is now the average")
 
 
-def _train_step(model: Seq2Seq, optimizer: torch.optim.Optimizer, batch: Batch, config: Config, step: int,
-                model_path: Path) -> float:
+def train_step(model: Seq2Seq, optimizer: torch.optim.Optimizer, batch: Batch, config: Config, step: int,
+               model_path: Path = Path("the model file")) -> float:
     """One update; returns the summed loss. Refuses to go on from a NaN loss or out of memory."""
     tc = config.train
     try:
-        logits, _ = model(batch.src, batch.src_lengths, batch.tgt_in, tc.teacher_forcing)
-        loss = sequence_loss(logits, batch.tgt_out, tc.label_smoothing)
+        with autocast(tc.precision, batch.src.device):
+            logits, _ = model(batch.src, batch.src_lengths, batch.tgt_in, tc.teacher_forcing)
+        loss = sequence_loss(logits.float(), batch.tgt_out, tc.label_smoothing)
         if not torch.isfinite(loss):
             raise AttnmtError(f"loss became {loss.item()} at step {step}; training stopped before the update, and "
                               f"{model_path} keeps the last good model. Try a lower train.lr or train.clip")
