@@ -76,6 +76,7 @@
       const body = await response.json();
       if (!response.ok) throw new Error(body.error || `HTTP ${response.status}`);
       $("error").hidden = true;
+      $("output").dataset.source = text;  // which sentence is on display (tests wait for it)
       render(body.results[0]);
       const how = beam === 1 ? "greedy" : `beam ${beam}`;
       setStatus(`${how}, ${Math.round(performance.now() - started)} ms`);
