@@ -1,8 +1,9 @@
-"""The `attnmt` command: a thin front over train, translate, evaluate, plot and the demo."""
+"""The `attnmt` command: a thin front over train, translate, evaluate, plot, serve and the demo."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import traceback
 from pathlib import Path
@@ -129,7 +130,20 @@ def _plot(args: argparse.Namespace) -> None:
     print(f"{result.text}\nheatmap written to {args.out}")
 
 
+def _serve(args: argparse.Namespace) -> None:
+    from .config import ServeConfig
+
+    try:
+        from .serve import serve
+    except ModuleNotFoundError as err:
+        raise AttnmtError(f"attnmt serve needs {err.name}: pip install 'attnmt[serve]'") from None
+    limits = ServeConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(ServeConfig)})
+    serve(args.model, args.host, args.port, args.device, limits, log=lambda line: print(line, flush=True))
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from .config import ServeConfig
+
     parser = argparse.ArgumentParser(prog="attnmt", description="Attention-based neural machine translation.")
     parser.add_argument("--debug", action="store_true", help="show the full traceback of errors")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -186,6 +200,16 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("sentence", help="the sentence to translate")
     plot.add_argument("--out", required=True, help="PNG file to write")
     plot.set_defaults(run=_plot)
+
+    serve = commands.add_parser("serve", help="translate over HTTP, with the attention explorer page at /")
+    add_model(serve)
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
+    serve.add_argument("--port", type=int, default=8000, help="port (default: %(default)s; 0 = any free port)")
+    limits = serve.add_argument_group("limits")
+    for f in dataclasses.fields(ServeConfig):
+        limits.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default,
+                            help=f"{f.metadata['help']} (default: %(default)s)")
+    serve.set_defaults(run=_serve)
     return parser
 
 

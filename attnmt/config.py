@@ -147,6 +147,33 @@ class DecodeConfig:
 
 
 @dataclass
+class ServeConfig:
+    """Limits of `attnmt serve`; not stored in model files. Each field is a CLI flag (--max-chars ...)."""
+
+    max_chars: int = field(default=1000, metadata={"help": "characters per sentence"})
+    max_tokens: int = field(default=250, metadata={"help": "source tokens per sentence"})
+    max_sentences: int = field(default=32, metadata={"help": "sentences per request"})
+    max_beam: int = field(default=10, metadata={"help": "largest beam a request may ask for"})
+    timeout_s: float = field(default=30.0, metadata={"help": "seconds a request may wait and run before a 504"})
+    queue_size: int = field(default=256, metadata={"help": "requests waiting for the model before a 503"})
+    # Requests arriving within this window with the same options share one model call.
+    batch_window_ms: float = field(default=5.0, metadata={"help": "milliseconds to gather requests into a batch"})
+    max_batch: int = field(default=64, metadata={"help": "sentences per model call"})
+
+    def max_body_bytes(self) -> int:
+        # A JSON-escaped character takes at most 6 bytes (\uXXXX); the rest is room for the keys.
+        return self.max_sentences * self.max_chars * 6 + 4096
+
+
+def validate_serve(config: ServeConfig) -> None:
+    for f in dataclasses.fields(config):
+        if getattr(config, f.name) <= 0 and f.name != "batch_window_ms":
+            raise AttnmtError(f"serve {f.name} must be positive, got {getattr(config, f.name)}")
+    if config.batch_window_ms < 0:
+        raise AttnmtError(f"serve batch_window_ms must be 0 or more, got {config.batch_window_ms}")
+
+
+@dataclass
 class Config:
     data: DataConfig = field(default_factory=DataConfig)
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)

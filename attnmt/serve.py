@@ -1,0 +1,359 @@
+"""`attnmt serve`: translations over HTTP, batched across requests, with limits and the attention explorer."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, AsyncIterator, Callable, Optional
+
+import torch
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from .config import ServeConfig, validate_serve
+from .errors import AttnmtError
+from .translate import Translation, Translator
+
+STATIC = Path(__file__).parent / "static"
+# Four decimals keep an attention matrix small in JSON and are more than a heatmap can show.
+ATTENTION_DECIMALS = 4
+
+
+class TranslateRequest(BaseModel):
+    """One sentence (`text`) or several (`texts`), and how to decode them."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    text: Optional[str] = Field(None, description="one sentence")
+    texts: Optional[list[str]] = Field(None, min_length=1, description="several sentences, answered in order")
+    beam: Optional[int] = Field(None, ge=1, description="beam size, 1 = greedy (default: the model's decode.beam_size)")
+    n_best: int = Field(1, ge=1, description="translations per sentence, best first; at most `beam`")
+    attention: bool = Field(False, description="include the attention weights of each translation")
+
+    @model_validator(mode="after")
+    def _one_input(self) -> "TranslateRequest":
+        if (self.text is None) == (self.texts is None):
+            raise ValueError("give exactly one of `text` (a string) or `texts` (a list of strings)")
+        return self
+
+
+class Hypothesis(BaseModel):
+    translation: str
+    tokens: list[str] = Field(description="output tokens, end of sentence left out")
+    score: float = Field(description="log-probability of the output, end of sentence included")
+    attention: Optional[list[list[float]]] = Field(
+        None, description="[len(tokens)][len(source_tokens)] weights; only when asked for and the model has attention")
+
+
+class SentenceResult(Hypothesis):
+    source_tokens: list[str] = Field(description="the tokens the model read")
+    nbest: Optional[list[Hypothesis]] = Field(None, description="when n_best > 1: the n_best translations, best first")
+
+
+class TranslateResponse(BaseModel):
+    results: list[SentenceResult] = Field(description="one per input sentence, in order")
+    beam: int
+    n_best: int
+
+
+class ErrorResponse(BaseModel):
+    error: str = Field(description="what was wrong, in one line")
+
+
+class Health(BaseModel):
+    status: str
+    queued: int = Field(description="requests waiting for the model")
+    model_calls: int = Field(description="model calls so far; concurrent requests share calls")
+    sentences: int = Field(description="sentences translated so far")
+
+
+class ModelInfo(BaseModel):
+    src_lang: str
+    tgt_lang: str
+    rnn: str
+    decoder: str
+    attention: str = Field(description="bahdanau, concat, dot, general, or none (no attention weights)")
+    tokenizer: str
+    src_vocab_size: int
+    tgt_vocab_size: int
+    beam_size: int = Field(description="the beam used when a request names none")
+    limits: dict[str, int | float] = Field(description="the server's limits (ServeConfig), max_tokens as enforced")
+
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorResponse, "description": "malformed JSON or Content-Length"},
+    411: {"model": ErrorResponse, "description": "a body without Content-Length"},
+    413: {"model": ErrorResponse, "description": "over a size limit (body, sentences, characters, tokens)"},
+    415: {"model": ErrorResponse, "description": "a body that is not sent as application/json"},
+    422: {"model": ErrorResponse, "description": "a field missing or of the wrong type, or options out of range"},
+    503: {"model": ErrorResponse, "description": "the request queue is full; retry later"},
+    504: {"model": ErrorResponse, "description": "the request took longer than the server's timeout"},
+}
+
+
+class ServeError(Exception):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def error_response(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+@dataclass
+class _Job:
+    texts: list[str]
+    beam: int
+    n_best: int
+    future: asyncio.Future
+
+
+class Batcher:
+    """Queued requests in, one model call per group of requests with the same beam and n_best."""
+
+    def __init__(self, translator: Translator, limits: ServeConfig):
+        self.translator = translator
+        self.limits = limits
+        self.queue: asyncio.Queue[_Job] = asyncio.Queue(limits.queue_size)
+        # One thread and one worker task: the model is never called from two threads at once.
+        self.executor = ThreadPoolExecutor(1, thread_name_prefix="attnmt-model")
+        self.model_calls = 0
+        self.sentences = 0
+        self.task: Optional[asyncio.Task] = None
+
+    def start(self) -> None:
+        self.task = asyncio.create_task(self._work())
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+        self.executor.shutdown(wait=True)
+
+    async def translate(self, texts: list[str], beam: int, n_best: int) -> list[list[Translation]]:
+        future = asyncio.get_running_loop().create_future()
+        try:
+            self.queue.put_nowait(_Job(texts, beam, n_best, future))
+        except asyncio.QueueFull:
+            raise ServeError(503, f"the server is busy: {self.limits.queue_size} requests are waiting; "
+                                  "retry later") from None
+        try:
+            # On timeout the future is cancelled, so the worker skips the job if it has not started it.
+            return await asyncio.wait_for(future, self.limits.timeout_s)
+        except asyncio.TimeoutError:
+            raise ServeError(504, f"the translation took longer than {self.limits.timeout_s:g} s") from None
+
+    def _drain(self, jobs: list[_Job]) -> None:
+        while sum(len(job.texts) for job in jobs) < self.limits.max_batch and not self.queue.empty():
+            jobs.append(self.queue.get_nowait())
+
+    async def _work(self) -> None:
+        while True:
+            jobs = [await self.queue.get()]
+            self._drain(jobs)
+            if self.queue.empty() and self.limits.batch_window_ms > 0:
+                await asyncio.sleep(self.limits.batch_window_ms / 1000)  # let stragglers join this call
+                self._drain(jobs)
+            groups: dict[tuple[int, int], list[_Job]] = {}
+            for job in jobs:
+                if not job.future.done():
+                    groups.setdefault((job.beam, job.n_best), []).append(job)
+            for (beam, n_best), group in groups.items():
+                await self._decode(group, beam, n_best)
+
+    async def _decode(self, group: list[_Job], beam: int, n_best: int) -> None:
+        texts = [text for job in group for text in job.texts]
+        loop = asyncio.get_running_loop()
+        try:
+            results = await loop.run_in_executor(self.executor, self._call_model, texts, beam, n_best)
+        except Exception as err:  # a failed call fails its requests, not the server
+            for job in group:
+                if not job.future.done():
+                    job.future.set_exception(err)
+            return
+        self.model_calls += 1
+        self.sentences += len(texts)
+        start = 0
+        for job in group:
+            if not job.future.done():
+                job.future.set_result(results[start: start + len(job.texts)])
+            start += len(job.texts)
+
+    def _call_model(self, texts: list[str], beam: int, n_best: int) -> list[list[Translation]]:
+        with torch.inference_mode():
+            return self.translator.translate_nbest(texts, n_best, beam)
+
+
+class BodyLimit:
+    """Refuse a body over the limit before reading it (413), and one of unknown length (411)."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int):
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            headers = dict(scope["headers"])
+            length = headers.get(b"content-length")
+            problem = None
+            if length is None and b"transfer-encoding" in headers:
+                problem = error_response(411, "send the body with a Content-Length header")
+            elif length is not None and not length.isdigit():
+                problem = error_response(400, "Content-Length is not a number")
+            elif length is not None and int(length) > self.max_bytes:
+                problem = error_response(413, f"the body has {int(length)} bytes; the limit is {self.max_bytes}")
+            if problem is not None:
+                await problem(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def _validation_message(request: Request, err: RequestValidationError) -> tuple[int, str]:
+    if "json" not in request.headers.get("content-type", ""):
+        return 415, "send the body as JSON, with Content-Type: application/json"
+    errors = err.errors()
+    if any(e["type"] == "json_invalid" for e in errors):
+        detail = next(e for e in errors if e["type"] == "json_invalid").get("ctx", {}).get("error", "")
+        return 400, f"malformed JSON: {detail}".rstrip(": ")
+    parts = []
+    for e in errors[:3]:
+        where = ".".join(str(p) for p in e["loc"] if p != "body")
+        if not where and e["type"] == "model_attributes_type":
+            parts.append("the body must be a JSON object")
+        else:
+            parts.append(f"{where or 'body'}: {e['msg'].removeprefix('Value error, ')}")
+    return 422, "; ".join(parts)
+
+
+def _hypothesis(translation: Translation, attention: bool) -> dict[str, Any]:
+    result: dict[str, Any] = {"translation": translation.text, "tokens": translation.tokens,
+                              "score": round(translation.log_prob, ATTENTION_DECIMALS)}
+    if attention and translation.attention is not None:
+        result["attention"] = translation.attention.round(ATTENTION_DECIMALS).tolist()
+    return result
+
+
+def _sentence(nbest: list[Translation], attention: bool, n_best: int) -> dict[str, Any]:
+    result = {**_hypothesis(nbest[0], attention), "source_tokens": nbest[0].source_tokens}
+    if n_best > 1:
+        result["nbest"] = [_hypothesis(h, attention) for h in nbest]
+    return result
+
+
+def create_app(translator: Translator, limits: Optional[ServeConfig] = None) -> FastAPI:
+    """The ASGI app: /translate, /health, /model, the explorer page at / and its /static files."""
+    limits = limits or ServeConfig()
+    validate_serve(limits)
+    decode = translator.config.decode
+    # Never let the translator cut a long input silently: refuse it instead.
+    max_tokens = min(limits.max_tokens, decode.max_src_len)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.batcher = Batcher(translator, limits)
+        app.state.batcher.start()
+        yield
+        await app.state.batcher.stop()
+
+    # FastAPI's /docs and /redoc pages load scripts from a CDN; the server must work offline.
+    app = FastAPI(title="attnmt", description="Attention-based NMT: translations with their attention weights.",
+                  lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes())
+
+    @app.exception_handler(ServeError)
+    async def _serve_error(_request: Any, err: ServeError) -> JSONResponse:
+        return error_response(err.status, err.message)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, err: RequestValidationError) -> JSONResponse:
+        return error_response(*_validation_message(request, err))
+
+    @app.exception_handler(HTTPException)
+    async def _http_error(_request: Any, err: HTTPException) -> JSONResponse:
+        return error_response(err.status_code, str(err.detail))
+
+    def check(texts: list[str], beam: int, n_best: int) -> None:
+        if len(texts) > limits.max_sentences:
+            raise ServeError(413, f"{len(texts)} sentences in one request; the limit is {limits.max_sentences}")
+        for i, text in enumerate(texts, 1):
+            if len(text) > limits.max_chars:
+                raise ServeError(413, f"sentence {i} has {len(text)} characters; the limit is {limits.max_chars}")
+            tokens = len(translator.src_tokenizer.tokenize(text))
+            if tokens > max_tokens:
+                raise ServeError(413, f"sentence {i} has {tokens} tokens; the limit is {max_tokens}")
+        if beam > limits.max_beam:
+            raise ServeError(422, f"beam: {beam} is over this server's limit of {limits.max_beam}")
+        if n_best > beam:
+            raise ServeError(422, f"n_best: {n_best} is more than the beam ({beam})")
+
+    @app.post("/translate", response_model=TranslateResponse, response_model_exclude_none=True,
+              responses=ERROR_RESPONSES)
+    async def translate(request: TranslateRequest) -> JSONResponse:
+        """Translate one sentence or several; concurrent requests are decoded together."""
+        texts = [request.text] if request.texts is None else request.texts
+        beam = request.beam or decode.beam_size
+        check(texts, beam, request.n_best)
+        nbests = await app.state.batcher.translate(texts, beam, request.n_best)
+        # Built to match TranslateResponse (the tests check it) and sent as is: validating attention
+        # matrices again on the way out costs the event loop more than the model call under load.
+        return JSONResponse({"results": [_sentence(nbest, request.attention, request.n_best) for nbest in nbests],
+                             "beam": beam, "n_best": request.n_best})
+
+    @app.get("/health", response_model=Health)
+    async def health() -> dict[str, Any]:
+        batcher: Batcher = app.state.batcher
+        return {"status": "ok", "queued": batcher.queue.qsize(), "model_calls": batcher.model_calls,
+                "sentences": batcher.sentences}
+
+    config = translator.config
+    info = {"src_lang": config.data.src_lang, "tgt_lang": config.data.tgt_lang, "rnn": config.model.rnn,
+            "decoder": config.model.decoder, "attention": config.model.attention,
+            "tokenizer": config.tokenizer.level, "src_vocab_size": len(translator.src_vocab),
+            "tgt_vocab_size": len(translator.tgt_vocab), "beam_size": decode.beam_size,
+            "limits": {**asdict(limits), "max_tokens": max_tokens}}
+
+    @app.get("/model", response_model=ModelInfo)
+    async def model() -> dict[str, Any]:
+        """What the server translates with, and its limits."""
+        return info
+
+    @app.get("/", include_in_schema=False)
+    async def explorer() -> FileResponse:
+        return FileResponse(STATIC / "index.html")
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    return app
+
+
+def serve(model_path: str, host: str, port: int, device: str, limits: ServeConfig,
+          log: Callable[[str], None] = print) -> None:
+    """Load the model and serve it until interrupted; port 0 picks a free port (printed)."""
+    validate_serve(limits)
+    translator = Translator.load(model_path, device=device)
+    app = create_app(translator, limits)
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except (OSError, OverflowError) as err:
+        sock.close()
+        raise AttnmtError(f"cannot listen on {host}:{port}: {getattr(err, 'strerror', None) or err}") from None
+    shown = f"[{host}]" if ":" in host else host
+    log(f"attnmt serve: {model_path} on http://{shown}:{sock.getsockname()[1]}/ (Ctrl-C stops)")
+    # Idle connections stay open longer than clients keep them (httpx: 5 s), so the client is the one
+    # that closes them: otherwise a request sent as the server closes its connection fails.
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, timeout_keep_alive=75))
+    server.run(sockets=[sock])

@@ -1,0 +1,201 @@
+"use strict";
+// The attention explorer: translate as you type, draw the attention as a grid of cells
+// (rows: output tokens, columns: source tokens) and link tokens and cells on hover or click.
+// Model output only ever goes into textContent or title, never into HTML.
+(() => {
+  const LIVE_DELAY_MS = 400;
+  const ACCENT = [37, 99, 235];
+  const SPACE = "\u2581";  // how character-level and sentencepiece models write a space
+  const $ = (id) => document.getElementById(id);
+  const source = $("source"), decoding = $("decoding"), beamInput = $("beam"), nbestInput = $("nbest");
+  const grid = $("heatmap");
+  let result = null;        // the sentence result on display
+  let attention = null;     // the attention of the hypothesis on display: [output][source]
+  let pinned = null;        // a token or cell clicked: its highlight stays until the next click
+  let inFlight = null;      // AbortController of the request in flight
+  let timer = null;
+
+  function element(tag, className, text) {
+    const node = document.createElement(tag);
+    if (className) node.className = className;
+    if (text !== undefined) node.textContent = text;
+    return node;
+  }
+
+  // White for 0, the accent colour for 1: cells stay visible on any background.
+  function shade(weight) {
+    const mix = (c) => Math.round(255 - (255 - c) * weight);
+    return `rgb(${mix(ACCENT[0])}, ${mix(ACCENT[1])}, ${mix(ACCENT[2])})`;
+  }
+
+  function setStatus(text) { $("status").textContent = text; }
+
+  function showError(message) {
+    $("error").textContent = message;
+    $("error").hidden = false;
+    setStatus("");
+  }
+
+  async function loadModel() {
+    try {
+      const response = await fetch("/model");
+      const info = await response.json();
+      $("model-info").textContent =
+        `${info.src_lang} \u2192 ${info.tgt_lang} \u00b7 ${info.rnn.toUpperCase()} encoder-decoder, ` +
+        `${info.attention} attention, ${info.decoder} decoder \u00b7 ${info.tokenizer} tokens \u00b7 ` +
+        `vocabularies ${info.src_vocab_size} / ${info.tgt_vocab_size}`;
+      beamInput.max = info.limits.max_beam;
+      source.maxLength = info.limits.max_chars;
+    } catch (err) {
+      showError(`cannot reach the server: ${err.message}`);
+    }
+  }
+
+  function options() {
+    if (decoding.value !== "beam") return { beam: 1, n_best: 1 };
+    const beam = Math.max(2, Math.min(Number(beamInput.max) || 10, Number(beamInput.value) || 2));
+    return { beam, n_best: Math.max(1, Math.min(beam, Number(nbestInput.value) || 1)) };
+  }
+
+  async function translate() {
+    clearTimeout(timer);
+    const text = source.value.trim();
+    if (inFlight) inFlight.abort();
+    if (!text) return;
+    inFlight = new AbortController();
+    const { beam, n_best } = options();
+    const started = performance.now();
+    setStatus("translating\u2026");
+    try {
+      const response = await fetch("/translate", {
+        method: "POST",
+        headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ text, beam, n_best, attention: true }),
+        signal: inFlight.signal,
+      });
+      const body = await response.json();
+      if (!response.ok) throw new Error(body.error || `HTTP ${response.status}`);
+      $("error").hidden = true;
+      $("output").dataset.source = text;  // which sentence is on display (tests wait for it)
+      render(body.results[0]);
+      const how = beam === 1 ? "greedy" : `beam ${beam}`;
+      setStatus(`${how}, ${Math.round(performance.now() - started)} ms`);
+    } catch (err) {
+      if (err.name !== "AbortError") showError(err.message);
+    }
+  }
+
+  function render(sentence) {
+    result = sentence;
+    $("output").hidden = false;
+    const list = $("nbest-list");
+    list.replaceChildren();
+    const hypotheses = sentence.nbest || [sentence];
+    hypotheses.forEach((hypothesis, index) => {
+      const item = element("li");
+      item.dataset.index = index;
+      item.append(element("span", "text", hypothesis.translation || "(empty)"),
+                  element("span", "score", hypothesis.score.toFixed(3)));
+      item.title = "log-probability; click to see this translation's attention";
+      item.addEventListener("click", () => select(index));
+      list.append(item);
+    });
+    list.hidden = hypotheses.length < 2;
+    select(0);
+  }
+
+  function select(index) {
+    const hypothesis = (result.nbest || [result])[index];
+    $("translation").textContent = hypothesis.translation;
+    for (const item of $("nbest-list").children) item.classList.toggle("selected", item.dataset.index === String(index));
+    draw(result.source_tokens, hypothesis.tokens, hypothesis.attention);
+  }
+
+  function draw(sourceTokens, outputTokens, weights) {
+    attention = weights || null;
+    pinned = null;
+    grid.replaceChildren();
+    $("no-attention").hidden = Boolean(weights);
+    if (!weights || !sourceTokens.length || !outputTokens.length) return;
+    grid.classList.toggle("vertical", sourceTokens.some((t) => [...t].length > 2));
+    grid.style.gridTemplateColumns = `auto repeat(${sourceTokens.length}, minmax(1.6rem, auto))`;
+    grid.append(element("div", "corner"));
+    sourceTokens.forEach((token, col) => {
+      const node = element("div", "tok src" + (token === SPACE ? " space" : ""), token);
+      node.dataset.col = col;
+      grid.append(node);
+    });
+    outputTokens.forEach((token, row) => {
+      const head = element("div", "tok out" + (token === SPACE ? " space" : ""), token);
+      head.dataset.row = row;
+      grid.append(head);
+      sourceTokens.forEach((sourceToken, col) => {
+        const cell = element("div", "cell");
+        const weight = weights[row][col];
+        cell.dataset.row = row;
+        cell.dataset.col = col;
+        cell.style.backgroundColor = shade(weight);
+        cell.title = `${token} \u2190 ${sourceToken}: ${weight.toFixed(3)}`;
+        grid.append(cell);
+      });
+    });
+  }
+
+  // Mark the tokens on the other axis by the weights linking them to `index`; bold the strong ones.
+  function markTokens(selector, key, weightOf) {
+    const nodes = [...grid.querySelectorAll(selector)];
+    const weights = nodes.map((node) => weightOf(Number(node.dataset[key])));
+    const strongest = Math.max(...weights);
+    nodes.forEach((node, k) => {
+      node.style.backgroundColor = `rgba(234, 88, 12, ${weights[k].toFixed(3)})`;
+      node.classList.toggle("attended", weights[k] >= 0.1 || weights[k] === strongest);
+    });
+  }
+
+  function clearHighlight() {
+    for (const node of grid.querySelectorAll(".active, .attended")) node.classList.remove("active", "attended");
+    for (const node of grid.querySelectorAll(".tok")) node.style.backgroundColor = "";
+  }
+
+  function highlight(target) {
+    clearHighlight();
+    if (!target || !attention) return;
+    const row = target.dataset.row === undefined ? null : Number(target.dataset.row);
+    const col = target.dataset.col === undefined ? null : Number(target.dataset.col);
+    target.classList.add("active");
+    if (row !== null) {
+      grid.querySelector(`.tok.out[data-row="${row}"]`).classList.add("active");
+      for (const cell of grid.querySelectorAll(`.cell[data-row="${row}"]`)) cell.classList.add("active");
+      markTokens(".tok.src", "col", (j) => attention[row][j]);
+    }
+    if (col !== null) {
+      grid.querySelector(`.tok.src[data-col="${col}"]`).classList.add("active");
+      if (row === null) {
+        for (const cell of grid.querySelectorAll(`.cell[data-col="${col}"]`)) cell.classList.add("active");
+        markTokens(".tok.out", "row", (i) => attention[i][col]);
+      }
+    }
+  }
+
+  grid.addEventListener("mouseover", (event) => {
+    if (!pinned) highlight(event.target.closest(".tok, .cell"));
+  });
+  grid.addEventListener("mouseleave", () => { if (!pinned) clearHighlight(); });
+  grid.addEventListener("click", (event) => {
+    const target = event.target.closest(".tok, .cell");
+    pinned = target && target !== pinned ? target : null;
+    highlight(pinned || target);
+  });
+
+  $("form").addEventListener("submit", (event) => { event.preventDefault(); translate(); });
+  source.addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && !event.shiftKey) { event.preventDefault(); translate(); }
+  });
+  source.addEventListener("input", () => { clearTimeout(timer); timer = setTimeout(translate, LIVE_DELAY_MS); });
+  decoding.addEventListener("change", () => {
+    beamInput.disabled = nbestInput.disabled = decoding.value !== "beam";
+    translate();
+  });
+  for (const input of [beamInput, nbestInput]) input.addEventListener("change", translate);
+  loadModel();
+})();

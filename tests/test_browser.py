@@ -1,0 +1,109 @@
+"""The attention explorer in headless Chromium, against `attnmt serve` on 127.0.0.1 with a tiny model."""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+import pytest
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+# Root in a container has no user namespaces for the sandbox; nothing else should start either.
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run"]
+
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
+
+
+@pytest.fixture(scope="module")
+def server(dates_model: Path) -> Iterator[str]:
+    """`attnmt serve` on a free port; yields its URL."""
+    process = subprocess.Popen([sys.executable, "-m", "attnmt", "serve", str(dates_model), "--port", "0"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "PYTHONIOENCODING": "utf-8"})
+    try:
+        line = process.stdout.readline()
+        url = re.search(r"http://127\.0\.0\.1:\d+/", line)
+        assert url, line + process.stderr.read()
+        yield url.group()
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def page(server: str):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1000, "height": 760})
+        errors: list[str] = []
+        page.on("pageerror", lambda err: errors.append(str(err)))
+        page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+        page.goto(server)
+        yield page
+        browser.close()
+        assert not errors, errors
+
+
+def translate_on_page(page, text: str) -> None:
+    page.fill("#source", text)
+    page.press("#source", "Enter")
+    page.wait_for_function("text => document.querySelector('#output').dataset.source === text", arg=text)
+
+
+def test_translate_heatmap_and_hover(page, server):
+    page.wait_for_function("document.querySelector('#model-info').textContent.includes('de \u2192 en')")
+    translate_on_page(page, "3. Oktober 1990")
+    expected = httpx.post(server + "translate", json={"text": "3. Oktober 1990", "attention": True}).json()
+    result = expected["results"][0]
+    rows, cols = len(result["tokens"]), len(result["source_tokens"])
+    assert page.inner_text("#translation") == result["translation"]
+    assert page.locator("#heatmap .cell").count() == rows * cols
+    assert page.locator("#heatmap .tok.out").all_inner_texts() == result["tokens"]
+    assert page.locator("#heatmap .tok.src").all_inner_texts() == result["source_tokens"]
+
+    # An output token: its row and the source tokens it attended to light up.
+    page.hover('#heatmap .tok.out[data-row="0"]')
+    assert "active" in page.get_attribute('#heatmap .tok.out[data-row="0"]', "class")
+    assert page.locator("#heatmap .cell.active").count() == cols
+    assert page.locator('#heatmap .cell.active[data-row="0"]').count() == cols
+    strongest = max(range(cols), key=lambda j: result["attention"][0][j])
+    assert "attended" in page.get_attribute(f'#heatmap .tok.src[data-col="{strongest}"]', "class")
+
+    # And the other way round: a source token lights up its column and the outputs that looked at it.
+    page.hover(f'#heatmap .tok.src[data-col="{strongest}"]')
+    assert page.locator(f'#heatmap .cell.active[data-col="{strongest}"]').count() == rows
+    assert page.locator("#heatmap .tok.out.attended").count() >= 1
+    assert page.locator("#heatmap .tok.src.attended").count() == 0
+
+
+def test_beam_nbest_and_a_non_latin_sentence(page):
+    page.select_option("#decoding", "beam")
+    page.fill("#nbest", "3")
+    page.dispatch_event("#nbest", "change")
+    translate_on_page(page, "Samstag, 14. März 2026")
+    page.wait_for_function("document.querySelectorAll('#nbest-list li').length === 3")
+    assert "beam 5" in page.inner_text("#status")
+    page.click("#nbest-list li:nth-child(2)")
+    second = page.inner_text("#nbest-list li:nth-child(2) .text")
+    assert "selected" in page.get_attribute("#nbest-list li:nth-child(2)", "class")
+    assert page.inner_text("#translation") == second
+
+    # Devanagari (unknown to this model, but shown as typed) and an Arabic-script date.
+    sentence = "१४ मार्च २०२६ · ١٤ مارس"
+    translate_on_page(page, sentence)
+    sources = page.locator("#heatmap .tok.src").all_inner_texts()
+    assert "म" in sources and "م" in sources
+    page.hover('#heatmap .tok.out[data-row="2"]')
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / "explorer.png"
+    page.screenshot(path=str(shot), full_page=True)
+    print(f"screenshot: {shot}")
+    assert shot.stat().st_size > 10_000

@@ -1,0 +1,213 @@
+"""The HTTP server in-process (FastAPI's TestClient): answers, batching, limits, errors, OpenAPI."""
+
+import contextlib
+import socket
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from attnmt.config import ServeConfig
+from attnmt.serve import STATIC, create_app
+from attnmt.translate import Translator
+
+DATES = ["March 14, 2026", "3. Oktober 1990", "the 21st of June 1975", "12/25/2031", "Fr., 09.11.1989",
+         "1 May 2000", "July 4, 1776", "Montag, 1. Januar 2024"]
+LIMITS = ServeConfig(max_chars=40, max_tokens=30, max_sentences=4, max_beam=4, timeout_s=10)
+
+
+@pytest.fixture
+def translator(dates_model: Path) -> Translator:
+    return Translator.load(dates_model, device="cpu")
+
+
+@pytest.fixture
+def client(translator: Translator) -> Iterator[TestClient]:
+    with TestClient(create_app(translator, LIMITS)) as test_client:
+        yield test_client
+
+
+@contextlib.contextmanager
+def held_model(translator: Translator) -> Iterator[tuple[list, threading.Event]]:
+    """Record the model calls as (sentences, beam); each call waits until the event is set."""
+    calls: list[tuple[int, int]] = []
+    release = threading.Event()
+    real = translator.translate_nbest
+
+    def held(texts: list[str], n_best: int, beam: int) -> list:
+        calls.append((len(texts), beam))
+        release.wait(20)
+        return real(texts, n_best, beam)
+
+    translator.translate_nbest = held
+    try:
+        yield calls, release
+    finally:
+        release.set()
+        del translator.translate_nbest  # the class's method again
+
+
+def wait_for(condition, what: str) -> None:
+    deadline = time.monotonic() + 20
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+def test_translate_one_and_several_match_the_translator(client, translator):
+    one = client.post("/translate", json={"text": DATES[0]})
+    assert one.status_code == 200, one.text
+    expected = translator.translate([DATES[0]])[0]
+    result = one.json()["results"][0]
+    assert result["translation"] == expected.text and result["tokens"] == expected.tokens
+    assert result["source_tokens"] == expected.source_tokens
+    assert result["score"] == pytest.approx(expected.log_prob, abs=1e-3)
+    assert "attention" not in result and "nbest" not in result
+
+    several = client.post("/translate", json={"texts": DATES[:4], "attention": True}).json()
+    assert [r["translation"] for r in several["results"]] == [t.text for t in translator.translate(DATES[:4])]
+    for r in several["results"]:
+        weights = np.array(r["attention"])
+        assert weights.shape == (len(r["tokens"]), len(r["source_tokens"]))
+        np.testing.assert_allclose(weights.sum(axis=1), 1.0, atol=1e-3)
+
+
+def test_beam_with_nbest_list(client, translator):
+    body = client.post("/translate", json={"text": DATES[1], "beam": 3, "n_best": 3, "attention": True}).json()
+    assert (body["beam"], body["n_best"]) == (3, 3)
+    result = body["results"][0]
+    expected = translator.translate_nbest([DATES[1]], 3, 3)[0]
+    assert [h["translation"] for h in result["nbest"]] == [t.text for t in expected]
+    assert result["translation"] == result["nbest"][0]["translation"]
+    scores = [h["score"] for h in result["nbest"]]
+    assert scores == sorted(scores, reverse=True)
+    for h in result["nbest"]:
+        assert np.array(h["attention"]).shape == (len(h["tokens"]), len(result["source_tokens"]))
+
+
+def test_empty_sentence_gets_an_empty_translation(client):
+    result = client.post("/translate", json={"text": ""}).json()["results"][0]
+    assert (result["translation"], result["tokens"], result["source_tokens"]) == ("", [], [])
+
+
+def test_health_and_model(client, translator):
+    assert client.get("/health").json() == {"status": "ok", "queued": 0, "model_calls": 0, "sentences": 0}
+    info = client.get("/model").json()
+    assert (info["src_lang"], info["tgt_lang"], info["attention"], info["rnn"]) == ("de", "en", "bahdanau", "gru")
+    assert (info["src_vocab_size"], info["tgt_vocab_size"]) == (len(translator.src_vocab), len(translator.tgt_vocab))
+    assert info["limits"]["max_sentences"] == 4 and info["limits"]["max_tokens"] == 30
+
+
+def test_concurrent_requests_share_one_model_call(client, translator):
+    with held_model(translator) as (calls, release), ThreadPoolExecutor(8) as pool:
+        first = pool.submit(client.post, "/translate", json={"text": DATES[0]})
+        wait_for(lambda: calls, "the first model call")
+        # While the model is busy, 4 greedy and 3 beam requests queue up: one call for each kind.
+        greedy = [pool.submit(client.post, "/translate", json={"text": t}) for t in DATES[1:5]]
+        beam = [pool.submit(client.post, "/translate", json={"text": t, "beam": 2}) for t in DATES[5:8]]
+        wait_for(lambda: client.get("/health").json()["queued"] == 7, "7 queued requests")
+        release.set()
+        responses = [f.result() for f in [first, *greedy, *beam]]
+    assert sorted(calls) == sorted([(1, 1), (4, 1), (3, 2)])
+    assert all(r.status_code == 200 for r in responses)
+    got = [r.json()["results"][0]["translation"] for r in responses]
+    assert got[:5] == [t.text for t in translator.translate(DATES[:5])]
+    assert got[5:] == [t.text for t in translator.translate(DATES[5:], beam_size=2)]
+    assert client.get("/health").json()["model_calls"] == 3
+
+
+def test_full_queue_answers_503_and_slow_requests_504(translator):
+    limits = ServeConfig(queue_size=1, timeout_s=0.5, batch_window_ms=0)
+    with TestClient(create_app(translator, limits)) as client, held_model(translator) as (calls, release), \
+            ThreadPoolExecutor(2) as pool:
+        busy = pool.submit(client.post, "/translate", json={"text": DATES[0]})
+        wait_for(lambda: calls, "the first model call")
+        waiting = pool.submit(client.post, "/translate", json={"text": DATES[1]})
+        wait_for(lambda: client.get("/health").json()["queued"] == 1, "a queued request")
+        full = client.post("/translate", json={"text": DATES[2]})
+        assert full.status_code == 503 and "busy" in full.json()["error"]
+        for response in busy.result(), waiting.result():
+            assert response.status_code == 504
+            assert response.json() == {"error": "the translation took longer than 0.5 s"}
+        release.set()
+    assert len(calls) == 1  # the timed-out queued request never reached the model
+
+
+@pytest.mark.parametrize("body, status, fragment", [
+    ({"texts": DATES[:5]}, 413, "5 sentences in one request; the limit is 4"),
+    ({"text": "x" * 41}, 413, "41 characters; the limit is 40"),
+    ({"texts": ["1. 1. 2000", "1 " * 16]}, 413, "sentence 2 has 31 tokens; the limit is 30"),
+    ({"text": "1 May 2000", "beam": 5}, 422, "beam: 5 is over this server's limit of 4"),
+    ({"text": "1 May 2000", "beam": 2, "n_best": 3}, 422, "n_best: 3 is more than the beam (2)"),
+    ({"text": "1 May 2000", "beam": 0}, 422, "beam: Input should be greater than or equal to 1"),
+    ({}, 422, "give exactly one of `text` (a string) or `texts`"),
+    ({"text": "a", "texts": ["b"]}, 422, "give exactly one of"),
+    ({"texts": []}, 422, "texts: List should have at least 1 item"),
+    ({"text": 3}, 422, "text: Input should be a valid string"),
+    ({"texts": ["a", None]}, 422, "texts.1: Input should be a valid string"),
+    ({"text": "a", "beam": "2"}, 422, "beam: Input should be a valid integer"),
+    ({"text": "a", "attention": "yes"}, 422, "attention: Input should be a valid boolean"),
+    ({"text": "a", "temperature": 1}, 422, "temperature: Extra inputs are not permitted"),
+    (["a"], 422, "the body must be a JSON object"),
+])
+def test_limits_and_invalid_requests_are_one_line_json_errors(client, body, status, fragment):
+    response = client.post("/translate", json=body)
+    assert response.status_code == status, response.text
+    assert list(response.json()) == ["error"] and fragment in response.json()["error"]
+
+
+@pytest.mark.parametrize("content, headers, status, fragment", [
+    (b'{"text": "1 May', {"content-type": "application/json"}, 400, "malformed JSON"),
+    (b"text=1 May 2000", {"content-type": "application/x-www-form-urlencoded"}, 415, "send the body as JSON"),
+    (b"x" * (LIMITS.max_body_bytes() + 1), {"content-type": "application/json"}, 413, "the limit is"),
+    (iter([b'{"text": "1 May 2000"}']), {"content-type": "application/json"}, 411, "Content-Length"),
+])
+def test_bodies_that_are_not_requests(client, content, headers, status, fragment):
+    response = client.post("/translate", content=content, headers=headers)
+    assert response.status_code == status, response.text
+    assert fragment in response.json()["error"]
+
+
+def test_unknown_paths_and_methods_are_json_errors(client):
+    assert client.get("/nowhere").json() == {"error": "Not Found"}
+    assert client.get("/translate").status_code == 405 and "error" in client.get("/translate").json()
+
+
+def test_openapi_describes_the_endpoints(client):
+    spec = client.get("/openapi.json").json()
+    assert {"/translate", "/health", "/model"} <= set(spec["paths"]) and "/" not in spec["paths"]
+    schemas = spec["components"]["schemas"]
+    assert set(schemas["TranslateRequest"]["properties"]) == {"text", "texts", "beam", "n_best", "attention"}
+    assert set(schemas["SentenceResult"]["properties"]) == {"translation", "tokens", "score", "attention",
+                                                            "source_tokens", "nbest"}
+    responses = spec["paths"]["/translate"]["post"]["responses"]
+    assert {"200", "400", "413", "422", "503", "504"} <= set(responses)
+    assert responses["422"]["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorResponse")
+
+
+def test_explorer_page_and_assets_are_served_and_offline(client):
+    page = client.get("/")
+    assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+    assert '/static/explorer.js' in page.text and '/static/explorer.css' in page.text
+    assert "javascript" in client.get("/static/explorer.js").headers["content-type"]
+    for path in STATIC.iterdir():  # no CDN: nothing the page loads comes from elsewhere
+        assert "://" not in path.read_text(encoding="utf-8"), path.name
+    assert "innerHTML" not in (STATIC / "explorer.js").read_text(encoding="utf-8")
+
+
+def test_cli_serve_reports_a_busy_port_in_one_line(dates_model):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run([sys.executable, "-m", "attnmt", "serve", str(dates_model), "--port", str(port)],
+                                capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip() == f"attnmt: error: cannot listen on 127.0.0.1:{port}: Address already in use"
