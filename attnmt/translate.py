@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -110,22 +111,30 @@ class Translator:
         todo = [i for i, tokens in enumerate(sources) if tokens]
         groups = batch_indices([(len(sources[i]), 0) for i in todo], batch_size or decode.batch_size)
         self.model.eval()
+        model = self._decoding_model()
         for group in groups:
             ids = [todo[g] for g in group]
             src = pad([self.src_vocab.encode(sources[i]) for i in ids]).to(self.device)
             lengths = torch.tensor([len(sources[i]) for i in ids])
             max_lengths = (lengths.float() * decode.max_len_ratio).long() + decode.max_len_extra + 1
             if beam_size == 1:
-                hypotheses = self._greedy_hypotheses(src, lengths, max_lengths)
+                hypotheses = self._greedy_hypotheses(model, src, lengths, max_lengths)
             else:
-                hypotheses = beam_search(self.model, src, lengths, max_lengths, beam_size, alpha, n_best)
+                hypotheses = beam_search(model, src, lengths, max_lengths, beam_size, alpha, n_best)
             for row, i in enumerate(ids):
                 results[i] = [self._translation(sources[i], h) for h in hypotheses[row]]
         return results
 
-    def _greedy_hypotheses(self, src: torch.Tensor, lengths: torch.Tensor, max_lengths: torch.Tensor
+    def _decoding_model(self) -> Seq2Seq:
+        """The model in decode.precision: a bfloat16 copy for bf16 (casting once beats autocast's
+        cast of every weight at every step), else the model itself."""
+        if self.config.decode.precision == "bf16":
+            return copy.deepcopy(self.model).to(torch.bfloat16)
+        return self.model
+
+    def _greedy_hypotheses(self, model: Seq2Seq, src: torch.Tensor, lengths: torch.Tensor, max_lengths: torch.Tensor
                            ) -> list[list[Hypothesis]]:
-        out_ids, weights, log_probs = greedy(self.model, src, lengths, max_lengths)
+        out_ids, weights, log_probs = greedy(model, src, lengths, max_lengths)
         hypotheses = []
         for row, row_ids in enumerate(out_ids.tolist()):
             ids = row_ids[: row_ids.index(EOS_ID)] if EOS_ID in row_ids else row_ids

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Speed side by side: the peers' harness (JoeyNMT, OpenNMT-py), then attnmt's bench/speed.py on
+# the same model and data, fp32 and bf16, one after the other; prints every figure and the ratios.
+#   bash bench/compare_peers.sh [OUT_DIR]
+# Needs the peers' venvs: bash ../shared/bench/peers/setup_peers.sh (about 3 minutes, once).
+# Run it on an otherwise idle machine: another process on the cores skews every figure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PEERS_DIR="${PEERS_DIR:-../shared/bench/peers}"
+DATA="${DATA:-../shared/data/multi30k}"
+OUT="${1:-runs/compare_peers/$(date +%Y%m%d-%H%M%S)}"
+PYTHON="${PYTHON:-python}"
+mkdir -p "$OUT"
+export OMP_NUM_THREADS=2 MKL_NUM_THREADS=2
+
+echo "[compare] peers' harness -> $OUT/peers.txt" >&2
+SHARED_DATA="$(cd "$DATA" && pwd)" bash "$PEERS_DIR/run_peers.sh" > "$OUT/peers.txt" 2> "$OUT/peers.log"
+for precision in fp32 bf16; do
+  echo "[compare] attnmt $precision -> $OUT/attnmt_$precision.txt" >&2
+  "$PYTHON" bench/speed.py --data "$DATA" --out "$OUT/attnmt_$precision" --precision "$precision" \
+    --name "attnmt-$precision" > "$OUT/attnmt_$precision.txt"
+done
+cat "$OUT/peers.txt" "$OUT/attnmt_fp32.txt" "$OUT/attnmt_bf16.txt"
+"$PYTHON" bench/ratios.py "$OUT/peers.txt" "$OUT/attnmt_fp32.txt" "$OUT/attnmt_bf16.txt" | tee "$OUT/ratios.md"

@@ -1,0 +1,39 @@
+"""Ratio table from metric lines (`peer=X metric=Y value=Z unit=U`): each attnmt run against the
+faster (or, for memory, the lighter) peer.
+
+    python bench/ratios.py peers.txt attnmt_fp32.txt attnmt_bf16.txt
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections import defaultdict
+
+LINE = re.compile(r"peer=(\S+) metric=(\S+) value=(\S+) unit=(\S+)")
+# metric, higher is better?
+COMPARED = [("train_tgt_tok_per_s_steady", True), ("train_tgt_tok_per_s", True), ("translate_greedy_sent_per_s", True),
+            ("translate_beam5_sent_per_s", True), ("train_peak_rss_mb", False), ("bleu_greedy", True),
+            ("bleu_beam5", True)]
+
+
+def main(paths: list[str]) -> None:
+    figures: dict[str, dict[str, float]] = defaultdict(dict)
+    for path in paths:
+        with open(path, encoding="utf-8") as handle:
+            for match in filter(None, map(LINE.match, handle)):
+                figures[match[1]][match[2]] = float(match[3])
+    peers = [p for p in figures if not p.startswith("attnmt")]
+    ours = [p for p in figures if p.startswith("attnmt")]
+    print("| metric | " + " | ".join(peers + ours) + " | " + " | ".join(f"{o} / best peer" for o in ours) + " |")
+    print("|---" * (1 + len(peers) + 2 * len(ours)) + "|")
+    for metric, higher in COMPARED:
+        values = [figures[p].get(metric, float("nan")) for p in peers]
+        best = max(values) if higher else min(values)
+        cells = [f"{figures[p].get(metric, float('nan')):,.1f}" for p in peers + ours]
+        ratios = [f"{figures[o].get(metric, float('nan')) / best:.2f}x" for o in ours]
+        print(f"| {metric} | " + " | ".join(cells + ratios) + " |")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

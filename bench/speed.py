@@ -1,0 +1,197 @@
+"""Training and translation speed on the peers' benchmark model, in the peers' metric format.
+
+    python bench/speed.py --data ../shared/data/multi30k [--steps 300] [--precision bf16] [key=value ...]
+
+Trains bench/peers_model.yaml (the model of ../shared/bench/peers) for a fixed number of updates
+in a child process (its peak RSS is the training memory), then translates test2016 greedy and
+with beam 5, timing the decoding loop only (model loading excluded). The text is lowercased and
+split into \\w+ runs and single punctuation marks, as the peers' prep_data.py does, so that both
+sides see the same tokens, vocabularies and target-word counts; BLEU is sacreBLEU with
+`-tok none` on those tokens, as the peers' harness computes it.
+
+Prints `peer=attnmt metric=<name> value=<number> unit=<unit>` lines, as the peers' harness does,
+plus the model FLOPs per target word, this machine's fp32 matmul peak measured in the same run,
+and the achieved fraction of it (MFU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import sacrebleu
+import torch
+
+from attnmt.batch import batch_indices, collate
+from attnmt.config import Config, load_config
+from attnmt.data import find_split_file, read_lines
+from attnmt.model import Seq2Seq
+from attnmt.train import make_optimizer, prepare_data, train_step
+from attnmt.translate import Translator
+from attnmt.vocab import PAD_ID
+
+REPO = Path(__file__).resolve().parents[1]
+TOKEN = re.compile(r"\w+|[^\w\s]")
+SPLITS = {"train": "train", "val": "val", "test": "test_2016_flickr"}
+
+
+PEER = "attnmt"
+
+
+def emit(metric: str, value: float, unit: str) -> None:
+    print(f"peer={PEER} metric={metric} value={value:.6g} unit={unit}", flush=True)
+
+
+def prepare_tokens(data_dir: Path, out_dir: Path) -> None:
+    """Lowercase and tokenize Multi30k like the peers' prep_data.py, into out_dir/{train,val,test}.{de,en}."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name, prefix in SPLITS.items():
+        for lang in ("de", "en"):
+            lines = [" ".join(TOKEN.findall(line.strip().lower())) for line in read_lines(find_split_file(data_dir, prefix, lang))]
+            (out_dir / f"{name}.{lang}").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+
+
+def bench_config(args: argparse.Namespace) -> Config:
+    return load_config(REPO / "bench" / "peers_model.yaml", [
+        f"data.path={Path(args.out) / 'data'}", "data.test_prefix=test", f"train.out_dir={args.out}",
+        f"train.precision={args.precision}", f"decode.precision={args.precision}", *args.overrides])
+
+
+def forward_flops(model: Seq2Seq, src_tokens: int, tgt_tokens: int, attended: int) -> float:
+    """FLOPs of the matrix products of one forward pass over real tokens (no padding).
+
+    Each weight matrix a token passes through costs 2 FLOPs per weight; `attended` (the sum over
+    sentences of target x source length) counts the decoder steps' attention work per source
+    position: the score (an attn_dim-wide dot product after the additive layer) and the context.
+    """
+    enc, dec = model.encoder, model.decoder
+
+    def weights(module: torch.nn.Module) -> int:
+        return sum(p.numel() for p in module.parameters() if p.dim() == 2)  # matrices, not biases
+
+    key_proj = dec.attention.key_proj.weight.numel()
+    per_src = weights(enc.rnn) + key_proj
+    per_tgt = weights(dec.rnn) + dec.attention.query_proj.weight.numel() + weights(dec.combine) + weights(dec.classifier)
+    per_position = dec.attention.v.weight.numel() + enc.output_size
+    return 2.0 * (per_src * src_tokens + per_tgt * tgt_tokens + per_position * attended)
+
+
+def matmul_peak_gflops(threads: int, size: int = 2048, repeats: int = 10) -> float:
+    torch.set_num_threads(threads)
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    for _ in range(2):
+        a @ b
+    started = time.perf_counter()
+    for _ in range(repeats):
+        a @ b
+    return 2 * size**3 * repeats / (time.perf_counter() - started) / 1e9
+
+
+def train_phase(args: argparse.Namespace) -> None:
+    """In the child process: train `--steps` updates, print a JSON record of the timing."""
+    torch.set_num_threads(args.threads)
+    config = bench_config(args)
+    torch.manual_seed(config.train.seed)
+    data = prepare_data(config)
+    model = Seq2Seq(config.model, len(data.src_vocab), len(data.tgt_vocab))
+    optimizer = make_optimizer(model, config.train)
+    lengths = [(len(s), len(t)) for s, t in data.train]
+    batches = batch_indices(lengths, config.train.batch_size, config.train.batch_type, shuffle=True,
+                            rng=random.Random(config.train.seed))
+    model.train()
+    marks, words, src_tokens, tgt_tokens, attended = [], 0, 0, 0, 0
+    for step, ids in enumerate(batches[: args.steps], start=1):
+        batch = collate([data.train[i] for i in ids], ids)
+        train_step(model, optimizer, batch, config, step)
+        marks.append((time.perf_counter(), words))
+        words += batch.num_target_tokens - len(ids)  # real target words: no EOS, no padding
+        tgt_lengths = (batch.tgt_out != PAD_ID).sum(1)
+        src_tokens += int(batch.src_lengths.sum())
+        tgt_tokens += int(tgt_lengths.sum())
+        attended += int((tgt_lengths * batch.src_lengths).sum())
+    marks.append((time.perf_counter(), words))
+    translator = Translator(model, config, data.src_tokenizer, data.tgt_tokenizer, data.src_vocab, data.tgt_vocab)
+    translator.save(Path(args.out) / "model.safetensors")
+
+    def rate(first: int) -> float:
+        (t0, w0), (t1, w1) = marks[first], marks[-1]
+        return (w1 - w0) / (t1 - t0)
+
+    print(json.dumps({
+        "tok_per_s": rate(args.warmup), "tok_per_s_steady": rate(min(100, args.steps // 2)),
+        "sent_per_s": (args.steps - args.warmup) * config.train.batch_size / (marks[-1][0] - marks[args.warmup][0]),
+        # Training = forward + backward, about 3 forward passes.
+        "flops_per_word": 3 * forward_flops(model, src_tokens, tgt_tokens, attended) / words,
+        "params": sum(p.numel() for p in model.parameters()),
+    }))
+
+
+def tokens_bleu(hypotheses: list[str], references: list[str]) -> float:
+    def tok(line: str) -> str:
+        return " ".join(TOKEN.findall(line.strip().lower()))
+
+    bleu = sacrebleu.metrics.BLEU(tokenize="none", force=True)
+    return bleu.corpus_score([tok(h) for h in hypotheses], [[tok(r) for r in references]]).score
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", required=True, help="directory with the Multi30k files as in ../shared/data/multi30k")
+    parser.add_argument("--out", default="runs/speed", help="working directory (tokenized data, model)")
+    parser.add_argument("--steps", type=int, default=300, help="training updates, as the peers' budget")
+    parser.add_argument("--warmup", type=int, default=20, help="updates left out of the throughput")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads, as the peers' OMP_NUM_THREADS")
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="training and decoding precision")
+    parser.add_argument("--test-n", type=int, default=1000, help="test2016 sentences to translate")
+    parser.add_argument("--name", default="attnmt", help="the peer= name on the metric lines")
+    parser.add_argument("--phase", default="all", choices=["all", "train"], help=argparse.SUPPRESS)
+    parser.add_argument("overrides", nargs="*", help="config key=value overrides")
+    args = parser.parse_args()
+    global PEER
+    PEER = args.name
+    if args.phase == "train":
+        train_phase(args)
+        return
+
+    out = Path(args.out)
+    prepare_tokens(Path(args.data), out / "data")
+    emit("matmul_peak_fp32_gflops", matmul_peak_gflops(args.threads), "GFLOP/s")
+    child = subprocess.run([sys.executable, __file__, *sys.argv[1:], "--phase", "train"], capture_output=True,
+                           text=True, env={**os.environ, "OMP_NUM_THREADS": str(args.threads)})
+    if child.returncode != 0:
+        sys.exit(f"training failed:\n{child.stderr}")
+    record = json.loads(child.stdout.strip().splitlines()[-1])
+    peak = matmul_peak_gflops(args.threads)
+    emit("matmul_peak_fp32_gflops", peak, "GFLOP/s")
+    emit("train_steps", args.steps, "steps")
+    emit("train_tgt_tok_per_s", record["tok_per_s"], "tok/s")
+    emit("train_tgt_tok_per_s_steady", record["tok_per_s_steady"], "tok/s")
+    emit("train_sent_per_s", record["sent_per_s"], "sent/s")
+    emit("train_peak_rss_mb", resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, "MiB")
+    emit("model_params", record["params"], "params")
+    emit("model_gflop_per_tgt_word", record["flops_per_word"] / 1e9, "GFLOP")
+    emit("train_mfu_fp32_pct", 100 * record["flops_per_word"] * record["tok_per_s_steady"] / 1e9 / peak, "%")
+
+    torch.set_num_threads(args.threads)
+    translator = Translator.load(out / "model.safetensors", device="cpu")
+    sources = list(read_lines(out / "data" / "test.de"))[: args.test_n]
+    references = list(read_lines(out / "data" / "test.en"))[: args.test_n]
+    for name, beam in (("greedy", 1), ("beam5", 5)):
+        started = time.perf_counter()
+        outputs = translator.translate(sources, beam_size=beam, batch_size=64)
+        seconds = time.perf_counter() - started
+        emit(f"translate_{name}_sent_per_s", len(sources) / seconds, "sent/s")
+        emit(f"translate_{name}_decode_s", seconds, "s")
+        emit(f"bleu_{name}", tokens_bleu([t.text for t in outputs], references), "BLEU")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""bf16, the fast path for training and decoding, computes what fp32 computes (within bfloat16's precision)."""
+
+import copy
+import random
+
+import pytest
+import torch
+
+from attnmt.batch import collate
+from attnmt.config import config_from_dict
+from attnmt.model import Seq2Seq
+from attnmt.train import make_optimizer, train_step
+from attnmt.translate import Translator
+from conftest import tiny_dates_config
+
+MODELS = [
+    {"attention": "bahdanau", "decoder": "bahdanau"},
+    {"attention": "bahdanau", "decoder": "luong", "input_feeding": True},  # the peers' benchmark model
+    {"attention": "general", "decoder": "luong", "rnn": "lstm"},
+]
+
+
+def random_batch(src_vocab: int, tgt_vocab: int, size: int = 16):
+    rng = random.Random(0)
+    examples = [([rng.randrange(4, src_vocab) for _ in range(rng.randint(3, 12))],
+                 [rng.randrange(4, tgt_vocab) for _ in range(rng.randint(3, 12))]) for _ in range(size)]
+    return collate(examples, list(range(size)))
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_bf16_training_step_gives_the_fp32_loss_and_update(model, tmp_path):
+    torch.manual_seed(0)
+    configs = {p: config_from_dict({**tiny_dates_config(tmp_path, **model), "train": {"precision": p, "clip": 100.0}})
+               for p in ("fp32", "bf16")}
+    fp32 = Seq2Seq(configs["fp32"].model, 40, 30)
+    bf16 = copy.deepcopy(fp32)
+    batch = random_batch(40, 30)
+    losses, updates = {}, {}
+    for precision, model_ in (("fp32", fp32), ("bf16", bf16)):
+        torch.manual_seed(1)  # the same dropout masks
+        optimizer = make_optimizer(model_, configs[precision].train)
+        before = {n: p.detach().clone() for n, p in model_.named_parameters()}
+        losses[precision] = train_step(model_, optimizer, batch, configs[precision], step=1)
+        updates[precision] = torch.cat([(p.detach() - before[n]).flatten() for n, p in model_.named_parameters()])
+        assert all(p.dtype == torch.float32 for p in model_.parameters())  # weights stay fp32
+    assert not torch.equal(updates["bf16"], updates["fp32"])  # bf16 really ran
+    assert losses["bf16"] == pytest.approx(losses["fp32"], rel=2e-2)
+    # Adam's first step moves each weight by about lr * sign(grad): the directions must agree.
+    agreement = torch.nn.functional.cosine_similarity(updates["bf16"], updates["fp32"], dim=0)
+    assert agreement > 0.9
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_bf16_decoding_translates_like_fp32(dates_model, beam):
+    translator = Translator.load(dates_model)
+    sources = [f"{day} march {1950 + day}" for day in range(1, 29)] + ["june 3, 2004", "12/25/1999", "tuesday 9 may 1871"]
+    fp32 = translator.translate(sources, beam_size=beam)
+    translator.config.decode.precision = "bf16"
+    bf16 = translator.translate(sources, beam_size=beam)
+    assert all(p.dtype == torch.float32 for p in translator.model.parameters())  # the copy is bf16, not the model
+    assert any(a.log_prob != b.log_prob for a, b in zip(fp32, bf16))  # bf16 really ran
+    same = sum(a.text == b.text for a, b in zip(fp32, bf16))
+    assert same >= 0.9 * len(sources)
+    for a, b in zip(fp32, bf16):
+        if a.text == b.text:
+            assert b.log_prob == pytest.approx(a.log_prob, abs=0.05 + 0.05 * abs(a.log_prob))
+            assert b.attention.dtype == a.attention.dtype and b.attention.shape == a.attention.shape
+            assert abs(b.attention - a.attention).max() < 0.05
