@@ -26,6 +26,13 @@ def dates_model(tmp_path_factory) -> Path:
     return result.model_path
 
 
+@pytest.fixture(scope="session")
+def no_attention_model(tmp_path_factory) -> Path:
+    """The same small model without attention (model.attention=none)."""
+    out = tmp_path_factory.mktemp("dates_none")
+    return train(config_from_dict(tiny_dates_config(out, attention="none")), log=lambda _: None).model_path
+
+
 @pytest.fixture
 def shared_data() -> Path:
     if not SHARED_DATA.is_dir():

@@ -9,7 +9,6 @@ from attnmt.config import config_from_dict
 from attnmt.data import load_corpus, load_split
 from attnmt.evaluate import bleu_by_length, bucket_labels, exact_match_any
 from attnmt.plot import missing_glyphs
-from attnmt.train import train
 from conftest import tiny_dates_config
 from test_cli import assert_one_line_error, attnmt
 
@@ -49,12 +48,6 @@ def test_load_split_cuts_the_corpus_as_training_did():
     corpus = load_corpus(config.data)
     assert load_split(config.data, "test") == corpus.test
     assert load_split(config.data, "train") == corpus.train
-
-
-@pytest.fixture(scope="module")
-def no_attention_model(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("dates_none")
-    return train(config_from_dict(tiny_dates_config(out, attention="none")), log=lambda _: None).model_path
 
 
 def test_evaluate_split_by_length_with_chart_for_two_models(dates_model, no_attention_model, tmp_path):

@@ -211,3 +211,13 @@ def test_cli_serve_reports_a_busy_port_in_one_line(dates_model):
                                 capture_output=True, text=True, timeout=120)
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip() == f"attnmt: error: cannot listen on 127.0.0.1:{port}: Address already in use"
+
+
+def test_a_model_without_attention_answers_without_weights(no_attention_model: Path):
+    with TestClient(create_app(Translator.load(no_attention_model, device="cpu"), LIMITS)) as client:
+        assert client.get("/model").json()["attention"] == "none"
+        body = client.post("/translate", json={"texts": DATES[:2], "beam": 2, "n_best": 2, "attention": True})
+        assert body.status_code == 200, body.text
+        for result in body.json()["results"]:
+            assert result["translation"] and result.get("attention") is None
+            assert all(h.get("attention") is None for h in result["nbest"])
