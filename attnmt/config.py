@@ -90,6 +90,9 @@ class ModelConfig:
     # Share the target embedding matrix with the output layer (Press & Wolf 2017); the
     # decoder's output vector then has emb_dim units.
     tie_embeddings: bool = False
+    # Initialize every weight uniformly in [-x, x] (0.1 in Luong et al. 2015 and OpenNMT);
+    # 0 keeps PyTorch's per-layer defaults.
+    init_uniform: float = 0.0
 
 
 @dataclass
@@ -310,6 +313,8 @@ def validate(config: Config) -> None:
             raise AttnmtError(f"{name} must be at least 1, got {value}")
     if not 0.0 <= m.dropout < 1.0:
         raise AttnmtError(f"model.dropout must be in [0, 1), got {m.dropout}")
+    if m.init_uniform < 0:
+        raise AttnmtError(f"model.init_uniform must be 0 (PyTorch's defaults) or a positive range, got {m.init_uniform}")
     if not 0.0 <= t.teacher_forcing <= 1.0:
         raise AttnmtError(f"train.teacher_forcing must be in [0, 1], got {t.teacher_forcing}")
     if not 0.0 <= t.label_smoothing < 1.0:

@@ -11,6 +11,7 @@ from .attention import make_attention
 from .config import ModelConfig
 from .decoder import Decoder, DecoderState, Memory
 from .encoder import Encoder, EncoderOutput, RNNState
+from .vocab import PAD_ID
 
 
 def resolve_device(name: str = "auto") -> torch.device:
@@ -41,6 +42,12 @@ class Seq2Seq(nn.Module):
                                config.input_feeding, config.dropout, config.tie_embeddings)
         self.bridge = (nn.Linear(self.encoder.output_size, config.dec_hidden)
                        if config.bridge == "linear" else None)
+        if config.init_uniform > 0:
+            for parameter in self.parameters():
+                nn.init.uniform_(parameter, -config.init_uniform, config.init_uniform)
+            with torch.no_grad():  # padding embeddings stay zero, as nn.Embedding makes them
+                self.encoder.embedding.weight[PAD_ID].zero_()
+                self.decoder.embedding.weight[PAD_ID].zero_()
 
     def encode(self, src: torch.Tensor, src_lengths: torch.Tensor) -> tuple[Memory, DecoderState]:
         """Run the encoder once; return what the decoder attends to and its first state."""

@@ -12,9 +12,12 @@ from collections import defaultdict
 
 LINE = re.compile(r"peer=(\S+) metric=(\S+) value=(\S+) unit=(\S+)")
 # metric, higher is better?
-COMPARED = [("train_tgt_tok_per_s_steady", True), ("train_tgt_tok_per_s", True), ("translate_greedy_sent_per_s", True),
-            ("translate_beam5_sent_per_s", True), ("train_peak_rss_mb", False), ("bleu_greedy", True),
+COMPARED = [("train_tgt_tok_per_s_steady", True), ("train_tgt_tok_per_s", True), ("train_peak_rss_mb", False),
+            ("translate_greedy_sent_per_s", True), ("translate_beam5_sent_per_s", True), ("bleu_greedy", True),
             ("bleu_beam5", True)]
+# attnmt-only figures (no peer has them): compared with the peers' figure of the base metric.
+EXTRA = {"translate_greedy_b256_sent_per_s": "translate_greedy_sent_per_s",
+         "translate_beam5_b256_sent_per_s": "translate_beam5_sent_per_s"}
 
 
 def main(paths: list[str]) -> None:
@@ -27,11 +30,11 @@ def main(paths: list[str]) -> None:
     ours = [p for p in figures if p.startswith("attnmt")]
     print("| metric | " + " | ".join(peers + ours) + " | " + " | ".join(f"{o} / best peer" for o in ours) + " |")
     print("|---" * (1 + len(peers) + 2 * len(ours)) + "|")
-    for metric, higher in COMPARED:
-        values = [figures[p].get(metric, float("nan")) for p in peers]
+    for metric, higher in COMPARED + [(m, True) for m in EXTRA]:
+        values = [figures[p].get(EXTRA.get(metric, metric), float("nan")) for p in peers]
         best = max(values) if higher else min(values)
-        cells = [f"{figures[p].get(metric, float('nan')):,.1f}" for p in peers + ours]
-        ratios = [f"{figures[o].get(metric, float('nan')) / best:.2f}x" for o in ours]
+        cells = [f"{figures[p][metric]:,.1f}" if metric in figures[p] else "-" for p in peers + ours]
+        ratios = [f"{figures[o][metric] / best:.2f}x" if metric in figures[o] else "-" for o in ours]
         print(f"| {metric} | " + " | ".join(cells + ratios) + " |")
 
 

@@ -150,6 +150,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=20, help="updates left out of the throughput")
     parser.add_argument("--threads", type=int, default=2, help="torch threads, as the peers' OMP_NUM_THREADS")
     parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="training and decoding precision")
+    parser.add_argument("--decode-batches", default="64,256", help="sentences per decoding batch; the first is the peers' 64")
     parser.add_argument("--test-n", type=int, default=1000, help="test2016 sentences to translate")
     parser.add_argument("--name", default="attnmt", help="the peer= name on the metric lines")
     parser.add_argument("--phase", default="all", choices=["all", "train"], help=argparse.SUPPRESS)
@@ -184,13 +185,18 @@ def main() -> None:
     translator = Translator.load(out / "model.safetensors", device="cpu")
     sources = list(read_lines(out / "data" / "test.de"))[: args.test_n]
     references = list(read_lines(out / "data" / "test.en"))[: args.test_n]
+    # The first batch size gets the peers' metric names (they decode 64 sentences at a time);
+    # others get a _b<size> suffix. Outputs do not depend on the batch, so neither does BLEU.
+    batch_sizes = [int(b) for b in args.decode_batches.split(",")]
     for name, beam in (("greedy", 1), ("beam5", 5)):
-        started = time.perf_counter()
-        outputs = translator.translate(sources, beam_size=beam, batch_size=64)
-        seconds = time.perf_counter() - started
-        emit(f"translate_{name}_sent_per_s", len(sources) / seconds, "sent/s")
-        emit(f"translate_{name}_decode_s", seconds, "s")
-        emit(f"bleu_{name}", tokens_bleu([t.text for t in outputs], references), "BLEU")
+        for batch_size in batch_sizes:
+            started = time.perf_counter()
+            outputs = translator.translate(sources, beam_size=beam, batch_size=batch_size)
+            seconds = time.perf_counter() - started
+            suffix = "" if batch_size == batch_sizes[0] else f"_b{batch_size}"
+            emit(f"translate_{name}{suffix}_sent_per_s", len(sources) / seconds, "sent/s")
+            emit(f"translate_{name}{suffix}_decode_s", seconds, "s")
+            emit(f"bleu_{name}{suffix}", tokens_bleu([t.text for t in outputs], references), "BLEU")
 
 
 if __name__ == "__main__":

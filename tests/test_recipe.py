@@ -1,5 +1,7 @@
 """Training recipe features: schedules, early stopping, selection, tied embeddings, averaging."""
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -101,3 +103,15 @@ def test_checkpoint_averaging(tmp_path):
     averaged = (e2[name] + e3[name]) / 2
     kept_average = any("is now the average" in line for line in lines)
     assert torch.allclose(best[name], averaged) == kept_average
+
+
+def test_init_uniform_bounds_every_weight_and_keeps_padding_zero():
+    from attnmt.model import Seq2Seq
+    from attnmt.vocab import PAD_ID
+
+    config = config_from_dict({**tiny_dates_config(Path("unused")), "model": {"init_uniform": 0.05}})
+    model = Seq2Seq(config.model, 30, 20)
+    for name, parameter in model.named_parameters():
+        assert parameter.abs().max() <= 0.05, name
+        assert parameter.std() > 0.01, name  # spread over the range, not left at zero
+    assert not model.encoder.embedding.weight[PAD_ID].any() and not model.decoder.embedding.weight[PAD_ID].any()
