@@ -40,6 +40,7 @@ class Translator:
         self.tgt_tokenizer = tgt_tokenizer
         self.src_vocab = src_vocab
         self.tgt_vocab = tgt_vocab
+        self._bf16_copy: Optional[tuple[tuple[int, ...], Seq2Seq]] = None
 
     @property
     def device(self) -> torch.device:
@@ -128,9 +129,14 @@ class Translator:
     def _decoding_model(self) -> Seq2Seq:
         """The model in decode.precision: a bfloat16 copy for bf16 (casting once beats autocast's
         cast of every weight at every step), else the model itself."""
-        if self.config.decode.precision == "bf16":
-            return copy.deepcopy(self.model).to(torch.bfloat16)
-        return self.model
+        if self.config.decode.precision != "bf16":
+            return self.model
+        # Every in-place change of a weight (an optimizer step, load_state_dict) bumps its version
+        # counter, so the copy is made again only when the weights have changed since.
+        versions = tuple(p._version for p in self.model.parameters())
+        if self._bf16_copy is None or self._bf16_copy[0] != versions:
+            self._bf16_copy = (versions, copy.deepcopy(self.model).to(torch.bfloat16).eval())
+        return self._bf16_copy[1]
 
     def _greedy_hypotheses(self, model: Seq2Seq, src: torch.Tensor, lengths: torch.Tensor, max_lengths: torch.Tensor
                            ) -> list[list[Hypothesis]]:

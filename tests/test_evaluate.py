@@ -74,3 +74,16 @@ def test_missing_glyphs_names_what_no_font_draws():
     assert missing_glyphs(["hello", "Zürich"]) == []
     assert missing_glyphs(["\U000f0000"]) == ["\U000f0000"]  # a private-use plane: no font has it
     assert missing_glyphs(["\u200d"]) == []                  # ZWJ shapes, it is never drawn
+
+
+def test_devanagari_heatmap_labels_have_a_font(tmp_path):
+    from attnmt.plot import available_fonts, plot_attention
+
+    if "Noto Sans Devanagari" not in available_fonts():
+        pytest.skip("no Devanagari font installed (Debian: fonts-noto-core; .ci/run installs it)")
+    source, output = ["i", "am", "tired", "."], ["मी", "थकलो", "आहे", "."]
+    assert missing_glyphs(source + output) == []
+    out = tmp_path / "mr.png"
+    plot_attention([[0.7, 0.1, 0.1, 0.1], [0.1, 0.1, 0.7, 0.1], [0.1, 0.7, 0.1, 0.1], [0.0, 0.0, 0.0, 1.0]],
+                   source, output, out)
+    assert out.read_bytes()[:4] == b"\x89PNG"

@@ -66,3 +66,16 @@ def test_bf16_decoding_translates_like_fp32(dates_model, beam):
             assert b.log_prob == pytest.approx(a.log_prob, abs=0.05 + 0.05 * abs(a.log_prob))
             assert b.attention.dtype == a.attention.dtype and b.attention.shape == a.attention.shape
             assert abs(b.attention - a.attention).max() < 0.05
+
+
+def test_bf16_copy_is_reused_until_the_weights_change(dates_model):
+    translator = Translator.load(dates_model)
+    translator.config.decode.precision = "bf16"
+    first = translator._decoding_model()
+    assert translator._decoding_model() is first
+    assert next(first.parameters()).dtype == torch.bfloat16
+    with torch.no_grad():
+        next(translator.model.parameters()).add_(1.0)  # as an optimizer step would
+    second = translator._decoding_model()
+    assert second is not first
+    assert torch.equal(next(second.parameters()), next(translator.model.parameters()).to(torch.bfloat16))
