@@ -47,7 +47,7 @@ def _write_output(path: str | None, lines: list[str]) -> None:
 def _translate(args: argparse.Namespace) -> None:
     from .translate import Translator
 
-    translator = Translator.load(args.model, device=args.device)
+    translator = Translator.load(args.model, args.device, args.precision)
     lines = _read_input(args.input)
     nbest = translator.translate_nbest(lines, args.n_best, args.beam, args.alpha, args.batch_size)
     if args.n_best == 1:
@@ -67,7 +67,7 @@ def _evaluate(args: argparse.Namespace) -> None:
     edges = _length_edges(args.buckets)
     by_length: dict[str, list[dict]] = {}
     for model_path in args.models:
-        translator = Translator.load(model_path, device=args.device)
+        translator = Translator.load(model_path, args.device, args.precision)
         if args.split:
             pairs = load_split(translator.config.data, args.split, args.data)
         else:
@@ -115,7 +115,7 @@ def _plot(args: argparse.Namespace) -> None:
     from .plot import missing_glyphs, plot_attention
     from .translate import Translator
 
-    translator = Translator.load(args.model, device=args.device)
+    translator = Translator.load(args.model, args.device, args.precision)
     result = translator.translate([args.sentence])[0]
     if result.attention is None:
         raise AttnmtError(f"{args.model}: this model has no attention (model.attention=none); nothing to plot")
@@ -138,7 +138,7 @@ def _serve(args: argparse.Namespace) -> None:
     except ModuleNotFoundError as err:
         raise AttnmtError(f"attnmt serve needs {err.name}: pip install 'attnmt[serve]'") from None
     limits = ServeConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(ServeConfig)})
-    serve(args.model, args.host, args.port, args.device, limits, log=lambda line: print(line, flush=True))
+    serve(args.model, args.host, args.port, args.device, args.precision, limits, log=lambda line: print(line, flush=True))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -160,9 +160,14 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--overwrite", action="store_true", help="replace a model already in train.out_dir")
     train.set_defaults(run=_train)
 
+    def add_device(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 ... (default: GPU if there is one)")
+        sub.add_argument("--precision", choices=["fp32", "bf16"], default=None,
+                         help="decode in fp32 or bf16, faster on CPUs with AVX512-BF16/AMX (default: the model's)")
+
     def add_model(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("model", help="model file (model.safetensors)")
-        sub.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 ... (default: GPU if there is one)")
+        add_device(sub)
 
     def add_search(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("--beam", type=int, default=None, help="beam size (default: the model's decode.beam_size; 1 = greedy)")
@@ -180,7 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate = commands.add_parser(
         "evaluate", help="translate and score against references (exact match, BLEU, chrF; by source length)")
     evaluate.add_argument("models", nargs="+", metavar="MODEL", help="model file(s); several are scored side by side")
-    evaluate.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 ... (default: GPU if there is one)")
+    add_device(evaluate)
     evaluate.add_argument("--src", help="source sentences, one per line")
     evaluate.add_argument("--ref", help="reference translations, line-aligned with --src")
     evaluate.add_argument("--split", choices=["train", "valid", "test"],

@@ -63,8 +63,9 @@ class Translator:
         save_file(path, self.weights(), {"kind": "model", **self.metadata()})
 
     @classmethod
-    def load(cls, path: str | Path, device: str = "auto") -> "Translator":
-        """Load a model file (or a training checkpoint) written by `save`."""
+    def load(cls, path: str | Path, device: str = "auto", precision: Optional[str] = None) -> "Translator":
+        """Load a model file (or a training checkpoint) written by `save`; `precision` (fp32 or
+        bf16) overrides the decode.precision it was saved with."""
         tensors, meta = load_file(path)
         try:
             config = config_from_dict(meta["config"])
@@ -80,6 +81,10 @@ class Translator:
         except RuntimeError as err:
             first = str(err).splitlines()[0] if str(err) else "mismatch"
             raise AttnmtError(f"{path}: weights do not match the model described in the file ({first})") from None
+        if precision is not None:
+            if precision not in ("fp32", "bf16"):
+                raise AttnmtError(f"precision {precision!r}: choose fp32 or bf16")
+            config.decode.precision = precision
         model.to(resolve_device(device)).eval()
         return cls(model, config, src_tokenizer, tgt_tokenizer, src_vocab, tgt_vocab)
 

@@ -79,3 +79,15 @@ def test_bf16_copy_is_reused_until_the_weights_change(dates_model):
     second = translator._decoding_model()
     assert second is not first
     assert torch.equal(next(second.parameters()), next(translator.model.parameters()).to(torch.bfloat16))
+
+
+def test_precision_flag_of_translate(dates_model):
+    from test_cli import attnmt
+
+    lines = "March 14, 2026\n3. Oktober 1990\n"
+    fp32 = attnmt("translate", str(dates_model), stdin=lines)
+    bf16 = attnmt("translate", str(dates_model), "--precision", "bf16", stdin=lines)
+    assert fp32.returncode == bf16.returncode == 0, bf16.stderr
+    assert len(bf16.stdout.splitlines()) == 2
+    with pytest.raises(Exception, match="choose fp32 or bf16"):
+        Translator.load(dates_model, precision="fp16")
