@@ -209,13 +209,10 @@ def train(config: Config, resume: bool = False, overwrite: bool = False,
     log(f"model: {sum(p.numel() for p in model.parameters()):,} parameters on {device}"
         + (f"; resuming at epoch {progress.epoch}, step {progress.step}" if resume else ""))
 
-    lengths = [(len(s), len(t)) for s, t in data.train]
     started = time.monotonic() - progress.elapsed_s
     stop = ""
     while progress.epoch <= tc.epochs and not stop:
-        # The order of an epoch depends only on the seed and the epoch number, so resume can skip ahead.
-        order = batch_indices(lengths, tc.batch_size, tc.batch_type, shuffle=True,
-                              rng=random.Random(tc.seed * 1_000_003 + progress.epoch))
+        order = epoch_batches(data.train, tc, progress.epoch)
         model.train()
         bar = tqdm(total=len(order), initial=progress.batch_in_epoch, desc=f"epoch {progress.epoch}",
                    unit="batch", disable=None, leave=False)
@@ -262,6 +259,16 @@ def train(config: Config, resume: bool = False, overwrite: bool = False,
         log("test: " + " | ".join(f"{k} {v}" for k, v in test_scores.items() if "signature" not in k))
     return TrainResult(model_path, progress.best_metric, test_scores, len(progress.history),
                        (time.monotonic() - started) / 60)
+
+
+def epoch_batches(examples: list[Example], tc: TrainConfig, epoch: int) -> list[list[int]]:
+    """The batches of an epoch, in order; they depend only on the seed and the epoch number, so
+    that a resumed run can skip ahead."""
+    # Grouped by target length first: the decoder runs every padded target step (3 % padding on
+    # Multi30k instead of 17 % when grouped by source length), while the encoder packs its input.
+    lengths = [(len(t), len(s)) for s, t in examples]
+    return batch_indices(lengths, tc.batch_size, tc.batch_type, shuffle=True,
+                         rng=random.Random(tc.seed * 1_000_003 + epoch))
 
 
 def make_optimizer(model: Seq2Seq, tc: TrainConfig) -> torch.optim.Optimizer:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import re
 import resource
 import subprocess
@@ -30,11 +29,11 @@ from pathlib import Path
 import sacrebleu
 import torch
 
-from attnmt.batch import batch_indices, collate
+from attnmt.batch import collate
 from attnmt.config import Config, load_config
 from attnmt.data import find_split_file, read_lines
 from attnmt.model import Seq2Seq
-from attnmt.train import make_optimizer, prepare_data, train_step
+from attnmt.train import epoch_batches, make_optimizer, prepare_data, train_step
 from attnmt.translate import Translator
 from attnmt.vocab import PAD_ID
 
@@ -103,9 +102,7 @@ def train_phase(args: argparse.Namespace) -> None:
     data = prepare_data(config)
     model = Seq2Seq(config.model, len(data.src_vocab), len(data.tgt_vocab))
     optimizer = make_optimizer(model, config.train)
-    lengths = [(len(s), len(t)) for s, t in data.train]
-    batches = batch_indices(lengths, config.train.batch_size, config.train.batch_type, shuffle=True,
-                            rng=random.Random(config.train.seed))
+    batches = epoch_batches(data.train, config.train, epoch=1)
     model.train()
     marks, words, src_tokens, tgt_tokens, attended = [], 0, 0, 0, 0
     for step, ids in enumerate(batches[: args.steps], start=1):
