@@ -18,33 +18,42 @@ def greedy(model: Seq2Seq, src: torch.Tensor, src_lengths: torch.Tensor, max_len
     """Most likely token at each step, until EOS or the sentence's own `max_lengths` [B].
 
     Returns ids [B, T] (EOS included where produced, PAD after it), weights [B, T, S]
-    (None for attention `none`) and the log-probability of each output, EOS included [B].
+    (zero after a sentence's EOS; None for attention `none`) and the log-probability of each
+    output, EOS included [B]. A sentence leaves the batch when it ends, so the others run on a
+    smaller one.
     """
     memory, state = model.encode(src, src_lengths)
-    batch = src.shape[0]
-    max_lengths = max_lengths.to(src.device).clamp(min=1)
-    tokens = torch.full((batch, 1), SOS_ID, dtype=torch.long, device=src.device)
-    finished = torch.zeros(batch, dtype=torch.bool, device=src.device)
-    log_prob = torch.zeros(batch, device=src.device)
-    outputs, all_weights = [], []
-    for t in range(int(max_lengths.max())):
-        logits, state, weights = model.decoder.step(tokens, state, memory)
-        step_log_probs = torch.log_softmax(logits[:, -1].float(), dim=-1)     # [B, V]
-        next_tokens = step_log_probs.argmax(-1)                                # [B]
+    batch, device = src.shape[0], src.device
+    max_lengths = max_lengths.to(device).clamp(min=1)
+    steps = int(max_lengths.max())
+    ids = torch.full((batch, steps), PAD_ID, dtype=torch.long, device=device)
+    weights: Optional[torch.Tensor] = None                                     # [B, T, S] once known
+    log_prob = torch.zeros(batch, device=device)
+    rows = torch.arange(batch, device=device)                                  # the sentences still decoding
+    tokens = torch.full((batch, 1), SOS_ID, dtype=torch.long, device=device)
+    for t in range(steps):
+        logits, state, step_weights = model.decoder.step(tokens, state, memory)
+        step_log_probs = torch.log_softmax(logits[:, -1].float(), dim=-1)     # [b, V]
+        next_tokens = step_log_probs.argmax(-1)                                # [b]
         # A sentence at its length limit ends here, as if it had produced EOS.
-        next_tokens = torch.where(max_lengths <= t + 1, torch.full_like(next_tokens, EOS_ID), next_tokens)
-        next_tokens = next_tokens.masked_fill(finished, PAD_ID)
-        chosen = step_log_probs.gather(1, next_tokens.unsqueeze(1)).squeeze(1)
-        log_prob += chosen.masked_fill(finished, 0.0)
-        outputs.append(next_tokens)
-        all_weights.append(weights)
-        finished |= next_tokens == EOS_ID
-        if finished.all():
+        next_tokens = next_tokens.masked_fill(max_lengths[rows] <= t + 1, EOS_ID)
+        log_prob[rows] += step_log_probs.gather(1, next_tokens.unsqueeze(1)).squeeze(1)
+        ids[rows, t] = next_tokens
+        if step_weights is not None:
+            if weights is None:
+                weights = step_weights.new_zeros(batch, steps, step_weights.shape[-1])
+            weights[rows, t] = step_weights[:, -1]
+        ended = next_tokens == EOS_ID
+        if ended.all():
             break
+        if ended.any():
+            keep = (~ended).nonzero().squeeze(1)
+            rows, next_tokens = rows[keep], next_tokens[keep]
+            memory = Memory(*(m.index_select(0, keep) for m in memory))
+            state = select(state, keep)
         tokens = next_tokens.unsqueeze(1)
-    ids = torch.stack(outputs, dim=1)                                          # [B, T]
-    weights = None if all_weights[0] is None else torch.cat(all_weights, dim=1)  # [B, T, S]
-    return ids, weights, log_prob
+    used = t + 1
+    return ids[:, :used], None if weights is None else weights[:, :used], log_prob
 
 
 @dataclass
