@@ -59,12 +59,12 @@ def _translate(args: argparse.Namespace) -> None:
 
 def _evaluate(args: argparse.Namespace) -> None:
     from .data import load_split
-    from .evaluate import bleu_by_length, score_outputs
+    from .evaluate import LENGTH_EDGES, bleu_by_length, parse_length_edges, score_outputs
     from .translate import Translator
 
     if (args.split is None) == (args.src is None) or (args.src is None) != (args.ref is None):
         raise AttnmtError("evaluate needs either --src and --ref, or --split")
-    edges = _length_edges(args.buckets)
+    edges = parse_length_edges(args.buckets) if args.buckets else LENGTH_EDGES
     by_length: dict[str, list[dict]] = {}
     for model_path in args.models:
         translator = Translator.load(model_path, args.device, args.precision)
@@ -75,13 +75,14 @@ def _evaluate(args: argparse.Namespace) -> None:
             if len(sources) != len(references):
                 raise AttnmtError(f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}")
             pairs = list(zip(sources, references))
-        hypotheses = [t.text for t in translator.translate([s for s, _ in pairs], args.beam, args.alpha)]
+        sources, references = [s for s, _ in pairs], [r for _, r in pairs]
+        hypotheses = [t.text for t in translator.translate(sources, args.beam, args.alpha)]
         if len(args.models) > 1:
             print(f"== {model_path}")
         for key, value in score_outputs(translator, pairs, hypotheses, args.lc_tok).items():
             print(f"{key}: {value}")
         if args.by_length or args.chart:
-            rows = bleu_by_length([s for s, _ in pairs], hypotheses, [r for _, r in pairs], edges, args.lc_tok)
+            rows = bleu_by_length(sources, hypotheses, references, edges, args.lc_tok)
             by_length[_model_label(model_path, by_length)] = rows
             print("bleu by source length (word tokens):")
             for row in rows:
@@ -95,13 +96,6 @@ def _evaluate(args: argparse.Namespace) -> None:
                             [r["sentences"] for r in first], args.chart,
                             title="BLEU by source length" + (" (lowercased tokens)" if args.lc_tok else ""))
         print(f"chart written to {args.chart}")
-
-
-def _length_edges(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(part) for part in text.split(","))
-    except ValueError:
-        raise AttnmtError(f"--buckets {text!r}: expected ascending word counts separated by commas, e.g. 10,15,20,25") from None
 
 
 def _model_label(model_path: str, taken: dict) -> str:
@@ -194,8 +188,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--lc-tok", action="store_true",
                           help="also print BLEU on lowercased word tokens, the PyTorch tutorials' recipe (and use it by length)")
     evaluate.add_argument("--by-length", action="store_true", help="also print BLEU per bucket of source length in words")
-    evaluate.add_argument("--buckets", default="10,15,20,25",
-                          help="upper bounds of the length buckets, in words (default: %(default)s, as Bahdanau et al. 2015)")
+    evaluate.add_argument("--buckets",
+                          help="upper bounds of the length buckets, in words (default: 10,15,20,25, as Bahdanau et al. 2015)")
     evaluate.add_argument("--chart", help="draw BLEU by source length of each model into this PNG file")
     add_search(evaluate)
     evaluate.set_defaults(run=_evaluate)

@@ -85,6 +85,22 @@ def score_outputs(translator: Translator, pairs: list[tuple[str, str]], hypothes
 LENGTH_EDGES = (10, 15, 20, 25)
 
 
+def parse_length_edges(text: str) -> tuple[int, ...]:
+    """The --buckets option, "10,15,20,25", as bucket upper bounds."""
+    try:
+        edges = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise AttnmtError(f"--buckets {text!r}: expected ascending word counts separated by commas, "
+                          f"e.g. 10,15,20,25") from None
+    _check_edges(edges)
+    return edges
+
+
+def _check_edges(edges: tuple[int, ...]) -> None:
+    if not edges or list(edges) != sorted(set(edges)) or edges[0] < 1:
+        raise AttnmtError(f"length buckets must be ascending positive numbers, got {list(edges)}")
+
+
 def bucket_labels(edges: tuple[int, ...]) -> list[str]:
     """Labels of the buckets that `edges` (ascending upper bounds) cut: ['<=10', '11-15', ..., '>25']."""
     labels = [f"<={edges[0]}"] + [f"{low + 1}-{high}" if high > low + 1 else str(high)
@@ -100,8 +116,7 @@ def bleu_by_length(sources: list[str], hypotheses: list[str], references: list[s
     the model reads, so that models with different tokenizers are bucketed alike. An empty bucket
     has bleu None.
     """
-    if list(edges) != sorted(set(edges)) or not edges or edges[0] < 1:
-        raise AttnmtError(f"length buckets must be ascending positive numbers, got {list(edges)}")
+    _check_edges(edges)
     words = WordTokenizer()
     buckets: list[tuple[list[str], list[str]]] = [([], []) for _ in range(len(edges) + 1)]
     for source, hypothesis, reference in zip(sources, hypotheses, references):

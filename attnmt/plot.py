@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import io
+import itertools
 import unicodedata
 import warnings
 from pathlib import Path
@@ -32,9 +33,10 @@ def available_fonts() -> list[str]:
 
 @functools.lru_cache(maxsize=1)
 def _covered_codepoints() -> frozenset[int]:
+    preferred = set(available_fonts())
     covered: set[int] = set()
     for font in font_manager.fontManager.ttflist:
-        if font.name in available_fonts():
+        if font.name in preferred:
             covered.update(ft2font.FT2Font(font.fname).get_charmap())
     return frozenset(covered)
 
@@ -89,7 +91,7 @@ def plot_bleu_by_length(buckets: list[str], bleu: dict[str, list[Optional[float]
     with plt.rc_context({"font.family": available_fonts()}):
         fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
         positions = np.arange(len(buckets))
-        for (name, scores), marker in zip(bleu.items(), "osD^v<>"):
+        for (name, scores), marker in zip(bleu.items(), itertools.cycle("osD^v<>")):
             values = np.array([np.nan if s is None else s for s in scores], dtype=np.float64)
             ax.plot(positions, values, marker=marker, label=name)
         ax.set_xticks(positions, labels=[f"{b}\n({n})" for b, n in zip(buckets, sentences)])

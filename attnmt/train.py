@@ -332,7 +332,7 @@ def _try_average(translator: Translator, data: PreparedData, config: Config, dev
 
 
 def train_step(model: Seq2Seq, optimizer: torch.optim.Optimizer, batch: Batch, config: Config, step: int,
-               model_path: Path = Path("the model file")) -> float:
+               model_path: Optional[Path] = None) -> float:
     """One update; returns the summed loss. Refuses to go on from a NaN loss or out of memory."""
     tc = config.train
     try:
@@ -340,8 +340,9 @@ def train_step(model: Seq2Seq, optimizer: torch.optim.Optimizer, batch: Batch, c
             logits, _ = model(batch.src, batch.src_lengths, batch.tgt_in, tc.teacher_forcing)
         loss = sequence_loss(logits.float(), batch.tgt_out, tc.label_smoothing)
         if not torch.isfinite(loss):
-            raise AttnmtError(f"loss became {loss.item()} at step {step}; training stopped before the update, and "
-                              f"{model_path} keeps the last good model. Try a lower train.lr or train.clip")
+            kept = f", and {model_path} keeps the last good model" if model_path else ""
+            raise AttnmtError(f"loss became {loss.item()} at step {step}; training stopped before the update{kept}. "
+                              f"Try a lower train.lr or train.clip")
         optimizer.zero_grad(set_to_none=True)
         (loss / batch.num_target_tokens).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), tc.clip)
