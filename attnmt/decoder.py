@@ -13,9 +13,11 @@ from typing import NamedTuple, Optional
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
-from .attention import Attention
+from .attention import AdditiveAttention, Attention, NoAttention
 from .encoder import RNN_CLASSES, RNNState
+from .recurrence import InputFedGRUAttention
 from .vocab import PAD_ID
 
 
@@ -78,22 +80,30 @@ class Decoder(nn.Module):
         attn_vector = top_layer(hidden).new_zeros(batch_size, self.output_size) if self.input_feeding else None
         return DecoderState(hidden, attn_vector)
 
+    @property
+    def fused(self) -> bool:
+        """True when the teacher-forced loop can run as one autograd node (recurrence.py)."""
+        return (self.order == "luong" and self.input_feeding and isinstance(self.rnn, nn.GRU)
+                and self.rnn.num_layers == 1 and not isinstance(self.attention, NoAttention))
+
     def step(self, prev_tokens: torch.Tensor, state: DecoderState, memory: Memory
              ) -> tuple[torch.Tensor, DecoderState, Optional[torch.Tensor]]:
         """Decode T steps given the previous tokens [B, T]; T > 1 only when `parallel`.
 
         Returns logits [B, T, V], the new state and the attention weights [B, T, S] (None for `none`).
         """
-        features, state, weights = self._features(prev_tokens, state, memory)
+        features, state, weights = self._features(self.embed(prev_tokens), state, memory)
         return self.classify(features), state, weights
+
+    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.embedding(tokens))                         # [B, T, E]
 
     def classify(self, features: torch.Tensor) -> torch.Tensor:
         return self.classifier(self.dropout(features))                      # [B, T, V]
 
-    def _features(self, prev_tokens: torch.Tensor, state: DecoderState, memory: Memory
+    def _features(self, embedded: torch.Tensor, state: DecoderState, memory: Memory
                   ) -> tuple[torch.Tensor, DecoderState, Optional[torch.Tensor]]:
-        """The vector the classifier reads, [B, T, O], for T steps."""
-        embedded = self.dropout(self.embedding(prev_tokens))               # [B, T, E]
+        """The vector the classifier reads, [B, T, O], for T steps given their input embeddings [B, T, E]."""
         if self.order == "bahdanau":
             query = top_layer(state.hidden).unsqueeze(1)                     # [B, 1, H] = s_{t-1}
             context, weights = self.attention(query, memory.keys, memory.values, memory.mask)  # [B, 1, D]
@@ -118,27 +128,49 @@ class Decoder(nn.Module):
         probability and its own previous prediction otherwise.
         """
         if teacher_forcing >= 1.0 and self.parallel:
-            features, _, weights = self._features(tgt_in, state, memory)
+            features, _, weights = self._features(self.embed(tgt_in), state, memory)
             return self.classify(features), weights
-        # Step by step. Under full teacher forcing the classifier, the largest layer, runs once
-        # over all steps afterwards (one big matrix product instead of T small ones).
+        if teacher_forcing >= 1.0 and self.fused:
+            return self._fused_forward(tgt_in, state, memory)
+        return self.forward_step_by_step(tgt_in, state, memory, teacher_forcing)
+
+    def forward_step_by_step(self, tgt_in: torch.Tensor, state: DecoderState, memory: Memory,
+                             teacher_forcing: float = 1.0) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """`forward` for any configuration, one `_features` call per step."""
+        # Under full teacher forcing the inputs are known: embed them once, and run the classifier,
+        # the largest layer, once over all steps afterwards (one big matrix product, not T small ones).
+        forced = teacher_forcing >= 1.0
+        embedded = self.embed(tgt_in) if forced else None                   # [B, T, E]
         outputs, all_weights = [], []
         tokens = tgt_in[:, :1]                                              # [B, 1]
         for t in range(tgt_in.shape[1]):
-            features, state, weights = self._features(tokens, state, memory)
+            step_input = embedded[:, t : t + 1] if forced else self.embed(tokens)
+            features, state, weights = self._features(step_input, state, memory)
             all_weights.append(weights)
-            if teacher_forcing >= 1.0:
+            if forced:
                 outputs.append(features)
-            else:
-                logits = self.classify(features)
-                outputs.append(logits)
+                continue
+            logits = self.classify(features)
+            outputs.append(logits)
             if t + 1 < tgt_in.shape[1]:
-                tokens = tgt_in[:, t + 1 : t + 2]
-                if teacher_forcing < 1.0:
-                    own = logits.argmax(-1)                                 # [B, 1]
-                    use_gold = torch.rand(own.shape, device=own.device) < teacher_forcing
-                    tokens = torch.where(use_gold, tokens, own)
+                own = logits.argmax(-1)                                     # [B, 1]
+                use_gold = torch.rand(own.shape, device=own.device) < teacher_forcing
+                tokens = torch.where(use_gold, tgt_in[:, t + 1 : t + 2], own)
         stacked = torch.cat(outputs, dim=1)                                 # [B, T, H] or [B, T, V]
-        logits = self.classify(stacked) if teacher_forcing >= 1.0 else stacked
+        logits = self.classify(stacked) if forced else stacked
         weights = None if all_weights[0] is None else torch.cat(all_weights, dim=1)
         return logits, weights
+
+    def _fused_forward(self, tgt_in: torch.Tensor, state: DecoderState, memory: Memory
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+        embedded = self.embed(tgt_in)                                       # [B, T, E]
+        rnn, attention, emb_dim = self.rnn, self.attention, embedded.shape[-1]
+        # The embeddings' share of the GRU input gates, for all steps in one product.
+        gi_emb = F.linear(embedded, rnn.weight_ih_l0[:, :emb_dim], rnn.bias_ih_l0)  # [B, T, 3H]
+        additive = isinstance(attention, AdditiveAttention)
+        features, weights = InputFedGRUAttention.apply(
+            gi_emb, state.hidden[0], memory.keys, memory.values, memory.mask,
+            rnn.weight_ih_l0[:, emb_dim:], rnn.weight_hh_l0, rnn.bias_hh_l0,
+            attention.query_proj.weight if additive else None, attention.query_proj.bias if additive else None,
+            attention.v.weight[0] if additive else None, self.combine.weight, self.combine.bias)
+        return self.classify(features), weights

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from dataclasses import replace
 
 import pytest
 import torch
@@ -14,7 +15,7 @@ from attnmt.config import Config, DataConfig, ModelConfig, validate
 from attnmt.encoder import Encoder
 from attnmt.errors import AttnmtError
 from attnmt.loss import sequence_loss
-from attnmt.model import Seq2Seq
+from attnmt.model import Seq2Seq, autocast
 from attnmt.search import greedy
 from attnmt.vocab import EOS_ID, PAD_ID, SOS_ID
 
@@ -320,6 +321,77 @@ def test_parallel_path_not_used_with_teacher_forcing_below_one():
     calls = count_rnn_calls(model.decoder)
     model.decoder(batch.tgt_in, state, memory, teacher_forcing=0.5)
     assert calls == [1] * batch.tgt_in.shape[1]
+
+
+# ---------------------------------------------------------------- the fused input-feeding loop
+
+@pytest.mark.parametrize("rnn,order,feeding,dec_layers,attention,fused", [
+    ("gru", "luong", True, 1, "bahdanau", True), ("gru", "luong", True, 1, "dot", True),
+    ("gru", "luong", True, 1, "none", False), ("gru", "luong", True, 2, "bahdanau", False),
+    ("lstm", "luong", True, 1, "bahdanau", False), ("gru", "luong", False, 1, "bahdanau", False),
+    ("gru", "bahdanau", False, 1, "bahdanau", False)])
+def test_fused_flag(rnn, order, feeding, dec_layers, attention, fused):
+    model = make_model(rnn=rnn, order=order, input_feeding=feeding, dec_layers=dec_layers, attention=attention)
+    assert model.decoder.fused is fused
+
+
+def fused_and_stepped(model, dtype=torch.float64, precision="fp32"):
+    """Logits, weights and every parameter's gradient, from the fused loop and from the plain one.
+
+    The loss reads the attention weights too, so their gradient path is checked as well.
+    """
+    model = model.to(dtype).train()
+    batch = collate([([5, 6, 7, 8, 9], [9, 10, 11]), ([4, 5], [6, 7, 8, 9, 10, 11]), ([7, 8, 9], [4, 5])], [0, 1, 2])
+    results = []
+    for fused in (True, False):
+        model.zero_grad()
+        with autocast(precision, torch.device("cpu")):
+            memory, state = model.encode(batch.src, batch.src_lengths)
+            calls = count_rnn_calls(model.decoder) if fused else None
+            if fused:
+                logits, weights = model.decoder(batch.tgt_in, state, memory)
+                assert calls == []                                # nn.GRU is not called at all
+            else:
+                logits, weights = model.decoder.forward_step_by_step(batch.tgt_in, state, memory)
+        probe = torch.linspace(-1, 1, weights.numel(), dtype=dtype).view_as(weights)
+        loss = sequence_loss(logits.to(dtype), batch.tgt_out) + (weights.to(dtype) * probe).sum()
+        loss.backward()
+        grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+        results.append((logits.detach().to(dtype), weights.detach().to(dtype), grads))
+    return results
+
+
+@pytest.mark.parametrize("attention,tie", [("bahdanau", False), ("concat", False), ("dot", False),
+                                           ("general", False), ("bahdanau", True)])
+def test_fused_loop_equals_stepping(attention, tie):
+    """Forward and backward of recurrence.py against autograd through the plain loop, in float64."""
+    torch.manual_seed(0)
+    config = replace(make_config(order="luong", attention=attention, input_feeding=True, emb=32 if tie else 16),
+                     tie_embeddings=tie)
+    model = Seq2Seq(config, VOCAB, VOCAB)
+    assert model.decoder.fused
+    (logits, weights, grads), (ref_logits, ref_weights, ref_grads) = fused_and_stepped(model)
+    assert_close(logits, ref_logits, atol=1e-12, rtol=1e-10)
+    assert_close(weights, ref_weights, atol=1e-12, rtol=1e-10)
+    assert set(grads) == set(ref_grads) == {name for name, p in model.named_parameters()}
+    for name in ref_grads:
+        assert_close(grads[name], ref_grads[name], atol=1e-12, rtol=1e-9, msg=name)
+
+
+@pytest.mark.parametrize("attention", ["bahdanau", "general"])
+def test_fused_loop_in_bfloat16_is_as_close_as_the_plain_loop(attention):
+    """Under bf16 autocast both loops round; the fused one must stay as close to float32 as autograd's."""
+    torch.manual_seed(0)
+    model = make_model(order="luong", attention=attention, input_feeding=True, emb=32, dec_hidden=64)
+    (_, _, exact), _ = fused_and_stepped(model, torch.float32)
+    (logits, _, fused), (ref_logits, _, plain) = fused_and_stepped(model, torch.float32, "bf16")
+    assert_close(logits, ref_logits, atol=0.05, rtol=0.05)
+
+    def error(grads):
+        return max(float((grads[n] - exact[n]).norm() / exact[n].norm()) for n in exact)
+
+    assert error(fused) < 0.2
+    assert error(fused) <= 1.5 * error(plain)
 
 
 # ---------------------------------------------------------------- the two decoder orders
