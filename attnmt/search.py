@@ -69,6 +69,22 @@ def length_penalty(length: int, alpha: float) -> float:
     return ((5.0 + length) / 6.0) ** alpha
 
 
+def settled(hypotheses: list[Hypothesis], beam_size: int, n_best: int, best_live: float, max_length: int,
+            alpha: float) -> bool:
+    """Whether a sentence's search can stop: beam_size hypotheses have finished, or none still live can
+    enter the n-best.
+
+    A live hypothesis's log-probability only falls as it grows, and the length penalty grows
+    with length, so its best reachable score is best_live / lp(max_length).
+    """
+    if len(hypotheses) >= beam_size:
+        return True
+    if len(hypotheses) < n_best:
+        return False
+    nth_best = sorted((h.score for h in hypotheses), reverse=True)[n_best - 1]
+    return nth_best >= best_live / length_penalty(max_length, alpha)
+
+
 @torch.inference_mode()
 def beam_search(model: Seq2Seq, src: torch.Tensor, src_lengths: torch.Tensor, max_lengths: torch.Tensor,
                 beam_size: int, alpha: float = 0.0, n_best: int = 1) -> list[list[Hypothesis]]:
@@ -77,8 +93,9 @@ def beam_search(model: Seq2Seq, src: torch.Tensor, src_lengths: torch.Tensor, ma
     Each sentence keeps `beam_size` live hypotheses. At every step the best 2 x beam_size
     extensions are ranked; an EOS among the first beam_size finishes that hypothesis, the best
     beam_size others live on. A sentence is done when it has beam_size finished hypotheses or
-    reaches its max length (where only EOS is allowed), and it then leaves the batch, so the
-    remaining sentences run on a smaller one.
+    reaches its max length (where only EOS is allowed), or as soon as no live hypothesis can
+    still enter its n-best (`settled`); it then leaves the batch, so the remaining sentences run
+    on a smaller one.
     """
     k = beam_size
     memory, state = model.encode(src, src_lengths)
@@ -136,7 +153,10 @@ def beam_search(model: Seq2Seq, src: torch.Tensor, src_lengths: torch.Tensor, ma
             attn_history = attn_history.index_select(0, chosen_rows)
         state = select(state, chosen_rows)
 
-        done = torch.tensor([len(finished[int(s)]) >= k for s in active], device=device)
+        best_live = scores[:, 0].tolist()
+        limits = max_lengths[active].tolist()
+        done = torch.tensor([settled(finished[int(s)], k, n_best, live, limit, alpha)
+                             for s, live, limit in zip(active.tolist(), best_live, limits)], device=device)
         done |= max_lengths[active] <= t + 1
         if done.all():
             break

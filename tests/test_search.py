@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from attnmt import Translator
+from attnmt import Translator, search
 from attnmt.batch import pad
 from attnmt.config import ModelConfig
 from attnmt.model import Seq2Seq
@@ -114,3 +114,29 @@ def test_translator_beam_and_nbest(dates_model):
         assert hyps[0].log_prob >= hyps[1].log_prob >= hyps[2].log_prob  # alpha 0: ranked by log-probability
         for h in hyps:
             assert h.attention.shape == (len(h.tokens), len(h.source_tokens))
+
+
+@pytest.mark.parametrize("seed,n_best", [(0, 1), (1, 1), (1, 3), (2, 3)])
+def test_early_stop_returns_what_the_full_search_returns(monkeypatch, seed, n_best):
+    """A sentence stops once no live hypothesis can enter its n-best; searching on to beam_size
+    finished hypotheses (the rule without that bound) finds the same n-best."""
+    model = random_model(seed)
+    with torch.no_grad():  # sharper distributions, as a trained model has, so that the bound bites
+        model.decoder.classifier.weight.mul_(4)
+    k, alpha = 4, 0.0
+    src, lengths, limits = random_batch(11, batch=24)
+    early = beam_search(model, src, lengths, limits, k, alpha, n_best)
+    stopped_early = []
+    settled = search.settled
+
+    def full_rule(hypotheses, beam_size, n_best, best_live, max_length, alpha):
+        if len(hypotheses) < beam_size and settled(hypotheses, beam_size, n_best, best_live, max_length, alpha):
+            stopped_early.append(len(hypotheses))
+        return len(hypotheses) >= beam_size
+
+    monkeypatch.setattr(search, "settled", full_rule)
+    full = beam_search(model, src, lengths, limits, k, alpha, n_best)
+    assert stopped_early                                  # the bound did cut searches short
+    for ours, reference in zip(early, full):
+        assert [h.ids for h in ours] == [h.ids for h in reference]
+        assert [h.score for h in ours] == pytest.approx([h.score for h in reference], abs=1e-6)
