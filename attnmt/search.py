@@ -12,6 +12,20 @@ from .model import Seq2Seq
 from .vocab import EOS_ID, PAD_ID, SOS_ID
 
 
+def rows_to_keep(alive: torch.Tensor) -> Optional[torch.Tensor]:
+    """The batch entries to go on with once some have ended, or None to keep the batch as it is.
+
+    The live entries, plus as many ended ones as round the batch up to a multiple of 8: batch
+    shapes then repeat from batch to batch, and bfloat16 matrix products, whose kernels are
+    built and cached per shape, keep hitting the cache.
+    """
+    live = int(alive.sum())
+    size = live if live <= 8 else -(-live // 8) * 8
+    if size >= alive.shape[0]:
+        return None
+    return torch.cat([alive.nonzero().squeeze(1), (~alive).nonzero().squeeze(1)[: size - live]])
+
+
 @torch.inference_mode()
 def greedy(model: Seq2Seq, src: torch.Tensor, src_lengths: torch.Tensor, max_lengths: torch.Tensor
            ) -> tuple[torch.Tensor, Optional[torch.Tensor], torch.Tensor]:
@@ -19,8 +33,8 @@ def greedy(model: Seq2Seq, src: torch.Tensor, src_lengths: torch.Tensor, max_len
 
     Returns ids [B, T] (EOS included where produced, PAD after it), weights [B, T, S]
     (zero after a sentence's EOS; None for attention `none`) and the log-probability of each
-    output, EOS included [B]. A sentence leaves the batch when it ends, so the others run on a
-    smaller one.
+    output, EOS included [B]. Ended sentences leave the batch (`rows_to_keep`), so the others
+    run on a smaller one.
     """
     memory, state = model.encode(src, src_lengths)
     batch, device = src.shape[0], src.device
@@ -29,7 +43,8 @@ def greedy(model: Seq2Seq, src: torch.Tensor, src_lengths: torch.Tensor, max_len
     ids = torch.full((batch, steps), PAD_ID, dtype=torch.long, device=device)
     weights: Optional[torch.Tensor] = None                                     # [B, T, S] once known
     log_prob = torch.zeros(batch, device=device)
-    rows = torch.arange(batch, device=device)                                  # the sentences still decoding
+    rows = torch.arange(batch, device=device)                                  # the sentence of each batch row
+    alive = torch.ones(batch, dtype=torch.bool, device=device)                 # rows still decoding
     tokens = torch.full((batch, 1), SOS_ID, dtype=torch.long, device=device)
     for t in range(steps):
         logits, state, step_weights = model.decoder.step(tokens, state, memory)
@@ -37,18 +52,19 @@ def greedy(model: Seq2Seq, src: torch.Tensor, src_lengths: torch.Tensor, max_len
         next_tokens = step_log_probs.argmax(-1)                                # [b]
         # A sentence at its length limit ends here, as if it had produced EOS.
         next_tokens = next_tokens.masked_fill(max_lengths[rows] <= t + 1, EOS_ID)
-        log_prob[rows] += step_log_probs.gather(1, next_tokens.unsqueeze(1)).squeeze(1)
-        ids[rows, t] = next_tokens
+        live_rows = rows[alive]
+        log_prob[live_rows] += step_log_probs[alive].gather(1, next_tokens[alive].unsqueeze(1)).squeeze(1)
+        ids[live_rows, t] = next_tokens[alive]
         if step_weights is not None:
             if weights is None:
                 weights = step_weights.new_zeros(batch, steps, step_weights.shape[-1])
-            weights[rows, t] = step_weights[:, -1]
-        ended = next_tokens == EOS_ID
-        if ended.all():
+            weights[live_rows, t] = step_weights[alive, -1]
+        alive &= next_tokens != EOS_ID
+        if not alive.any():
             break
-        if ended.any():
-            keep = (~ended).nonzero().squeeze(1)
-            rows, next_tokens = rows[keep], next_tokens[keep]
+        keep = rows_to_keep(alive)
+        if keep is not None:
+            rows, alive, next_tokens = rows[keep], alive[keep], next_tokens[keep]
             memory = Memory(*(m.index_select(0, keep) for m in memory))
             state = select(state, keep)
         tokens = next_tokens.unsqueeze(1)
@@ -103,7 +119,8 @@ def beam_search(model: Seq2Seq, src: torch.Tensor, src_lengths: torch.Tensor, ma
     rows = torch.arange(batch, device=device).repeat_interleave(k)                 # [B*K]
     memory = Memory(*(t.index_select(0, rows) for t in memory))
     state = select(state, rows)
-    active = torch.arange(batch, device=device)                                    # sentences still decoding
+    active = torch.arange(batch, device=device)                                    # the sentence of each entry
+    done = torch.zeros(batch, dtype=torch.bool, device=device)                     # entries that only pad the batch
     max_lengths = max_lengths.to(device).clamp(min=1)
     scores = torch.full((batch, k), float("-inf"), device=device)                  # [b, K] live log-probs
     scores[:, 0] = 0.0                                                             # one real start per sentence
@@ -135,7 +152,7 @@ def beam_search(model: Seq2Seq, src: torch.Tensor, src_lengths: torch.Tensor, ma
 
         for i, j in (is_eos[:, :k]).nonzero().tolist():  # EOS among the best K: a finished hypothesis
             sentence = int(active[i])
-            if len(finished[sentence]) >= k:
+            if done[i] or len(finished[sentence]) >= k:
                 continue
             row = int(from_row[i, j])
             ids = history[row].tolist()
@@ -155,15 +172,15 @@ def beam_search(model: Seq2Seq, src: torch.Tensor, src_lengths: torch.Tensor, ma
 
         best_live = scores[:, 0].tolist()
         limits = max_lengths[active].tolist()
-        done = torch.tensor([settled(finished[int(s)], k, n_best, live, limit, alpha)
-                             for s, live, limit in zip(active.tolist(), best_live, limits)], device=device)
+        done |= torch.tensor([settled(finished[int(s)], k, n_best, live, limit, alpha)
+                              for s, live, limit in zip(active.tolist(), best_live, limits)], device=device)
         done |= max_lengths[active] <= t + 1
         if done.all():
             break
-        if done.any():  # drop finished sentences from the batch
-            keep = (~done).nonzero().squeeze(1)
+        keep = rows_to_keep(~done)
+        if keep is not None:  # drop finished sentences from the batch
             keep_rows = (keep.unsqueeze(1) * k + torch.arange(k, device=device)).view(-1)
-            active, scores, tokens, history = active[keep], scores[keep], tokens[keep_rows], history[keep_rows]
+            active, done, scores, tokens, history = active[keep], done[keep], scores[keep], tokens[keep_rows], history[keep_rows]
             attn_history = None if attn_history is None else attn_history.index_select(0, keep_rows)
             memory = Memory(*(m.index_select(0, keep_rows) for m in memory))
             state = select(state, keep_rows)
