@@ -13,10 +13,9 @@ from typing import NamedTuple, Optional
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from .attention import AdditiveAttention, Attention, NoAttention
-from .encoder import RNN_CLASSES, RNNState
+from .encoder import RNN_CLASSES, Dropout, RNNState
 from .recurrence import InputFedGRUAttention
 from .vocab import PAD_ID
 
@@ -56,7 +55,7 @@ class Decoder(nn.Module):
         # The vector the classifier reads (h~_t); as wide as the embeddings when they are tied.
         self.output_size = emb_dim if tie_embeddings else hidden
         self.embedding = nn.Embedding(vocab_size, emb_dim, padding_idx=PAD_ID)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.attention = attention
         if order == "bahdanau":
             rnn_input = emb_dim + context_dim
@@ -163,14 +162,11 @@ class Decoder(nn.Module):
 
     def _fused_forward(self, tgt_in: torch.Tensor, state: DecoderState, memory: Memory
                        ) -> tuple[torch.Tensor, torch.Tensor]:
-        embedded = self.embed(tgt_in)                                       # [B, T, E]
-        rnn, attention, emb_dim = self.rnn, self.attention, embedded.shape[-1]
-        # The embeddings' share of the GRU input gates, for all steps in one product.
-        gi_emb = F.linear(embedded, rnn.weight_ih_l0[:, :emb_dim], rnn.bias_ih_l0)  # [B, T, 3H]
+        rnn, attention = self.rnn, self.attention
         additive = isinstance(attention, AdditiveAttention)
         features, weights = InputFedGRUAttention.apply(
-            gi_emb, state.hidden[0], memory.keys, memory.values, memory.mask,
-            rnn.weight_ih_l0[:, emb_dim:], rnn.weight_hh_l0, rnn.bias_hh_l0,
+            self.embed(tgt_in), state.hidden[0], memory.keys, memory.values, memory.mask,
+            rnn.weight_ih_l0, rnn.bias_ih_l0, rnn.weight_hh_l0, rnn.bias_hh_l0,
             attention.query_proj.weight if additive else None, attention.query_proj.bias if additive else None,
             attention.v.weight[0] if additive else None, self.combine.weight, self.combine.bias)
         return self.classify(features), weights

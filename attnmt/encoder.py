@@ -16,6 +16,16 @@ RNNState = Union[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]
 RNN_CLASSES = {"gru": nn.GRU, "lstm": nn.LSTM}
 
 
+class Dropout(nn.Dropout):
+    """nn.Dropout, with the mask drawn by torch.rand on CPUs, where it is twice as fast as bernoulli_."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0 or x.device.type != "cpu":
+            return super().forward(x)
+        keep = torch.rand(x.shape, device=x.device) >= self.p
+        return x * keep * (1 / (1 - self.p))
+
+
 class EncoderOutput(NamedTuple):
     outputs: torch.Tensor  # [B, S, D] every position's state, D = hidden x directions; pads are 0
     final: RNNState        # per layer, both directions' last states side by side: [layers, B, D]
@@ -27,7 +37,7 @@ class Encoder(nn.Module):
                  bidirectional: bool, rnn: str, dropout: float):
         super().__init__()
         self.embedding = nn.Embedding(vocab_size, emb_dim, padding_idx=PAD_ID)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.rnn = RNN_CLASSES[rnn](emb_dim, hidden, layers, batch_first=True,
                                     bidirectional=bidirectional, dropout=dropout if layers > 1 else 0.0)
         self.directions = 2 if bidirectional else 1

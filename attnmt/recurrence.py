@@ -36,10 +36,10 @@ def tanh_(x: torch.Tensor) -> torch.Tensor:
 class InputFedGRUAttention(torch.autograd.Function):
     """Features [B, T, O] and attention weights [B, T, S] for all T steps.
 
-    Inputs: gi_emb [B, T, 3H], the GRU input gates' embedding part with its bias, for every step;
-    h0 [B, H]; keys [B, S, A] (additive: doubled, see AdditiveAttention; dot/general: [B, S, H]);
-    values [B, S, D]; mask [B, S], True at real tokens; then the weights: w_feed [3H, O] (the GRU
-    input weights of the previous attentional vector), w_hh [3H, H], b_hh [3H], w_query [A, H] and
+    Inputs: embedded [B, T, E], the target's input embeddings; h0 [B, H]; keys [B, S, A]
+    (additive: doubled, see AdditiveAttention; dot/general: [B, S, H]); values [B, S, D]; mask
+    [B, S], True at real tokens; then the weights: w_ih [3H, E + O] and b_ih [3H] (the GRU input
+    weights over [embedding; previous attentional vector]), w_hh [3H, H], b_hh [3H], w_query [A, H] and
     b_query [A] (additive only, else None), v [A] (additive only), w_combine [O, D + H] over
     [context; h_t], b_combine [O].
     State and gate arithmetic is in the weights' precision (at least float32); matrix products run
@@ -47,12 +47,12 @@ class InputFedGRUAttention(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, gi_emb, h0, keys, values, mask, w_feed, w_hh, b_hh, w_query, b_query, v, w_combine, b_combine):
+    def forward(ctx, embedded, h0, keys, values, mask, w_ih, b_ih, w_hh, b_hh, w_query, b_query, v, w_combine, b_combine):
         state_dtype = torch.promote_types(w_hh.dtype, torch.float32)               # float32 (float64 in tests)
-        dtype = product_dtype(gi_emb.device, state_dtype)
-        with torch.autocast(gi_emb.device.type, enabled=False):
-            B, T, G = gi_emb.shape
-            H, O, D, S = w_hh.shape[1], w_combine.shape[0], values.shape[2], values.shape[1]
+        dtype = product_dtype(embedded.device, state_dtype)
+        with torch.autocast(embedded.device.type, enabled=False):
+            B, T, E = embedded.shape
+            G, H, O, D, S = w_hh.shape[0], w_hh.shape[1], w_combine.shape[0], values.shape[2], values.shape[1]
             additive = v is not None
             A = w_query.shape[0] if additive else 0
             query_bias = b_query is not None
@@ -61,15 +61,17 @@ class InputFedGRUAttention(torch.autograd.Function):
             b_query = b_query if b_query is not None else b_hh.new_zeros(A)
             b_state = torch.cat(([b_query] if additive else []) + [b_combine, b_hh])
             w_state_c, b_state_c = w_state.to(dtype), b_state.to(dtype)
-            w_feed_c, w_context_c = w_feed.to(dtype), w_combine[:, :D].to(dtype)
+            w_embedded_c, w_feed_c, w_context_c = w_ih[:, :E].to(dtype), w_ih[:, E:].to(dtype), w_combine[:, :D].to(dtype)
+            embedded_c = embedded.to(dtype)
             keys_c, values_c = keys.to(dtype), values.to(dtype)
             v_c = v.to(dtype) if additive else None
             pads = ~mask                                                            # [B, S]
 
             def new(*shape: int, dtype: torch.dtype = state_dtype) -> torch.Tensor:
-                return gi_emb.new_empty(*shape, dtype=dtype)
+                return embedded.new_empty(*shape, dtype=dtype)
 
-            gi_all = gi_emb.to(state_dtype)
+            # The embeddings' share of the input gates, for all steps in one product.
+            gi_all = F.linear(embedded_c, w_embedded_c, b_ih.to(dtype)).to(state_dtype)  # [B, T, G]
             states = new(T + 1, B, H)                                               # states[t + 1] = h_t
             states[0] = h0
             # projections[t] = the products of states[t]; the first one needs only the gates part.
@@ -100,10 +102,11 @@ class InputFedGRUAttention(torch.autograd.Function):
                 tanh_(torch.add(F.linear(contexts[t].to(dtype), w_context_c), projected[:, A:A + O], out=features[t]))
 
         ctx.dims = (A, O, D, dtype, query_bias)
-        ctx.input_dtypes = (gi_emb.dtype, h0.dtype, keys.dtype, values.dtype)
+        ctx.input_dtypes = (embedded.dtype, h0.dtype, keys.dtype, values.dtype)
         ctx.save_for_backward(states, projections, gates_rz, gates_n, weights, contexts, features,
                               *([hiddens] if additive else []),
-                              w_state_c, w_feed_c, w_context_c, keys_c, values_c, *([v_c] if additive else []))
+                              embedded_c, w_embedded_c, w_state_c, w_feed_c, w_context_c, keys_c, values_c,
+                              *([v_c] if additive else []))
         return features.transpose(0, 1), weights.transpose(0, 1)                   # [B, T, O], [B, T, S]
 
     @staticmethod
@@ -114,8 +117,8 @@ class InputFedGRUAttention(torch.autograd.Function):
         states, projections, gates_rz, gates_n, weights, contexts, features = saved[:7]
         rest = saved[7:]
         hiddens = rest.pop(0) if additive else None                                 # [T, B, S, A]
-        w_state_c, w_feed_c, w_context_c, keys_c, values_c = rest[:5]
-        v_c = rest[5] if additive else None
+        embedded_c, w_embedded_c, w_state_c, w_feed_c, w_context_c, keys_c, values_c = rest[:7]
+        v_c = rest[7] if additive else None
         T, B, H = gates_n.shape
         G = 3 * H
         state_dtype = states.dtype
@@ -169,7 +172,9 @@ class InputFedGRUAttention(torch.autograd.Function):
         grad_w_state = product(state_rows, states)                                # [A + O + G, H]
         grad_b_state = state_rows.sum((0, 1))
         grad_w_combine = torch.cat([product(grad_combined, contexts), grad_w_state[A:A + O]], dim=1)
-        grad_w_feed = product(grad_gi[1:], features[:-1])                         # [G, O]
+        embedded_steps = embedded_c.transpose(0, 1)                               # [T, B, E]
+        grad_w_ih = torch.cat([product(grad_gi, embedded_steps), product(grad_gi[1:], features[:-1])], dim=1)
+        grad_embedded = (grad_gi.to(dtype) @ w_embedded_c).transpose(0, 1)        # [B, T, E]
         grad_values = torch.bmm(weights.permute(1, 2, 0).to(dtype), grad_contexts.transpose(0, 1).to(dtype))
         if additive:
             grad_v = product(grad_scores.reshape(-1, 1), hiddens)[0]             # [A]
@@ -178,7 +183,8 @@ class InputFedGRUAttention(torch.autograd.Function):
         else:
             grad_v = grad_w_query = grad_b_query = None
             grad_keys = torch.bmm(grad_scores.permute(1, 2, 0).to(dtype), states[1:].transpose(0, 1).to(dtype))
-        gi_dtype, h0_dtype, keys_dtype, values_dtype = ctx.input_dtypes
-        return (grad_gi.transpose(0, 1).to(gi_dtype), grad_h0.to(h0_dtype), grad_keys.to(keys_dtype),
-                grad_values.to(values_dtype), None, grad_w_feed, grad_w_state[A + O:], grad_b_state[A + O:],
+        embedded_dtype, h0_dtype, keys_dtype, values_dtype = ctx.input_dtypes
+        return (grad_embedded.to(embedded_dtype), grad_h0.to(h0_dtype), grad_keys.to(keys_dtype),
+                grad_values.to(values_dtype), None, grad_w_ih, grad_gi.sum((0, 1)),
+                grad_w_state[A + O:], grad_b_state[A + O:],
                 grad_w_query, grad_b_query, grad_v, grad_w_combine, grad_b_state[A:A + O])

@@ -12,7 +12,7 @@ from torch.testing import assert_close
 
 from attnmt.batch import collate, pad
 from attnmt.config import Config, DataConfig, ModelConfig, validate
-from attnmt.encoder import Encoder
+from attnmt.encoder import Dropout, Encoder
 from attnmt.errors import AttnmtError
 from attnmt.loss import sequence_loss
 from attnmt.model import Seq2Seq, autocast
@@ -624,3 +624,18 @@ def test_loss_ignores_pad_targets(label_smoothing):
     sequence_loss(leaf, batch.tgt_out, label_smoothing).backward()
     assert (leaf.grad[batch.tgt_out == PAD_ID] == 0).all()
     assert (leaf.grad[batch.tgt_out != PAD_ID].abs().sum(-1) > 0).all()
+
+
+def test_dropout_zeroes_a_fraction_p_and_rescales_the_rest():
+    dropout = Dropout(0.25)
+    x = torch.full((200_000,), 3.0, requires_grad=True)
+    assert dropout.eval()(x) is x
+    torch.manual_seed(0)
+    y = dropout.train()(x)
+    dropped = y == 0
+    assert abs(float(dropped.float().mean()) - 0.25) < 0.005
+    assert_close(y[~dropped], torch.full_like(y[~dropped], 4.0))  # 3 / (1 - 0.25)
+    y.sum().backward()
+    assert_close(x.grad, (~dropped).float() * 4 / 3)
+    torch.manual_seed(0)
+    assert torch.equal(dropout(x), y)                     # the seed decides the mask
