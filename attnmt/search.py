@@ -180,7 +180,8 @@ def beam_search(model: Seq2Seq, src: torch.Tensor, src_lengths: torch.Tensor, ma
         keep = rows_to_keep(~done)
         if keep is not None:  # drop finished sentences from the batch
             keep_rows = (keep.unsqueeze(1) * k + torch.arange(k, device=device)).view(-1)
-            active, done, scores, tokens, history = active[keep], done[keep], scores[keep], tokens[keep_rows], history[keep_rows]
+            active, done, scores = active[keep], done[keep], scores[keep]
+            tokens, history = tokens[keep_rows], history[keep_rows]
             attn_history = None if attn_history is None else attn_history.index_select(0, keep_rows)
             memory = Memory(*(m.index_select(0, keep_rows) for m in memory))
             state = select(state, keep_rows)
