@@ -58,8 +58,7 @@ class InputFedGRUAttention(torch.autograd.Function):
             query_bias = b_query is not None
             # Everything that reads h_t, in one product: [query; combine's h_t part; next step's gates].
             w_state = torch.cat(([w_query] if additive else []) + [w_combine[:, D:], w_hh])   # [A + O + G, H]
-            b_query = b_query if b_query is not None else b_hh.new_zeros(A)
-            b_state = torch.cat(([b_query] if additive else []) + [b_combine, b_hh])
+            b_state = torch.cat([b_query if query_bias else b_hh.new_zeros(A), b_combine, b_hh])
             w_state_c, b_state_c = w_state.to(dtype), b_state.to(dtype)
             w_embedded_c, w_feed_c, w_context_c = w_ih[:, :E].to(dtype), w_ih[:, E:].to(dtype), w_combine[:, :D].to(dtype)
             embedded_c = embedded.to(dtype)
