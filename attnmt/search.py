@@ -1,4 +1,9 @@
-"""Decoding: from source ids to output ids, with the attention weights of every step."""
+"""Decoding: from source ids to output ids, with the attention weights of every step.
+
+Both searches run their sentences through one batch of at most `batch_size` sentences
+(`Beams`): when a sentence ends, a waiting one takes over its rows, so the batch stays full
+instead of thinning out to the last long sentence of every group.
+"""
 
 from __future__ import annotations
 
@@ -6,70 +11,12 @@ from dataclasses import dataclass
 from typing import Optional
 
 import torch
+import torch.nn.functional as F
 
-from .decoder import Memory, select
+from .attention import NoAttention
+from .decoder import DecoderState, Memory, select
 from .model import Seq2Seq
-from .vocab import EOS_ID, PAD_ID, SOS_ID
-
-
-def rows_to_keep(alive: torch.Tensor) -> Optional[torch.Tensor]:
-    """The batch entries to go on with once some have ended, or None to keep the batch as it is.
-
-    The live entries, plus as many ended ones as round the batch up to a multiple of 8: batch
-    shapes then repeat from batch to batch, and bfloat16 matrix products, whose kernels are
-    built and cached per shape, keep hitting the cache.
-    """
-    live = int(alive.sum())
-    size = live if live <= 8 else -(-live // 8) * 8
-    if size >= alive.shape[0]:
-        return None
-    return torch.cat([alive.nonzero().squeeze(1), (~alive).nonzero().squeeze(1)[: size - live]])
-
-
-@torch.inference_mode()
-def greedy(model: Seq2Seq, src: torch.Tensor, src_lengths: torch.Tensor, max_lengths: torch.Tensor
-           ) -> tuple[torch.Tensor, Optional[torch.Tensor], torch.Tensor]:
-    """Most likely token at each step, until EOS or the sentence's own `max_lengths` [B].
-
-    Returns ids [B, T] (EOS included where produced, PAD after it), weights [B, T, S]
-    (zero after a sentence's EOS; None for attention `none`) and the log-probability of each
-    output, EOS included [B]. Ended sentences leave the batch (`rows_to_keep`), so the others
-    run on a smaller one.
-    """
-    memory, state = model.encode(src, src_lengths)
-    batch, device = src.shape[0], src.device
-    max_lengths = max_lengths.to(device).clamp(min=1)
-    steps = int(max_lengths.max())
-    ids = torch.full((batch, steps), PAD_ID, dtype=torch.long, device=device)
-    weights: Optional[torch.Tensor] = None                                     # [B, T, S] once known
-    log_prob = torch.zeros(batch, device=device)
-    rows = torch.arange(batch, device=device)                                  # the sentence of each batch row
-    alive = torch.ones(batch, dtype=torch.bool, device=device)                 # rows still decoding
-    tokens = torch.full((batch, 1), SOS_ID, dtype=torch.long, device=device)
-    for t in range(steps):
-        logits, state, step_weights = model.decoder.step(tokens, state, memory)
-        step_log_probs = torch.log_softmax(logits[:, -1].float(), dim=-1)     # [b, V]
-        next_tokens = step_log_probs.argmax(-1)                                # [b]
-        # A sentence at its length limit ends here, as if it had produced EOS.
-        next_tokens = next_tokens.masked_fill(max_lengths[rows] <= t + 1, EOS_ID)
-        live_rows = rows[alive]
-        log_prob[live_rows] += step_log_probs[alive].gather(1, next_tokens[alive].unsqueeze(1)).squeeze(1)
-        ids[live_rows, t] = next_tokens[alive]
-        if step_weights is not None:
-            if weights is None:
-                weights = step_weights.new_zeros(batch, steps, step_weights.shape[-1])
-            weights[live_rows, t] = step_weights[alive, -1]
-        alive &= next_tokens != EOS_ID
-        if not alive.any():
-            break
-        keep = rows_to_keep(alive)
-        if keep is not None:
-            rows, alive, next_tokens = rows[keep], alive[keep], next_tokens[keep]
-            memory = Memory(*(m.index_select(0, keep) for m in memory))
-            state = select(state, keep)
-        tokens = next_tokens.unsqueeze(1)
-    used = t + 1
-    return ids[:, :used], None if weights is None else weights[:, :used], log_prob
+from .vocab import EOS_ID, SOS_ID
 
 
 @dataclass
@@ -77,12 +24,208 @@ class Hypothesis:
     ids: list[int]                       # output ids, without EOS
     log_prob: float                      # sum of the log-probabilities of ids and the final EOS
     score: float                         # log_prob / GNMT length penalty, what the beam ranks by
-    attention: Optional[torch.Tensor]    # [len(ids), S] weights of the steps that produced ids
+    attention: Optional[torch.Tensor]    # [len(ids), source length] weights of the steps that produced ids
 
 
 def length_penalty(length: int, alpha: float) -> float:
     """GNMT's lp(Y) = ((5 + |Y|) / 6)^alpha (Wu et al. 2016); alpha 0 ranks by plain log-probability."""
     return ((5.0 + length) / 6.0) ** alpha
+
+
+def rows_to_keep(live: torch.Tensor) -> Optional[torch.Tensor]:
+    """The batch slots to go on with once some have ended, or None to keep the batch as it is.
+
+    The live slots, plus as many ended ones as round the batch up to a multiple of 8: batch
+    shapes then repeat, and bfloat16 matrix products, whose kernels are built and cached per
+    shape, keep hitting the cache.
+    """
+    count = int(live.sum())
+    size = count if count <= 8 else -(-count // 8) * 8
+    if size >= live.shape[0]:
+        return None
+    return torch.cat([live.nonzero().squeeze(1), (~live).nonzero().squeeze(1)[: size - count]])
+
+
+class Beams:
+    """The sentences being decoded, `width` rows each (one per live hypothesis), and those waiting.
+
+    Sentences join in the order given (sort them by length: fewer pads), encoded `batch_size` at
+    a time. Once an eighth of the slots hold ended sentences, waiting sentences take them over;
+    when none wait, ended sentences leave the batch (`rows_to_keep`). Per row it keeps the
+    decoder's memory and state, the next input token, the log-probability so far and the tokens
+    and attention weights since the row's sentence joined.
+    """
+
+    def __init__(self, model: Seq2Seq, src: torch.Tensor, src_lengths: torch.Tensor, max_lengths: torch.Tensor,
+                 width: int, batch_size: Optional[int] = None):
+        self.model, self.width = model, width
+        self.src, self.src_lengths = src, src_lengths.cpu()
+        self.max_lengths = max_lengths.to(src.device).clamp(min=1)
+        self.batch_size = batch_size or src.shape[0]
+        self.encoded = 0                                  # sentences encoded so far
+        self.pool: Optional[tuple[torch.Tensor, Memory, DecoderState]] = None  # encoded, not yet joined
+        sentences, memory, state = self._take(self.batch_size)
+        slots, device = sentences.shape[0], src.device
+        rows = torch.arange(slots, device=device).repeat_interleave(width)
+        self.memory = Memory(*(m.index_select(0, rows) for m in memory))  # [b*K, S, .]
+        self.state = select(state, rows)
+        self.sentence = sentences                                         # [b] the sentence in each slot
+        self.live = torch.ones(slots, dtype=torch.bool, device=device)    # [b] slots whose sentence decodes
+        self.first = torch.zeros(slots, dtype=torch.long, device=device)  # [b] history column of its first token
+        self.scores = self._start_scores(slots)                           # [b, K] log-probability of each row
+        self.tokens = torch.full((slots * width,), SOS_ID, dtype=torch.long, device=device)  # [b*K] next input
+        self.history = torch.zeros(slots * width, 0, dtype=torch.long, device=device)       # [b*K, w] outputs
+        self.attention: Optional[torch.Tensor] = (None if isinstance(model.decoder.attention, NoAttention)
+                                                  else memory.values.new_zeros(slots * width, 0, memory.values.shape[1]))
+                                                  # [b*K, w, S] their attention weights
+
+    def _start_scores(self, slots: int) -> torch.Tensor:
+        scores = torch.full((slots, self.width), float("-inf"), device=self.src.device)
+        scores[:, 0] = 0.0                            # one real start per sentence, not K copies of it
+        return scores
+
+    def _waiting(self) -> bool:
+        return self.pool is not None or self.encoded < self.src.shape[0]
+
+    def _take(self, count: int) -> tuple[torch.Tensor, Memory, DecoderState]:
+        """Up to `count` waiting sentences, encoded: their indices [n], memory and first decoder state."""
+        if self.pool is None:
+            start, end = self.encoded, min(self.encoded + self.batch_size, self.src.shape[0])
+            lengths = self.src_lengths[start:end]
+            memory, state = self.model.encode(self.src[start:end, : int(lengths.max())], lengths)
+            self.pool = (torch.arange(start, end, device=self.src.device), memory, state)
+            self.encoded = end
+        sentences, memory, state = self.pool
+        taken = torch.arange(min(count, sentences.shape[0]), device=sentences.device)
+        rest = torch.arange(taken.shape[0], sentences.shape[0], device=sentences.device)
+        self.pool = (sentences[rest], Memory(*(m[rest] for m in memory)), select(state, rest)) if rest.numel() else None
+        return sentences[taken], Memory(*(m[taken] for m in memory)), select(state, taken)
+
+    def decoding(self) -> bool:
+        return bool(self.live.any())
+
+    def decode(self) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """One decoder step for every row: logits [b*K, V] and attention weights [b*K, S] (None for `none`)."""
+        logits, self.state, weights = self.model.decoder.step(self.tokens.unsqueeze(1), self.state, self.memory)
+        return logits[:, -1], None if weights is None else weights[:, -1]
+
+    def at_limit(self) -> torch.Tensor:
+        """[b*K] True for rows whose next token is their sentence's last (its max length)."""
+        produced = self.history.shape[1] - self.first                          # [b] tokens so far
+        return (self.max_lengths[self.sentence] <= produced + 1).repeat_interleave(self.width)
+
+    def hypothesis(self, row: int, log_prob: float, alpha: float = 0.0) -> Hypothesis:
+        """The tokens of `row` so far, ended here by EOS of total log-probability `log_prob`."""
+        slot = row // self.width
+        first, sentence = int(self.first[slot]), int(self.sentence[slot])
+        ids = self.history[row, first:].tolist()
+        attention = None
+        if self.attention is not None:
+            attention = self.attention[row, first:, : int(self.src_lengths[sentence])].clone()
+        return Hypothesis(ids, log_prob, log_prob / length_penalty(len(ids) + 1, alpha), attention)
+
+    def choose(self, rows: Optional[torch.Tensor], tokens: torch.Tensor, scores: torch.Tensor,
+               weights: Optional[torch.Tensor]) -> None:
+        """Extend the rows `rows` [b*K] (None: each row itself) by `tokens` [b*K], now of log-probability `scores` [b, K]."""
+        history = self.history if rows is None else self.history.index_select(0, rows)
+        self.history = torch.cat([history, tokens.unsqueeze(1)], dim=1)       # [b*K, w+1]
+        if self.attention is not None:
+            attention = self.attention if rows is None else self.attention.index_select(0, rows)
+            weights = weights if rows is None else weights.index_select(0, rows)
+            self.attention = torch.cat([attention, weights.unsqueeze(1).to(attention.dtype)], dim=1)  # [b*K, w+1, S]
+        if rows is not None:
+            self.state = select(self.state, rows)
+        self.tokens, self.scores = tokens, scores
+
+    def retire(self, ended: torch.Tensor) -> None:
+        """Mark the slots `ended` [b] as done; refill or shrink the batch."""
+        self.live &= ~ended
+        free = int((~self.live).sum())
+        if self._waiting():
+            if free >= max(1, self.live.shape[0] // 8):
+                self._refill()
+        else:
+            keep = rows_to_keep(self.live)
+            if keep is not None:
+                self._keep(keep)
+        if self.live.any():  # history from before the oldest live sentence joined is no longer needed
+            start = int(self.first[self.live].min())
+            self.history = self.history[:, start:]
+            self.attention = None if self.attention is None else self.attention[:, start:]
+            self.first -= start
+
+    def _rows(self, slots: torch.Tensor) -> torch.Tensor:
+        return (slots.unsqueeze(1) * self.width + torch.arange(self.width, device=slots.device)).view(-1)
+
+    def _keep(self, slots: torch.Tensor) -> None:
+        rows = self._rows(slots)
+        self.sentence, self.live, self.first, self.scores = (
+            self.sentence[slots], self.live[slots], self.first[slots], self.scores[slots])
+        self.tokens, self.history = self.tokens[rows], self.history[rows]
+        self.attention = None if self.attention is None else self.attention.index_select(0, rows)
+        self.memory = Memory(*(m.index_select(0, rows) for m in self.memory))
+        self.state = select(self.state, rows)
+
+    def _refill(self) -> None:
+        """Waiting sentences take over the slots of ended ones, in place."""
+        free = (~self.live).nonzero().squeeze(1)
+        while free.numel() and self._waiting():
+            sentences, memory, state = self._take(free.shape[0])
+            slots, free = free[: sentences.shape[0]], free[sentences.shape[0]:]
+            self._put(slots, sentences, memory, state)
+
+    def _put(self, slots: torch.Tensor, sentences: torch.Tensor, memory: Memory, state: DecoderState) -> None:
+        rows = self._rows(slots)
+        source_rows = torch.arange(slots.shape[0], device=slots.device).repeat_interleave(self.width)
+        length = memory.keys.shape[1]
+        if length > self.memory.keys.shape[1]:
+            self._widen(length)
+        self.memory.mask.index_fill_(0, rows, False)
+        for mine, theirs in zip(self.memory, memory):
+            mine.narrow(1, 0, length).index_copy_(0, rows, theirs.index_select(0, source_rows))
+        new_state = select(state, source_rows)
+        hidden, new_hidden = self.state.hidden, new_state.hidden
+        for mine, theirs in zip(*((hidden, new_hidden) if isinstance(hidden, tuple) else ((hidden,), (new_hidden,)))):
+            mine.index_copy_(1, rows, theirs)                                   # [layers, b*K, H]
+        if self.state.attn_vector is not None:
+            self.state.attn_vector.index_copy_(0, rows, new_state.attn_vector)
+        self.sentence[slots] = sentences
+        self.live[slots] = True
+        self.first[slots] = self.history.shape[1]
+        self.scores[slots] = self._start_scores(slots.shape[0])
+        self.tokens[rows] = SOS_ID
+
+    def _widen(self, length: int) -> None:
+        """Pad the memory (and the attention history) to `length` source positions."""
+        grow = length - self.memory.keys.shape[1]
+        keys, values, mask = self.memory
+        self.memory = Memory(F.pad(keys, (0, 0, 0, grow)), F.pad(values, (0, 0, 0, grow)), F.pad(mask, (0, grow)))
+        if self.attention is not None:
+            self.attention = F.pad(self.attention, (0, grow))
+
+
+@torch.inference_mode()
+def greedy(model: Seq2Seq, src: torch.Tensor, src_lengths: torch.Tensor, max_lengths: torch.Tensor,
+           batch_size: Optional[int] = None) -> list[Hypothesis]:
+    """The most likely token at each step, until EOS or the sentence's own `max_lengths` [N].
+
+    src [N, S] and src_lengths [N] hold all the sentences; at most `batch_size` (default: all)
+    decode at once. Returns one hypothesis per sentence.
+    """
+    beams = Beams(model, src, src_lengths, max_lengths, 1, batch_size)
+    results: list[Optional[Hypothesis]] = [None] * src.shape[0]
+    while beams.decoding():
+        logits, weights = beams.decode()                                        # [b, V], [b, S]
+        # A sentence at its length limit ends here, as if it had produced EOS.
+        log_probs = torch.log_softmax(logits.float(), dim=-1)                   # [b, V]
+        tokens = log_probs.argmax(-1).masked_fill(beams.at_limit(), EOS_ID)     # [b]
+        scores = beams.scores[:, 0] + log_probs.gather(1, tokens.unsqueeze(1)).squeeze(1)  # [b]
+        ended = (tokens == EOS_ID) & beams.live
+        for row in ended.nonzero().squeeze(1).tolist():
+            results[int(beams.sentence[row])] = beams.hypothesis(row, float(scores[row]))
+        beams.choose(None, tokens, scores.unsqueeze(1), weights)
+        beams.retire(ended)
+    return results
 
 
 def settled(hypotheses: list[Hypothesis], beam_size: int, n_best: int, best_live: float, max_length: int,
@@ -103,86 +246,46 @@ def settled(hypotheses: list[Hypothesis], beam_size: int, n_best: int, best_live
 
 @torch.inference_mode()
 def beam_search(model: Seq2Seq, src: torch.Tensor, src_lengths: torch.Tensor, max_lengths: torch.Tensor,
-                beam_size: int, alpha: float = 0.0, n_best: int = 1) -> list[list[Hypothesis]]:
+                beam_size: int, alpha: float = 0.0, n_best: int = 1, batch_size: Optional[int] = None
+                ) -> list[list[Hypothesis]]:
     """The `n_best` best hypotheses per sentence, best first, by batched beam search.
 
     Each sentence keeps `beam_size` live hypotheses. At every step the best 2 x beam_size
     extensions are ranked; an EOS among the first beam_size finishes that hypothesis, the best
     beam_size others live on. A sentence is done when it has beam_size finished hypotheses or
     reaches its max length (where only EOS is allowed), or as soon as no live hypothesis can
-    still enter its n-best (`settled`); it then leaves the batch, so the remaining sentences run
-    on a smaller one.
+    still enter its n-best (`settled`). At most `batch_size` sentences (default: all) decode at once.
     """
     k = beam_size
-    memory, state = model.encode(src, src_lengths)
-    batch, device = src.shape[0], src.device
-    rows = torch.arange(batch, device=device).repeat_interleave(k)                 # [B*K]
-    memory = Memory(*(t.index_select(0, rows) for t in memory))
-    state = select(state, rows)
-    active = torch.arange(batch, device=device)                                    # the sentence of each entry
-    done = torch.zeros(batch, dtype=torch.bool, device=device)                     # entries that only pad the batch
-    max_lengths = max_lengths.to(device).clamp(min=1)
-    scores = torch.full((batch, k), float("-inf"), device=device)                  # [b, K] live log-probs
-    scores[:, 0] = 0.0                                                             # one real start per sentence
-    tokens = torch.full((batch * k,), SOS_ID, dtype=torch.long, device=device)     # [b*K]
-    history = torch.zeros(batch * k, 0, dtype=torch.long, device=device)           # [b*K, t]
-    attn_history: Optional[torch.Tensor] = None                                    # [b*K, t, S]
-    finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
-
-    for t in range(int(max_lengths.max())):
-        logits, state, weights = model.decoder.step(tokens.unsqueeze(1), state, memory)
-        log_probs = torch.log_softmax(logits[:, -1].float(), dim=-1)               # [b*K, V]
-        vocab = log_probs.shape[-1]
-        at_limit = (max_lengths[active] <= t + 1).repeat_interleave(k)             # [b*K]
+    beams = Beams(model, src, src_lengths, max_lengths, k, batch_size)
+    finished: list[list[Hypothesis]] = [[] for _ in range(src.shape[0])]
+    while beams.decoding():
+        logits, weights = beams.decode()                                            # [b*K, V]
+        vocab = logits.shape[-1]
+        candidates = torch.log_softmax(logits.float(), dim=-1).add_(beams.scores.view(-1, 1))  # [b*K, V]
+        at_limit = beams.at_limit()
         if at_limit.any():  # at the length limit only EOS may follow
-            eos_only = torch.full_like(log_probs[0], float("-inf"))
-            eos_only[EOS_ID] = 0.0
-            log_probs = torch.where(at_limit.unsqueeze(1), log_probs + eos_only, log_probs)
-        steps_attn = None if weights is None else weights[:, -1]                   # [b*K, S]
-        if steps_attn is not None:
-            attn_history = (steps_attn.unsqueeze(1) if attn_history is None
-                            else torch.cat([attn_history, steps_attn.unsqueeze(1)], dim=1))  # [b*K, t+1, S]
-
-        b = active.shape[0]
-        candidates = (scores.unsqueeze(2) + log_probs.view(b, k, vocab)).view(b, k * vocab)  # [b, K*V]
-        top_scores, top_ids = candidates.topk(min(2 * k, k * vocab), dim=1)        # [b, 2K]
-        from_row = top_ids // vocab + torch.arange(b, device=device).unsqueeze(1) * k  # [b, 2K] rows of b*K
+            not_eos = torch.arange(vocab, device=logits.device) != EOS_ID
+            candidates.masked_fill_(at_limit.unsqueeze(1) & not_eos, float("-inf"))
+        b = candidates.shape[0] // k
+        top_scores, top_ids = candidates.view(b, k * vocab).topk(min(2 * k, k * vocab), dim=1)  # [b, 2K]
+        from_row = top_ids // vocab + torch.arange(b, device=logits.device).unsqueeze(1) * k   # rows of b*K
         next_token = top_ids % vocab
         is_eos = (next_token == EOS_ID) & torch.isfinite(top_scores)
 
-        for i, j in (is_eos[:, :k]).nonzero().tolist():  # EOS among the best K: a finished hypothesis
-            sentence = int(active[i])
-            if done[i] or len(finished[sentence]) >= k:
-                continue
-            row = int(from_row[i, j])
-            ids = history[row].tolist()
-            log_prob = float(top_scores[i, j])
-            attention = None if attn_history is None else attn_history[row, :-1]
-            finished[sentence].append(Hypothesis(ids, log_prob, log_prob / length_penalty(len(ids) + 1, alpha),
-                                                 attention))
+        for i, j in is_eos[:, :k].nonzero().tolist():  # EOS among the best K: a finished hypothesis
+            hypotheses = finished[int(beams.sentence[i])]
+            if beams.live[i] and len(hypotheses) < k:
+                hypotheses.append(beams.hypothesis(int(from_row[i, j]), float(top_scores[i, j]), alpha))
 
         live_scores = top_scores.masked_fill(next_token == EOS_ID, float("-inf"))
-        scores, pick = live_scores.topk(k, dim=1)                                  # [b, K]
-        chosen_rows = from_row.gather(1, pick).view(-1)                            # [b*K]
-        tokens = next_token.gather(1, pick).view(-1)
-        history = torch.cat([history.index_select(0, chosen_rows), tokens.unsqueeze(1)], dim=1)
-        if attn_history is not None:
-            attn_history = attn_history.index_select(0, chosen_rows)
-        state = select(state, chosen_rows)
+        scores, pick = live_scores.topk(k, dim=1)                                   # [b, K]
+        beams.choose(from_row.gather(1, pick).view(-1), next_token.gather(1, pick).view(-1), scores, weights)
 
-        best_live = scores[:, 0].tolist()
-        limits = max_lengths[active].tolist()
-        done |= torch.tensor([settled(finished[int(s)], k, n_best, live, limit, alpha)
-                              for s, live, limit in zip(active.tolist(), best_live, limits)], device=device)
-        done |= max_lengths[active] <= t + 1
-        if done.all():
-            break
-        keep = rows_to_keep(~done)
-        if keep is not None:  # drop finished sentences from the batch
-            keep_rows = (keep.unsqueeze(1) * k + torch.arange(k, device=device)).view(-1)
-            active, done, scores = active[keep], done[keep], scores[keep]
-            tokens, history = tokens[keep_rows], history[keep_rows]
-            attn_history = None if attn_history is None else attn_history.index_select(0, keep_rows)
-            memory = Memory(*(m.index_select(0, keep_rows) for m in memory))
-            state = select(state, keep_rows)
+        limits = beams.max_lengths[beams.sentence]
+        ended = at_limit.view(b, k)[:, 0] | torch.tensor(
+            [settled(finished[s], k, n_best, live, limit, alpha)
+             for s, live, limit in zip(beams.sentence.tolist(), scores[:, 0].tolist(), limits.tolist())],
+            device=logits.device)
+        beams.retire(ended & beams.live)
     return [sorted(hyps, key=lambda h: -h.score)[:n_best] for hyps in finished]

@@ -10,16 +10,17 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from .batch import batch_indices, pad
+from .batch import pad
 from .config import Config, config_from_dict
 from .errors import AttnmtError
 from .model import Seq2Seq, resolve_device
 from .modelfile import load_file, save_file
 from .search import Hypothesis, beam_search, greedy
 from .tokenize import Tokenizer, tokenizers_from_dicts
-from .vocab import EOS_ID, Vocabulary
+from .vocab import Vocabulary
 
 WEIGHTS_PREFIX = "model."
+CHUNK = 64  # batches of sentences handed to one search call
 
 
 @dataclass
@@ -100,7 +101,8 @@ class Translator:
                         alpha: Optional[float] = None, batch_size: Optional[int] = None) -> list[list[Translation]]:
         """The n_best translations of each sentence, best first, in the order of `texts`.
 
-        Sentences are decoded in batches of similar length; an empty sentence gets one empty translation.
+        Sentences are decoded shortest first, at most `batch_size` at a time; an empty sentence gets
+        one empty translation.
         """
         if isinstance(texts, str):
             raise TypeError("translate() takes a list of sentences; wrap a single one: translate([text])")
@@ -114,21 +116,23 @@ class Translator:
         for i, tokens in enumerate(sources):
             if not tokens:  # nothing to translate: say nothing, do not make the model guess
                 results[i] = [Translation("", [], [], np.zeros((0, 0), dtype=np.float32), 0.0)]
-        todo = [i for i, tokens in enumerate(sources) if tokens]
-        groups = batch_indices([(len(sources[i]), 0) for i in todo], batch_size or decode.batch_size)
+        # Shortest first: sentences of similar length share the batch, so few positions are padding.
+        todo = sorted((i for i, tokens in enumerate(sources) if tokens), key=lambda i: len(sources[i]))
+        batch_size = batch_size or decode.batch_size
         self.model.eval()
         model = self._decoding_model()
-        for group in groups:
-            ids = [todo[g] for g in group]
+        # Decoded CHUNK batches' worth at a time: only their padded ids are held at once.
+        for start in range(0, len(todo), CHUNK * batch_size):
+            ids = todo[start : start + CHUNK * batch_size]
             src = pad([self.src_vocab.encode(sources[i]) for i in ids]).to(self.device)
             lengths = torch.tensor([len(sources[i]) for i in ids])
             max_lengths = (lengths.float() * decode.max_len_ratio).long() + decode.max_len_extra + 1
             if beam_size == 1:
-                hypotheses = self._greedy_hypotheses(model, src, lengths, max_lengths)
+                nbests = [[h] for h in greedy(model, src, lengths, max_lengths, batch_size)]
             else:
-                hypotheses = beam_search(model, src, lengths, max_lengths, beam_size, alpha, n_best)
-            for row, i in enumerate(ids):
-                results[i] = [self._translation(sources[i], h) for h in hypotheses[row]]
+                nbests = beam_search(model, src, lengths, max_lengths, beam_size, alpha, n_best, batch_size)
+            for i, hypotheses in zip(ids, nbests):
+                results[i] = [self._translation(sources[i], h) for h in hypotheses]
         return results
 
     def _decoding_model(self) -> Seq2Seq:
@@ -142,17 +146,6 @@ class Translator:
         if self._bf16_copy is None or self._bf16_copy[0] != versions:
             self._bf16_copy = (versions, copy.deepcopy(self.model).to(torch.bfloat16).eval())
         return self._bf16_copy[1]
-
-    def _greedy_hypotheses(self, model: Seq2Seq, src: torch.Tensor, lengths: torch.Tensor, max_lengths: torch.Tensor
-                           ) -> list[list[Hypothesis]]:
-        out_ids, weights, log_probs = greedy(model, src, lengths, max_lengths)
-        hypotheses = []
-        for row, row_ids in enumerate(out_ids.tolist()):
-            ids = row_ids[: row_ids.index(EOS_ID)] if EOS_ID in row_ids else row_ids
-            attention = None if weights is None else weights[row, : len(ids)]
-            log_prob = float(log_probs[row])
-            hypotheses.append([Hypothesis(ids, log_prob, log_prob, attention)])
-        return hypotheses
 
     def _translation(self, source_tokens: list[str], hypothesis: Hypothesis) -> Translation:
         tokens = self.tgt_vocab.decode(hypothesis.ids)

@@ -23,6 +23,11 @@ VOCAB = 12
 ATTENTIONS = ["bahdanau", "dot", "general", "concat", "none"]
 
 
+def greedy_ids(model: Seq2Seq, src: torch.Tensor, lengths: torch.Tensor, max_lengths: torch.Tensor) -> torch.Tensor:
+    """Greedy outputs as one tensor [B, T]: each sentence's ids, then EOS, then PAD."""
+    return pad([h.ids + [EOS_ID] for h in greedy(model, src, lengths, max_lengths)])
+
+
 @pytest.fixture(autouse=True, scope="module")
 def one_thread():
     """Tiny tensors run fastest on one thread (and do not fight over a shared CPU)."""
@@ -145,7 +150,7 @@ def test_architecture_overfits_tiny_corpus(case):
         losses.append(loss.item())
         if loss.item() < 0.3 and step % 5 == 0:
             model.eval()
-            ids, _, _ = greedy(model, batch.src, batch.src_lengths, max_lengths)
+            ids = greedy_ids(model, batch.src, batch.src_lengths, max_lengths)
             if ids.shape == batch.tgt_out.shape and torch.equal(ids, batch.tgt_out):
                 solved = True
                 break
@@ -498,7 +503,7 @@ def test_teacher_forcing_below_one_is_reproducible(rnn, order, feeding, attentio
     torch.manual_seed(6)
     own, _ = model(batch.src, batch.src_lengths, batch.tgt_in, teacher_forcing=0.0)
     T = batch.tgt_in.shape[1]
-    ids, _, _ = greedy(model, batch.src, batch.src_lengths, torch.full((6,), T))
+    ids = greedy_ids(model, batch.src, batch.src_lengths, torch.full((6,), T))
     predicted = own.argmax(-1)
     for row in range(6):
         produced = ids[row].tolist()
@@ -523,21 +528,14 @@ def test_greedy_respects_max_lengths(rnn, order, feeding, attention):
     src = pad([[5, 6, 7], [4, 5, 6, 7, 8, 9], [10, 11]])
     lengths = torch.tensor([3, 6, 2])
     max_lengths = torch.tensor([2, 6, 1])
-    ids, weights, _ = greedy(model, src, lengths, max_lengths)
-    assert tuple(ids.shape) == (3, 6)
-    for row, limit in enumerate(max_lengths.tolist()):
-        produced = ids[row].tolist()
-        assert produced.index(EOS_ID) == limit - 1           # EOS is the limit-th token
-        assert all(t not in (EOS_ID, PAD_ID) for t in produced[: limit - 1])
-        assert all(t == PAD_ID for t in produced[limit:])    # PAD after EOS
-    if attention == "none":
-        assert weights is None
-    else:
-        assert tuple(weights.shape) == (3, 6, 6)
-        real = torch.arange(6)[None, :] < lengths[:, None]
-        assert (weights.masked_select(~real[:, None, :].expand_as(weights)) == 0.0).all()
-        produced = torch.arange(6)[None, :] < max_lengths[:, None]           # steps up to and with EOS
-        assert_close(weights.sum(-1), produced.float())                      # zero after the end
+    for hypothesis, length, limit in zip(greedy(model, src, lengths, max_lengths), lengths.tolist(), max_lengths.tolist()):
+        assert len(hypothesis.ids) == limit - 1              # EOS is the limit-th token
+        assert all(t not in (EOS_ID, PAD_ID) for t in hypothesis.ids)
+        if attention == "none":
+            assert hypothesis.attention is None
+        else:  # one row per output token over the sentence's own tokens, each a distribution
+            assert tuple(hypothesis.attention.shape) == (limit - 1, length)
+            assert_close(hypothesis.attention.sum(-1), torch.ones(limit - 1))
 
 
 @pytest.mark.parametrize("attention", ["general", "none"])
@@ -545,25 +543,27 @@ def test_greedy_stops_when_all_sentences_end(attention):
     model = make_model(attention=attention).eval()
     suppress(model, EOS_ID, value=1e4)                       # EOS is always the best token
     src = pad([[5, 6, 7], [4, 5]])
-    ids, weights, _ = greedy(model, src, torch.tensor([3, 2]), torch.tensor([50, 50]))
-    assert ids.tolist() == [[EOS_ID], [EOS_ID]]
-    assert weights is None if attention == "none" else tuple(weights.shape) == (2, 1, 3)
+    hypotheses = greedy(model, src, torch.tensor([3, 2]), torch.tensor([50, 50]))
+    assert [h.ids for h in hypotheses] == [[], []]
+    assert [h.log_prob for h in hypotheses] == [pytest.approx(0.0, abs=1e-3)] * 2
+    expected = [None, None] if attention == "none" else [(0, 3), (0, 2)]
+    assert [None if h.attention is None else tuple(h.attention.shape) for h in hypotheses] == expected
 
 
-def test_greedy_pads_sentences_that_ended_early():
+def test_greedy_sentences_end_independently():
     model = make_model(attention="bahdanau").eval()
     src = pad([[5, 6, 7], [4, 5, 6, 7]])
     lengths = torch.tensor([3, 4])
     # Make EOS the best token only for sentence 0: look at what greedy produces otherwise.
     suppress(model, EOS_ID, PAD_ID)
-    free, _, _ = greedy(model, src, lengths, torch.tensor([8, 8]))
-    assert tuple(free.shape) == (2, 8)
+    free = greedy(model, src, lengths, torch.tensor([8, 8]))
+    assert [len(h.ids) for h in free] == [7, 7]
     # Now let sentence 0 end after 2 tokens, sentence 1 run to its limit.
-    ids, weights, _ = greedy(model, src, lengths, torch.tensor([3, 8]))
-    assert ids[0].tolist() == free[0, :2].tolist() + [EOS_ID] + [PAD_ID] * 5
-    assert ids[1].tolist() == free[1].tolist()             # unaffected by the other sentence
-    assert tuple(weights.shape) == (2, 8, 4)
-    assert (weights[0, :, 3] == 0.0).all()
+    ended = greedy(model, src, lengths, torch.tensor([3, 8]))
+    assert ended[0].ids == free[0].ids[:2]
+    assert ended[1].ids == free[1].ids                     # unaffected by the other sentence
+    assert_close(ended[1].attention, free[1].attention, atol=1e-6, rtol=0)
+    assert tuple(ended[0].attention.shape) == (2, 3)
 
 
 @pytest.mark.parametrize("attention", ATTENTIONS)
@@ -572,20 +572,19 @@ def test_greedy_same_alone_and_in_batch_and_consistent_with_forward(attention):
     sources = [[5, 6, 7], [4, 5, 6, 7, 8, 9, 10], [11]]
     lengths = torch.tensor([3, 7, 1])
     max_lengths = torch.tensor([6, 9, 4])
-    ids, weights, _ = greedy(model, pad(sources), lengths, max_lengths)
+    together = greedy(model, pad(sources), lengths, max_lengths)
     for row, source in enumerate(sources):
-        alone, alone_weights, _ = greedy(model, torch.tensor([source]), lengths[row : row + 1], max_lengths[row : row + 1])
-        n = alone.shape[1]
-        assert ids[row, :n].tolist() == alone[0].tolist()
-        assert (ids[row, n:] == PAD_ID).all()
+        alone = greedy(model, torch.tensor([source]), lengths[row : row + 1], max_lengths[row : row + 1])[0]
+        assert together[row].ids == alone.ids
+        assert together[row].log_prob == pytest.approx(alone.log_prob, abs=1e-5)
         if attention != "none":
-            assert_close(weights[row, :n, : len(source)], alone_weights[0], atol=1e-6, rtol=0)
+            assert_close(together[row].attention, alone.attention, atol=1e-6, rtol=0)
         # Teacher forcing the greedy output reproduces it step by step.
-        tgt_in = torch.tensor([[SOS_ID] + alone[0, :-1].tolist()])
-        logits, _ = model(torch.tensor([source]), lengths[row : row + 1], tgt_in)
+        logits, _ = model(torch.tensor([source]), lengths[row : row + 1], torch.tensor([[SOS_ID] + alone.ids]))
         predicted = logits.argmax(-1)[0].tolist()
-        ended_by_limit = n == max_lengths[row].item()
-        assert predicted[: n - 1 if ended_by_limit else n] == alone[0, : n - 1 if ended_by_limit else n].tolist()
+        assert predicted[:-1] == alone.ids
+        if len(alone.ids) + 1 < max_lengths[row].item():  # ended by EOS, not by the limit
+            assert predicted[-1] == EOS_ID
 
 
 # ---------------------------------------------------------------- the loss

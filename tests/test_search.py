@@ -44,12 +44,12 @@ def sequence_log_prob(model: Seq2Seq, src: torch.Tensor, length: torch.Tensor, i
 def test_beam_one_equals_greedy(kind):
     model = random_model(**kind)
     src, lengths, max_lengths = random_batch(1)
-    ids, _, log_probs = greedy(model, src, lengths, max_lengths)
     beams = beam_search(model, src, lengths, max_lengths, beam_size=1)
-    for row, (hyps, greedy_ids) in enumerate(zip(beams, ids.tolist())):
-        expected = greedy_ids[: greedy_ids.index(EOS_ID)]
-        assert hyps[0].ids == expected
-        assert hyps[0].log_prob == pytest.approx(float(log_probs[row]), abs=1e-4)
+    for hyps, expected in zip(beams, greedy(model, src, lengths, max_lengths)):
+        assert hyps[0].ids == expected.ids
+        assert hyps[0].log_prob == pytest.approx(expected.log_prob, abs=1e-4)
+        if expected.attention is not None:
+            torch.testing.assert_close(hyps[0].attention, expected.attention)
 
 
 def test_scores_are_true_log_probabilities():
@@ -64,16 +64,15 @@ def test_scores_are_true_log_probabilities():
         for h in hyps:
             assert h.log_prob == pytest.approx(sequence_log_prob(model, src[row], lengths[row], h.ids), abs=1e-4)
             assert h.score == pytest.approx(h.log_prob / length_penalty(len(h.ids) + 1, alpha))
-            assert h.attention.shape == (len(h.ids), src.shape[1])
+            assert h.attention.shape == (len(h.ids), int(lengths[row]))
             assert len(h.ids) < int(max_lengths[row])
 
 
 def test_beam_finds_at_least_as_likely_output_as_greedy():
     model = random_model(3)
     src, lengths, max_lengths = random_batch(3, batch=10)
-    _, _, greedy_log_probs = greedy(model, src, lengths, max_lengths)
     beams = beam_search(model, src, lengths, max_lengths, beam_size=8)
-    better = sum(h[0].log_prob >= float(g) - 1e-5 for h, g in zip(beams, greedy_log_probs))
+    better = sum(h[0].log_prob >= g.log_prob - 1e-5 for h, g in zip(beams, greedy(model, src, lengths, max_lengths)))
     assert better >= 9  # beam search is not guaranteed to win, but nearly always does
 
 
@@ -88,6 +87,30 @@ def test_sentence_alone_or_in_a_batch_of_64_gives_the_same_output():
         assert [h.ids for h in alone] == [h.ids for h in together[row]]
         for a, b in zip(alone, together[row]):
             assert a.log_prob == pytest.approx(b.log_prob, abs=1e-4)
+
+
+@pytest.mark.parametrize("kind", [{"attention": "bahdanau"}, {"attention": "none"},
+                                  {"attention": "general", "decoder": "luong", "input_feeding": True, "rnn": "lstm"}])
+@pytest.mark.parametrize("beam_size", [1, 3])
+@pytest.mark.parametrize("batch_size", [1, 5, 16])
+def test_refilled_batch_gives_what_one_batch_gives(kind, beam_size, batch_size):
+    """With more sentences than batch_size, waiting sentences take over the rows of ended ones
+    (a longer one widens the memory, a shorter one leaves pads): each gets what it gets when all
+    sentences decode in one batch."""
+    model = random_model(6, **kind)
+    src, lengths, max_lengths = random_batch(6, batch=40)
+
+    def decode(size):
+        if beam_size == 1:
+            return [[h] for h in greedy(model, src, lengths, max_lengths, size)]
+        return beam_search(model, src, lengths, max_lengths, beam_size, 0.6, beam_size, size)
+
+    for refilled, reference in zip(decode(batch_size), decode(None)):
+        assert [h.ids for h in refilled] == [h.ids for h in reference]
+        for a, b in zip(refilled, reference):
+            assert a.log_prob == pytest.approx(b.log_prob, abs=1e-5)
+            if b.attention is not None:
+                torch.testing.assert_close(a.attention, b.attention, atol=1e-6, rtol=0)
 
 
 def test_length_limit_is_respected():
