@@ -30,6 +30,10 @@ def parse_yaml(text: str) -> Any:
     return yaml.load(text, Loader=_YamlLoader)
 
 
+DecodePrecision = Literal["fp32", "bf16", "int8"]
+PRECISIONS: tuple[str, ...] = typing.get_args(DecodePrecision)
+
+
 @dataclass
 class DataConfig:
     """Where the sentence pairs come from and how they are split."""
@@ -145,8 +149,9 @@ class DecodeConfig:
     beam_size: int = 1
     # GNMT length penalty exponent for beam search (0 = rank by plain log-probability).
     alpha: float = 0.0
-    # fp32, or bf16 matrix products (faster on CPUs with AVX512-BF16/AMX and recent GPUs).
-    precision: Literal["fp32", "bf16"] = "fp32"
+    # fp32; bf16 matrix products (faster on CPUs with AVX512-BF16/AMX and recent GPUs); or int8,
+    # bf16 with the output layer in int8 (CPUs only; fastest on CPUs with AVX512-VNNI/AMX).
+    precision: DecodePrecision = "fp32"
 
 
 @dataclass

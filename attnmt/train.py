@@ -209,6 +209,8 @@ def train(config: Config, resume: bool = False, overwrite: bool = False,
 
     torch.manual_seed(tc.seed)
     device = resolve_device(tc.device)
+    if config.decode.precision == "int8" and device.type != "cpu":  # say so now, not at the first validation
+        raise AttnmtError(f"decode.precision int8 runs on CPUs only; use bf16 on {device}")
     checkpoint = _read_checkpoint(checkpoint_path, config) if resume else None
     data = prepare_data(config, checkpoint[1] if checkpoint else None)
     if checkpoint and checkpoint[1].get("data_sha256") != data.fingerprint:

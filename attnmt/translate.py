@@ -11,10 +11,11 @@ import numpy as np
 import torch
 
 from .batch import pad
-from .config import Config, config_from_dict
+from .config import PRECISIONS, Config, config_from_dict
 from .errors import AttnmtError
 from .model import Seq2Seq, resolve_device
 from .modelfile import load_file, save_file
+from .quantize import int8_decoding_copy
 from .search import Hypothesis, beam_search, greedy
 from .tokenize import Tokenizer, tokenizers_from_dicts
 from .vocab import Vocabulary
@@ -41,7 +42,7 @@ class Translator:
         self.tgt_tokenizer = tgt_tokenizer
         self.src_vocab = src_vocab
         self.tgt_vocab = tgt_vocab
-        self._bf16_copy: Optional[tuple[tuple[int, ...], Seq2Seq]] = None
+        self._decoding_copy: Optional[tuple[tuple, Seq2Seq]] = None
 
     @property
     def device(self) -> torch.device:
@@ -65,8 +66,8 @@ class Translator:
 
     @classmethod
     def load(cls, path: str | Path, device: str = "auto", precision: Optional[str] = None) -> "Translator":
-        """Load a model file (or a training checkpoint) written by `save`; `precision` (fp32 or
-        bf16) overrides the decode.precision it was saved with."""
+        """Load a model file (or a training checkpoint) written by `save`; `precision` (fp32, bf16
+        or int8) overrides the decode.precision it was saved with."""
         tensors, meta = load_file(path)
         try:
             config = config_from_dict(meta["config"])
@@ -83,8 +84,8 @@ class Translator:
             first = str(err).splitlines()[0] if str(err) else "mismatch"
             raise AttnmtError(f"{path}: weights do not match the model described in the file ({first})") from None
         if precision is not None:
-            if precision not in ("fp32", "bf16"):
-                raise AttnmtError(f"precision {precision!r}: choose fp32 or bf16")
+            if precision not in PRECISIONS:
+                raise AttnmtError(f"precision {precision!r}: choose {', '.join(PRECISIONS)}")
             config.decode.precision = precision
         model.to(resolve_device(device)).eval()
         return cls(model, config, src_tokenizer, tgt_tokenizer, src_vocab, tgt_vocab)
@@ -136,16 +137,20 @@ class Translator:
         return results
 
     def _decoding_model(self) -> Seq2Seq:
-        """The model in decode.precision: a bfloat16 copy for bf16 (casting once beats autocast's
-        cast of every weight at every step), else the model itself."""
-        if self.config.decode.precision != "bf16":
+        """The model in decode.precision: for bf16 a bfloat16 copy (casting once beats autocast's
+        cast of every weight at every step), for int8 that copy with an int8 output layer
+        (`quantize.py`), for fp32 the model itself."""
+        precision = self.config.decode.precision
+        if precision == "fp32":
             return self.model
         # Every in-place change of a weight (an optimizer step, load_state_dict) bumps its version
         # counter, so the copy is made again only when the weights have changed since.
-        versions = tuple(p._version for p in self.model.parameters())
-        if self._bf16_copy is None or self._bf16_copy[0] != versions:
-            self._bf16_copy = (versions, copy.deepcopy(self.model).to(torch.bfloat16).eval())
-        return self._bf16_copy[1]
+        key = (precision, tuple(p._version for p in self.model.parameters()))
+        if self._decoding_copy is None or self._decoding_copy[0] != key:
+            model = (int8_decoding_copy(self.model) if precision == "int8"
+                     else copy.deepcopy(self.model).to(torch.bfloat16).eval())
+            self._decoding_copy = (key, model)
+        return self._decoding_copy[1]
 
     def _translation(self, source_tokens: list[str], hypothesis: Hypothesis) -> Translation:
         tokens = self.tgt_vocab.decode(hypothesis.ids)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Speed side by side: the peers' harness (JoeyNMT, OpenNMT-py), then attnmt's bench/speed.py on
-# the same model and data, fp32 and bf16, one after the other; prints every figure and the ratios.
+# the same model and data, fp32 and bf16 (whose model also decodes in int8), one after the other;
+# prints every figure and the ratios.
 #   bash bench/compare_peers.sh [OUT_DIR]
 # Needs the peers' venvs: bash ../shared/bench/peers/setup_peers.sh (about 3 minutes, once).
 # Run it on an otherwise idle machine: another process on the cores skews every figure.
@@ -17,8 +18,9 @@ echo "[compare] peers' harness -> $OUT/peers.txt" >&2
 SHARED_DATA="$(cd "$DATA" && pwd)" bash "$PEERS_DIR/run_peers.sh" > "$OUT/peers.txt" 2> "$OUT/peers.log"
 for precision in fp32 bf16; do
   echo "[compare] attnmt $precision -> $OUT/attnmt_$precision.txt" >&2
+  also=""; if [ "$precision" = bf16 ]; then also=int8; fi
   "$PYTHON" bench/speed.py --data "$DATA" --out "$OUT/attnmt_$precision" --precision "$precision" \
-    --name "attnmt-$precision" > "$OUT/attnmt_$precision.txt"
+    --also-decode "$also" --name "attnmt-$precision" > "$OUT/attnmt_$precision.txt"
 done
 cat "$OUT/peers.txt" "$OUT/attnmt_fp32.txt" "$OUT/attnmt_bf16.txt"
 "$PYTHON" bench/ratios.py "$OUT/peers.txt" "$OUT/attnmt_fp32.txt" "$OUT/attnmt_bf16.txt" | tee "$OUT/ratios.md"

@@ -1,6 +1,6 @@
 """Training and translation speed on the peers' benchmark model, in the peers' metric format.
 
-    python bench/speed.py --data ../shared/data/multi30k [--steps 300] [--precision bf16] [key=value ...]
+    python bench/speed.py --data ../shared/data/multi30k [--steps 300] [--precision bf16] [--also-decode int8] [key=value ...]
 
 Trains bench/peers_model.yaml (the model of ../shared/bench/peers) for a fixed number of updates
 in a child process (its peak RSS is the training memory), then translates test2016 greedy and
@@ -148,6 +148,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=20, help="updates left out of the throughput")
     parser.add_argument("--threads", type=int, default=2, help="torch threads, as the peers' OMP_NUM_THREADS")
     parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="training and decoding precision")
+    parser.add_argument("--also-decode", default="", help="more decoding precisions, e.g. int8: their lines name "
+                                                           "peer attnmt-<precision>")
     parser.add_argument("--decode-batches", default="64,256", help="sentences per decoding batch; the first is the peers' 64")
     parser.add_argument("--test-n", type=int, default=1000, help="test2016 sentences to translate")
     parser.add_argument("--name", default="attnmt", help="the peer= name on the metric lines")
@@ -180,12 +182,19 @@ def main() -> None:
     emit("train_mfu_fp32_pct", 100 * record["flops_per_word"] * record["tok_per_s_steady"] / 1e9 / peak, "%")
 
     torch.set_num_threads(args.threads)
-    translator = Translator.load(out / "model.safetensors", device="cpu")
     sources = list(read_lines(out / "data" / "test.de"))[: args.test_n]
     references = list(read_lines(out / "data" / "test.en"))[: args.test_n]
+    for precision in [args.precision] + [p for p in args.also_decode.split(",") if p]:
+        if precision != args.precision:
+            PEER = f"attnmt-{precision}"
+        translator = Translator.load(out / "model.safetensors", device="cpu", precision=precision)
+        decode_test(translator, sources, references, [int(b) for b in args.decode_batches.split(",")])
+
+
+def decode_test(translator: Translator, sources: list[str], references: list[str], batch_sizes: list[int]) -> None:
+    """Greedy and beam 5 over the test set at each batch size: speed (decoding loop only) and BLEU."""
     # The first batch size gets the peers' metric names (they decode 64 sentences at a time);
     # others get a _b<size> suffix. Outputs do not depend on the batch, so neither does BLEU.
-    batch_sizes = [int(b) for b in args.decode_batches.split(",")]
     for name, beam in (("greedy", 1), ("beam5", 5)):
         for batch_size in batch_sizes:
             started = time.perf_counter()

@@ -1,4 +1,4 @@
-"""bf16, the fast path for training and decoding, computes what fp32 computes (within bfloat16's precision)."""
+"""bf16 (training and decoding) and int8 (decoding), the fast paths, compute what fp32 computes, within their precision."""
 
 import copy
 import ctypes
@@ -13,6 +13,7 @@ import torch
 from attnmt.batch import collate
 from attnmt.config import config_from_dict
 from attnmt.model import Seq2Seq
+from attnmt.quantize import Int8Linear, int8_decoding_copy
 from attnmt.train import make_optimizer, train_step
 from attnmt.translate import Translator
 from conftest import tiny_dates_config
@@ -54,25 +55,52 @@ def test_bf16_training_step_gives_the_fp32_loss_and_update(model, tmp_path):
     assert agreement > 0.9
 
 
+@pytest.mark.parametrize("precision", ["bf16", "int8"])
 @pytest.mark.parametrize("beam", [1, 3])
-def test_bf16_decoding_translates_like_fp32(dates_model, beam):
+def test_fast_decoding_translates_like_fp32(dates_model, precision, beam):
     translator = Translator.load(dates_model)
     sources = [f"{day} march {1950 + day}" for day in range(1, 29)] + ["june 3, 2004", "12/25/1999", "tuesday 9 may 1871"]
     fp32 = translator.translate(sources, beam_size=beam)
-    translator.config.decode.precision = "bf16"
-    bf16 = translator.translate(sources, beam_size=beam)
-    assert all(p.dtype == torch.float32 for p in translator.model.parameters())  # the copy is bf16, not the model
-    assert any(a.log_prob != b.log_prob for a, b in zip(fp32, bf16))  # bf16 really ran
-    same = sum(a.text == b.text for a, b in zip(fp32, bf16))
+    translator.config.decode.precision = precision
+    fast = translator.translate(sources, beam_size=beam)
+    assert all(p.dtype == torch.float32 for p in translator.model.parameters())  # a copy is converted, not the model
+    assert any(a.log_prob != b.log_prob for a, b in zip(fp32, fast))  # the fast path really ran
+    same = sum(a.text == b.text for a, b in zip(fp32, fast))
     assert same >= 0.9 * len(sources)
-    for a, b in zip(fp32, bf16):
+    for a, b in zip(fp32, fast):
         if a.text == b.text:
             assert b.log_prob == pytest.approx(a.log_prob, abs=0.05 + 0.05 * abs(a.log_prob))
             assert b.attention.dtype == a.attention.dtype and b.attention.shape == a.attention.shape
             assert abs(b.attention - a.attention).max() < 0.05
 
 
-def test_bf16_copy_is_reused_until_the_weights_change(dates_model):
+def test_int8_linear_is_exact_on_int8_values_and_close_on_others():
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(24, 10)
+    with torch.no_grad():  # integer weights with a 127 in every row: their int8 form is exact
+        linear.weight.copy_(torch.randint(-127, 128, (10, 24)).float())
+        linear.weight[:, 0] = 127
+    x = torch.randint(-127, 128, (2, 5, 24)).float()
+    x[..., 3] = -127  # every row's absmax is 127: its int8 form is exact too
+    int8 = Int8Linear(linear)
+    assert int8.weight_t.dtype == torch.int8
+    assert torch.equal(int8(x), linear(x).detach())
+    for scale in (1e-3, 1.0, 50.0):  # any other inputs: close to float32, within int8's precision
+        x = torch.randn(7, 24) * scale
+        reference = linear(x).detach()
+        assert (int8(x) - reference).norm() / reference.norm() < 0.02
+
+
+def test_int8_decoding_copy_keeps_the_model_in_bf16_but_its_output_layer():
+    model = Seq2Seq(config_from_dict(tiny_dates_config("unused", tie_embeddings=True)).model, 30, 20)
+    int8 = int8_decoding_copy(model)
+    assert isinstance(int8.decoder.classifier, Int8Linear)
+    assert all(p.dtype == torch.bfloat16 for p in int8.parameters())
+    assert isinstance(model.decoder.classifier, torch.nn.Linear)  # the model itself is unchanged
+    assert model.decoder.classifier.weight is model.decoder.embedding.weight
+
+
+def test_decoding_copy_is_reused_until_the_weights_or_the_precision_change(dates_model):
     translator = Translator.load(dates_model)
     translator.config.decode.precision = "bf16"
     first = translator._decoding_model()
@@ -83,6 +111,8 @@ def test_bf16_copy_is_reused_until_the_weights_change(dates_model):
     second = translator._decoding_model()
     assert second is not first
     assert torch.equal(next(second.parameters()), next(translator.model.parameters()).to(torch.bfloat16))
+    translator.config.decode.precision = "int8"
+    assert isinstance(translator._decoding_model().decoder.classifier, Int8Linear)
 
 
 def test_precision_flag_of_translate(dates_model):
@@ -91,9 +121,10 @@ def test_precision_flag_of_translate(dates_model):
     lines = "March 14, 2026\n3. Oktober 1990\n"
     fp32 = attnmt("translate", str(dates_model), stdin=lines)
     bf16 = attnmt("translate", str(dates_model), "--precision", "bf16", stdin=lines)
-    assert fp32.returncode == bf16.returncode == 0, bf16.stderr
-    assert len(bf16.stdout.splitlines()) == 2
-    with pytest.raises(Exception, match="choose fp32 or bf16"):
+    int8 = attnmt("translate", str(dates_model), "--precision", "int8", stdin=lines)
+    assert fp32.returncode == bf16.returncode == int8.returncode == 0, bf16.stderr + int8.stderr
+    assert len(bf16.stdout.splitlines()) == len(int8.stdout.splitlines()) == 2
+    with pytest.raises(Exception, match="choose fp32, bf16, int8"):
         Translator.load(dates_model, precision="fp16")
 
 
