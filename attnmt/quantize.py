@@ -11,6 +11,7 @@ from .errors import AttnmtError
 from .model import Seq2Seq
 
 INT8_MAX = 127
+TINY = torch.finfo(torch.float32).tiny  # the scale of an all-zero row: any positive number will do
 
 
 class Int8Linear(nn.Module):
@@ -24,15 +25,16 @@ class Int8Linear(nn.Module):
     def __init__(self, linear: nn.Linear):
         super().__init__()
         weight = linear.weight.detach().float()                                        # [N, K]
-        scale = weight.abs().amax(dim=1).clamp(min=torch.finfo(torch.float32).tiny) / INT8_MAX  # [N]
-        self.register_buffer("weight_t", (weight / scale.unsqueeze(1)).round().to(torch.int8).t().contiguous())  # [K, N]
+        scale = weight.abs().amax(dim=1).clamp(min=TINY) / INT8_MAX                     # [N]
+        quantized = (weight / scale.unsqueeze(1)).round().to(torch.int8)
+        self.register_buffer("weight_t", quantized.t().contiguous())                   # [K, N]
         self.register_buffer("scale", scale)
         bias = linear.bias.detach().float() if linear.bias is not None else torch.zeros_like(scale)
         self.register_buffer("bias", bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, x.shape[-1]).float()                                       # [M, K]
-        row_scale = rows.abs().amax(dim=1, keepdim=True).clamp(min=torch.finfo(torch.float32).tiny) / INT8_MAX  # [M, 1]
+        row_scale = rows.abs().amax(dim=1, keepdim=True).clamp(min=TINY) / INT8_MAX     # [M, 1]
         quantized = rows.div(row_scale).round_().to(torch.int8)
         product = torch._int_mm(quantized, self.weight_t)                               # [M, N] int32
         out = product.float().mul_(row_scale).mul_(self.scale).add_(self.bias)

@@ -75,9 +75,9 @@ class Beams:
         self.scores = self._start_scores(slots)                           # [b, K] log-probability of each row
         self.tokens = torch.full((slots * width,), SOS_ID, dtype=torch.long, device=device)  # [b*K] next input
         self.history = torch.zeros(slots * width, 0, dtype=torch.long, device=device)       # [b*K, w] outputs
-        self.attention: Optional[torch.Tensor] = (None if isinstance(model.decoder.attention, NoAttention)
-                                                  else memory.values.new_zeros(slots * width, 0, memory.values.shape[1]))
-                                                  # [b*K, w, S] their attention weights
+        self.attention: Optional[torch.Tensor] = None                                       # [b*K, w, S] weights
+        if not isinstance(model.decoder.attention, NoAttention):
+            self.attention = memory.values.new_zeros(slots * width, 0, memory.values.shape[1])
 
     def _start_scores(self, slots: int) -> torch.Tensor:
         scores = torch.full((slots, self.width), float("-inf"), device=self.src.device)
@@ -98,7 +98,9 @@ class Beams:
         sentences, memory, state = self.pool
         taken = torch.arange(min(count, sentences.shape[0]), device=sentences.device)
         rest = torch.arange(taken.shape[0], sentences.shape[0], device=sentences.device)
-        self.pool = (sentences[rest], Memory(*(m[rest] for m in memory)), select(state, rest)) if rest.numel() else None
+        self.pool = None
+        if rest.numel():
+            self.pool = (sentences[rest], Memory(*(m[rest] for m in memory)), select(state, rest))
         return sentences[taken], Memory(*(m[taken] for m in memory)), select(state, taken)
 
     def decoding(self) -> bool:
@@ -126,7 +128,8 @@ class Beams:
 
     def choose(self, rows: Optional[torch.Tensor], tokens: torch.Tensor, scores: torch.Tensor,
                weights: Optional[torch.Tensor]) -> None:
-        """Extend the rows `rows` [b*K] (None: each row itself) by `tokens` [b*K], now of log-probability `scores` [b, K]."""
+        """Extend the rows `rows` [b*K] (None: each row itself) by `tokens` [b*K]; their log-probabilities
+        are now `scores` [b, K]."""
         history = self.history if rows is None else self.history.index_select(0, rows)
         self.history = torch.cat([history, tokens.unsqueeze(1)], dim=1)       # [b*K, w+1]
         if self.attention is not None:

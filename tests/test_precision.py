@@ -1,4 +1,5 @@
-"""bf16 (training and decoding) and int8 (decoding), the fast paths, compute what fp32 computes, within their precision."""
+"""The fast paths, bf16 (training and decoding) and int8 (decoding), compute what fp32 computes,
+within their precision."""
 
 import copy
 import ctypes
@@ -85,6 +86,7 @@ def test_int8_linear_is_exact_on_int8_values_and_close_on_others():
     int8 = Int8Linear(linear)
     assert int8.weight_t.dtype == torch.int8
     assert torch.equal(int8(x), linear(x).detach())
+    assert torch.equal(int8(torch.zeros(1, 24)), linear.bias.detach().unsqueeze(0))  # an all-zero row: the bias
     for scale in (1e-3, 1.0, 50.0):  # any other inputs: close to float32, within int8's precision
         x = torch.randn(7, 24) * scale
         reference = linear(x).detach()
