@@ -49,17 +49,19 @@ def rows_to_keep(live: torch.Tensor) -> Optional[torch.Tensor]:
 class Beams:
     """The sentences being decoded, `width` rows each (one per live hypothesis), and those waiting.
 
-    Sentences join in the order given (sort them by length: fewer pads), encoded `batch_size` at
-    a time. Once an eighth of the slots hold ended sentences, waiting sentences take them over;
-    when none wait, ended sentences leave the batch (`rows_to_keep`). Per row it keeps the
-    decoder's memory and state, the next input token, the log-probability so far and the tokens
-    and attention weights since the row's sentence joined.
+    Sentences join in the order given (longest first is best: similar lengths share the batch,
+    and the memory narrows as they get shorter), encoded `batch_size` at a time. Once an eighth
+    of the slots hold ended sentences, waiting sentences take them over; when none wait, ended
+    sentences leave the batch (`rows_to_keep`). Per row it keeps the decoder's memory and state,
+    the next input token, the log-probability so far and the tokens and attention weights since
+    the row's sentence joined.
     """
 
     def __init__(self, model: Seq2Seq, src: torch.Tensor, src_lengths: torch.Tensor, max_lengths: torch.Tensor,
                  width: int, batch_size: Optional[int] = None):
         self.model, self.width = model, width
         self.src, self.src_lengths = src, src_lengths.cpu()
+        self.lengths = src_lengths.to(src.device)
         self.max_lengths = max_lengths.to(src.device).clamp(min=1)
         self.batch_size = batch_size or src.shape[0]
         self.encoded = 0                                  # sentences encoded so far
@@ -143,19 +145,29 @@ class Beams:
     def retire(self, ended: torch.Tensor) -> None:
         """Mark the slots `ended` [b] as done; refill or shrink the batch."""
         self.live &= ~ended
-        free = int((~self.live).sum())
         if self._waiting():
-            if free >= max(1, self.live.shape[0] // 8):
-                self._refill()
+            if int((~self.live).sum()) < max(1, self.live.shape[0] // 8):
+                return
+            self._refill()
         else:
             keep = rows_to_keep(self.live)
-            if keep is not None:
-                self._keep(keep)
-        if self.live.any():  # history from before the oldest live sentence joined is no longer needed
-            start = int(self.first[self.live].min())
-            self.history = self.history[:, start:]
-            self.attention = None if self.attention is None else self.attention[:, start:]
-            self.first -= start
+            if keep is None:
+                return
+            self._keep(keep)
+        if self.live.any():
+            self._fit()
+
+    def _fit(self) -> None:
+        """Cut what no live sentence uses: history from before the oldest joined, and source
+        positions past the longest (once they are an eighth of the memory)."""
+        start = int(self.first[self.live].min())
+        self.history = self.history[:, start:]
+        self.attention = None if self.attention is None else self.attention[:, start:]
+        self.first -= start
+        longest = int(self.lengths[self.sentence[self.live]].max())
+        if longest <= self.memory.keys.shape[1] * 7 // 8:
+            self.memory = Memory(*(m[:, :longest].contiguous() for m in self.memory))
+            self.attention = None if self.attention is None else self.attention[..., :longest]
 
     def _rows(self, slots: torch.Tensor) -> torch.Tensor:
         return (slots.unsqueeze(1) * self.width + torch.arange(self.width, device=slots.device)).view(-1)

@@ -102,7 +102,7 @@ class Translator:
                         alpha: Optional[float] = None, batch_size: Optional[int] = None) -> list[list[Translation]]:
         """The n_best translations of each sentence, best first, in the order of `texts`.
 
-        Sentences are decoded shortest first, at most `batch_size` at a time; an empty sentence gets
+        Sentences are decoded longest first, at most `batch_size` at a time; an empty sentence gets
         one empty translation.
         """
         if isinstance(texts, str):
@@ -117,8 +117,9 @@ class Translator:
         for i, tokens in enumerate(sources):
             if not tokens:  # nothing to translate: say nothing, do not make the model guess
                 results[i] = [Translation("", [], [], np.zeros((0, 0), dtype=np.float32), 0.0)]
-        # Shortest first: sentences of similar length share the batch, so few positions are padding.
-        todo = sorted((i for i, tokens in enumerate(sources) if tokens), key=lambda i: len(sources[i]))
+        # Longest first: sentences of similar length share the batch (few pads), and the last steps,
+        # where the batch empties, are those of the shortest sentences.
+        todo = sorted((i for i, tokens in enumerate(sources) if tokens), key=lambda i: -len(sources[i]))
         batch_size = batch_size or decode.batch_size
         self.model.eval()
         model = self._decoding_model()
