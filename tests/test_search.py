@@ -95,7 +95,7 @@ def test_sentence_alone_or_in_a_batch_of_64_gives_the_same_output():
 @pytest.mark.parametrize("batch_size", [1, 5, 16])
 def test_refilled_batch_gives_what_one_batch_gives(kind, beam_size, batch_size):
     """With more sentences than batch_size, waiting sentences take over the rows of ended ones
-    (a longer one widens the memory, a shorter one leaves pads): each gets what it gets when all
+    (in random order, so the memory both widens and narrows): each gets what it gets when all
     sentences decode in one batch."""
     model = random_model(6, **kind)
     src, lengths, max_lengths = random_batch(6, batch=40)
