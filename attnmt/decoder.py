@@ -45,6 +45,15 @@ def select(state: DecoderState, index: torch.Tensor) -> DecoderState:
     return DecoderState(hidden, attn_vector)
 
 
+def put(state: DecoderState, index: torch.Tensor, source: DecoderState) -> None:
+    """Overwrite the batch rows `index` of `state`, in place, with the rows of `source`."""
+    pairs = zip(state.hidden, source.hidden) if isinstance(state.hidden, tuple) else [(state.hidden, source.hidden)]
+    for mine, theirs in pairs:
+        mine.index_copy_(1, index, theirs)                                  # [layers, B, H]
+    if state.attn_vector is not None:
+        state.attn_vector.index_copy_(0, index, source.attn_vector)
+
+
 class Decoder(nn.Module):
     def __init__(self, vocab_size: int, emb_dim: int, hidden: int, layers: int, rnn: str,
                  attention: Attention, context_dim: int, order: str, input_feeding: bool, dropout: float,

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from .attention import NoAttention
-from .decoder import DecoderState, Memory, select
+from .decoder import DecoderState, Memory, put, select
 from .model import Seq2Seq
 from .vocab import EOS_ID, SOS_ID
 
@@ -60,8 +60,7 @@ class Beams:
     def __init__(self, model: Seq2Seq, src: torch.Tensor, src_lengths: torch.Tensor, max_lengths: torch.Tensor,
                  width: int, batch_size: Optional[int] = None):
         self.model, self.width = model, width
-        self.src, self.src_lengths = src, src_lengths.cpu()
-        self.lengths = src_lengths.to(src.device)
+        self.src, self.lengths = src, src_lengths.to(src.device)
         self.max_lengths = max_lengths.to(src.device).clamp(min=1)
         self.batch_size = batch_size or src.shape[0]
         self.encoded = 0                                  # sentences encoded so far
@@ -93,17 +92,18 @@ class Beams:
         """Up to `count` waiting sentences, encoded: their indices [n], memory and first decoder state."""
         if self.pool is None:
             start, end = self.encoded, min(self.encoded + self.batch_size, self.src.shape[0])
-            lengths = self.src_lengths[start:end]
+            lengths = self.lengths[start:end]
             memory, state = self.model.encode(self.src[start:end, : int(lengths.max())], lengths)
             self.pool = (torch.arange(start, end, device=self.src.device), memory, state)
             self.encoded = end
         sentences, memory, state = self.pool
-        taken = torch.arange(min(count, sentences.shape[0]), device=sentences.device)
-        rest = torch.arange(taken.shape[0], sentences.shape[0], device=sentences.device)
+        n = min(count, sentences.shape[0])
         self.pool = None
-        if rest.numel():
-            self.pool = (sentences[rest], Memory(*(m[rest] for m in memory)), select(state, rest))
-        return sentences[taken], Memory(*(m[taken] for m in memory)), select(state, taken)
+        if n < sentences.shape[0]:
+            rest = torch.arange(n, sentences.shape[0], device=sentences.device)
+            self.pool = (sentences[n:], Memory(*(m[n:] for m in memory)), select(state, rest))
+        taken = torch.arange(n, device=sentences.device)
+        return sentences[:n], Memory(*(m[:n] for m in memory)), select(state, taken)
 
     def decoding(self) -> bool:
         return bool(self.live.any())
@@ -125,7 +125,7 @@ class Beams:
         ids = self.history[row, first:].tolist()
         attention = None
         if self.attention is not None:
-            attention = self.attention[row, first:, : int(self.src_lengths[sentence])].clone()
+            attention = self.attention[row, first:, : int(self.lengths[sentence])].clone()
         return Hypothesis(ids, log_prob, log_prob / length_penalty(len(ids) + 1, alpha), attention)
 
     def choose(self, rows: Optional[torch.Tensor], tokens: torch.Tensor, scores: torch.Tensor,
@@ -198,12 +198,7 @@ class Beams:
         self.memory.mask.index_fill_(0, rows, False)
         for mine, theirs in zip(self.memory, memory):
             mine.narrow(1, 0, length).index_copy_(0, rows, theirs.index_select(0, source_rows))
-        new_state = select(state, source_rows)
-        hidden, new_hidden = self.state.hidden, new_state.hidden
-        for mine, theirs in zip(*((hidden, new_hidden) if isinstance(hidden, tuple) else ((hidden,), (new_hidden,)))):
-            mine.index_copy_(1, rows, theirs)                                   # [layers, b*K, H]
-        if self.state.attn_vector is not None:
-            self.state.attn_vector.index_copy_(0, rows, new_state.attn_vector)
+        put(self.state, rows, select(state, source_rows))
         self.sentence[slots] = sentences
         self.live[slots] = True
         self.first[slots] = self.history.shape[1]
