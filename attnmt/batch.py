@@ -22,9 +22,14 @@ class Batch:
     indices: list[int]         # positions of these examples in the list they came from
 
     @property
+    def target_mask(self) -> torch.Tensor:
+        """[B, T] True at the real target tokens, EOS included: where the loss reads the logits."""
+        return self.tgt_out != PAD_ID
+
+    @property
     def num_target_tokens(self) -> int:
         """Real target tokens including EOS, the count the loss is averaged over."""
-        return int((self.tgt_out != PAD_ID).sum())
+        return int(self.target_mask.sum())
 
 
 def pad(sequences: list[list[int]], value: int = PAD_ID) -> torch.Tensor:

@@ -106,8 +106,11 @@ class Decoder(nn.Module):
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.dropout(self.embedding(tokens))                         # [B, T, E]
 
-    def classify(self, features: torch.Tensor) -> torch.Tensor:
-        return self.classifier(self.dropout(features))                      # [B, T, V]
+    def classify(self, features: torch.Tensor, at: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Logits [B, T, V] from features [B, T, O]; [N, V] for the N positions where `at` [B, T] is True."""
+        if at is not None:
+            features = features[at]                                         # [N, O]
+        return self.classifier(self.dropout(features))
 
     def _features(self, embedded: torch.Tensor, state: DecoderState, memory: Memory
                   ) -> tuple[torch.Tensor, DecoderState, Optional[torch.Tensor]]:
@@ -128,22 +131,25 @@ class Decoder(nn.Module):
         attn_vector = features[:, -1] if self.input_feeding else None
         return features, DecoderState(hidden, attn_vector), weights
 
-    def forward(self, tgt_in: torch.Tensor, state: DecoderState, memory: Memory, teacher_forcing: float = 1.0
-                ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    def forward(self, tgt_in: torch.Tensor, state: DecoderState, memory: Memory, teacher_forcing: float = 1.0,
+                classify_at: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         """Logits [B, T, V] and weights [B, T, S] for the whole target, `<sos> y1 .. yn` [B, T].
 
         With teacher_forcing < 1, each step feeds each sentence its gold previous token with that
-        probability and its own previous prediction otherwise.
+        probability and its own previous prediction otherwise. Given `classify_at` [B, T] (True
+        where a loss will read the logits), the logits are only those positions', [N, V]: under
+        full teacher forcing the classifier, the largest layer, then skips the pads.
         """
         if teacher_forcing >= 1.0 and self.parallel:
             features, _, weights = self._features(self.embed(tgt_in), state, memory)
-            return self.classify(features), weights
+            return self.classify(features, classify_at), weights
         if teacher_forcing >= 1.0 and self.fused:
-            return self._fused_forward(tgt_in, state, memory)
-        return self.forward_step_by_step(tgt_in, state, memory, teacher_forcing)
+            return self._fused_forward(tgt_in, state, memory, classify_at)
+        return self.forward_step_by_step(tgt_in, state, memory, teacher_forcing, classify_at)
 
     def forward_step_by_step(self, tgt_in: torch.Tensor, state: DecoderState, memory: Memory,
-                             teacher_forcing: float = 1.0) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+                             teacher_forcing: float = 1.0, classify_at: Optional[torch.Tensor] = None
+                             ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         """`forward` for any configuration, one `_features` call per step."""
         # Under full teacher forcing the inputs are known: embed them once, and run the classifier,
         # the largest layer, once over all steps afterwards (one big matrix product, not T small ones).
@@ -165,12 +171,15 @@ class Decoder(nn.Module):
                 use_gold = torch.rand(own.shape, device=own.device) < teacher_forcing
                 tokens = torch.where(use_gold, tgt_in[:, t + 1 : t + 2], own)
         stacked = torch.cat(outputs, dim=1)                                 # [B, T, H] or [B, T, V]
-        logits = self.classify(stacked) if forced else stacked
+        if forced:
+            logits = self.classify(stacked, classify_at)
+        else:
+            logits = stacked if classify_at is None else stacked[classify_at]
         weights = None if all_weights[0] is None else torch.cat(all_weights, dim=1)
         return logits, weights
 
-    def _fused_forward(self, tgt_in: torch.Tensor, state: DecoderState, memory: Memory
-                       ) -> tuple[torch.Tensor, torch.Tensor]:
+    def _fused_forward(self, tgt_in: torch.Tensor, state: DecoderState, memory: Memory,
+                       classify_at: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         rnn, attention = self.rnn, self.attention
         additive = isinstance(attention, AdditiveAttention)
         features, weights = InputFedGRUAttention.apply(
@@ -178,4 +187,4 @@ class Decoder(nn.Module):
             rnn.weight_ih_l0, rnn.bias_ih_l0, rnn.weight_hh_l0, rnn.bias_hh_l0,
             attention.query_proj.weight if additive else None, attention.query_proj.bias if additive else None,
             attention.v.weight[0] if additive else None, self.combine.weight, self.combine.bias)
-        return self.classify(features), weights
+        return self.classify(features, classify_at), weights

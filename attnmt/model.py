@@ -72,7 +72,8 @@ class Seq2Seq(nn.Module):
         return tuple(map(convert, final)) if isinstance(final, tuple) else convert(final)
 
     def forward(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor,
-                teacher_forcing: float = 1.0) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-        """Logits [B, T, V] and attention weights [B, T, S] for a teacher-forced batch."""
+                teacher_forcing: float = 1.0, classify_at: Optional[torch.Tensor] = None
+                ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """Logits [B, T, V] ([N, V] at `classify_at`, see Decoder.forward) and attention weights [B, T, S]."""
         memory, state = self.encode(src, src_lengths)
-        return self.decoder(tgt_in, state, memory, teacher_forcing)
+        return self.decoder(tgt_in, state, memory, teacher_forcing, classify_at)

@@ -125,8 +125,9 @@ def evaluate_loss(model: Seq2Seq, examples: list[Example], batch_size: int, devi
     with torch.inference_mode():
         for ids in batch_indices([(len(s), len(t)) for s, t in examples], batch_size):
             batch = collate([examples[i] for i in ids], ids, device)
-            logits, _ = model(batch.src, batch.src_lengths, batch.tgt_in)
-            total += sequence_loss(logits, batch.tgt_out).item()
+            at = batch.target_mask
+            logits, _ = model(batch.src, batch.src_lengths, batch.tgt_in, classify_at=at)
+            total += sequence_loss(logits, batch.tgt_out[at]).item()
             tokens += batch.num_target_tokens
     model.train()
     return total / max(tokens, 1)
@@ -354,9 +355,10 @@ def train_step(model: Seq2Seq, optimizer: torch.optim.Optimizer, batch: Batch, c
     """One update; returns the summed loss. Refuses to go on from a NaN loss or out of memory."""
     tc = config.train
     try:
+        at = batch.target_mask
         with autocast(tc.precision, batch.src.device):
-            logits, _ = model(batch.src, batch.src_lengths, batch.tgt_in, tc.teacher_forcing)
-        loss = sequence_loss(logits.float(), batch.tgt_out, tc.label_smoothing)
+            logits, _ = model(batch.src, batch.src_lengths, batch.tgt_in, tc.teacher_forcing, classify_at=at)
+        loss = sequence_loss(logits.float(), batch.tgt_out[at], tc.label_smoothing)
         if not torch.isfinite(loss):
             kept = f", and {model_path} keeps the last good model" if model_path else ""
             raise AttnmtError(f"loss became {loss.item()} at step {step}; training stopped before the update{kept}. "

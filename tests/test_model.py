@@ -328,6 +328,24 @@ def test_parallel_path_not_used_with_teacher_forcing_below_one():
     assert calls == [1] * batch.tgt_in.shape[1]
 
 
+@pytest.mark.parametrize("order,feeding,attention,ratio", [
+    ("luong", False, "general", 1.0), ("luong", True, "bahdanau", 1.0), ("luong", True, "none", 1.0),
+    ("bahdanau", False, "bahdanau", 1.0), ("bahdanau", False, "dot", 0.5)])
+def test_logits_at_the_real_tokens_only(order, feeding, attention, ratio):
+    """classify_at gives the rows of the full logits at its True positions, on every decoder path, and the same loss."""
+    model = make_model(order=order, input_feeding=feeding, attention=attention).double().eval()
+    batch = collate([([5, 6, 7, 8], [9, 10, 11]), ([4, 5], [6, 7, 8, 9, 10, 11]), ([7], [4])], [0, 1, 2])
+    at = batch.target_mask
+    assert int(at.sum()) == batch.num_target_tokens == 4 + 7 + 2
+    torch.manual_seed(1)
+    full, _ = model(batch.src, batch.src_lengths, batch.tgt_in, ratio)
+    torch.manual_seed(1)
+    kept, _ = model(batch.src, batch.src_lengths, batch.tgt_in, ratio, classify_at=at)
+    assert kept.shape == (13, VOCAB)
+    assert_close(kept, full[at], atol=1e-12, rtol=0)
+    assert_close(sequence_loss(kept, batch.tgt_out[at]), sequence_loss(full, batch.tgt_out), atol=1e-10, rtol=0)
+
+
 # ---------------------------------------------------------------- the fused input-feeding loop
 
 @pytest.mark.parametrize("rnn,order,feeding,dec_layers,attention,fused", [
