@@ -32,6 +32,30 @@ def length_penalty(length: int, alpha: float) -> float:
     return ((5.0 + length) / 6.0) ** alpha
 
 
+def top_k(x: torch.Tensor, k: int, block: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+    """x.topk(k, dim=1) for a wide x [b, n], through block maxima: the same values, and positions up to ties.
+
+    On CPUs topk and argmax are slow scalar passes while amax is vectorized, so: the maximum of
+    every block of `block` entries, the k blocks with the highest maxima (they hold the k highest
+    entries: each of those lies in a block whose maximum is at least as high), then topk over
+    those k blocks' entries only.
+    """
+    b, n = x.shape
+    blocks = n // block
+    if blocks < 4 * k:
+        return x.topk(k, dim=1)
+    maxima = x[:, : blocks * block].view(b, blocks, block).amax(2)             # [b, blocks]
+    if blocks * block < n:                                                     # the short last block
+        maxima = torch.cat([maxima, x[:, blocks * block :].amax(1, keepdim=True)], dim=1)
+    best_blocks = maxima.topk(k, dim=1).indices                                # [b, k]
+    positions = (best_blocks.unsqueeze(2) * block + torch.arange(block, device=x.device)).view(b, -1)  # [b, k*block]
+    outside = positions >= n                                                   # past the short last block
+    positions.clamp_(max=n - 1)
+    values = x.gather(1, positions).masked_fill_(outside, float("-inf"))
+    top_values, top = values.topk(k, dim=1)                                    # [b, k]
+    return top_values, positions.gather(1, top)
+
+
 def rows_to_keep(live: torch.Tensor) -> Optional[torch.Tensor]:
     """The batch slots to go on with once some have ended, or None to keep the batch as it is.
 
@@ -228,7 +252,8 @@ def greedy(model: Seq2Seq, src: torch.Tensor, src_lengths: torch.Tensor, max_len
         logits, weights = beams.decode()                                        # [b, V], [b, S]
         # A sentence at its length limit ends here, as if it had produced EOS.
         log_probs = torch.log_softmax(logits.float(), dim=-1)                   # [b, V]
-        tokens = log_probs.argmax(-1).masked_fill(beams.at_limit(), EOS_ID)     # [b]
+        best, tokens = top_k(log_probs, 1)                                      # [b, 1]
+        tokens = tokens.squeeze(1).masked_fill_(beams.at_limit(), EOS_ID)      # [b]
         scores = beams.scores[:, 0] + log_probs.gather(1, tokens.unsqueeze(1)).squeeze(1)  # [b]
         ended = (tokens == EOS_ID) & beams.live
         for row in ended.nonzero().squeeze(1).tolist():
@@ -278,7 +303,7 @@ def beam_search(model: Seq2Seq, src: torch.Tensor, src_lengths: torch.Tensor, ma
             not_eos = torch.arange(vocab, device=logits.device) != EOS_ID
             candidates.masked_fill_(at_limit.unsqueeze(1) & not_eos, float("-inf"))
         b = candidates.shape[0] // k
-        top_scores, top_ids = candidates.view(b, k * vocab).topk(min(2 * k, k * vocab), dim=1)  # [b, 2K]
+        top_scores, top_ids = top_k(candidates.view(b, k * vocab), min(2 * k, k * vocab))  # [b, 2K]
         from_row = top_ids // vocab + torch.arange(b, device=logits.device).unsqueeze(1) * k   # rows of b*K
         next_token = top_ids % vocab
         is_eos = (next_token == EOS_ID) & torch.isfinite(top_scores)

@@ -163,3 +163,40 @@ def test_early_stop_returns_what_the_full_search_returns(monkeypatch, seed, n_be
     for ours, reference in zip(early, full):
         assert [h.ids for h in ours] == [h.ids for h in reference]
         assert [h.score for h in ours] == pytest.approx([h.score for h in reference], abs=1e-6)
+
+
+@pytest.mark.parametrize("n,k", [(5898, 1), (5 * 5898, 10), (64 * 40, 3), (64 * 40 + 1, 10), (100, 2)])
+def test_top_k_through_block_maxima_equals_topk(n, k):
+    g = torch.Generator().manual_seed(n + k)
+    x = torch.randn(7, n, generator=g) * 3
+    x[1] = float("-inf")                             # a row with nothing finite
+    x[2, :-3] = float("-inf")                        # only the last, short block is finite
+    x[3] = (x[3] / 2).round()                        # ties
+    x[4, -1] = 100.0                                 # the maximum in the short last block
+    values, positions = search.top_k(x, k)
+    expected_values, expected_positions = x.topk(k, dim=1)
+    torch.testing.assert_close(values, expected_values, rtol=0, atol=0)
+    assert ((positions >= 0) & (positions < n)).all()
+    finite = torch.isfinite(values)
+    torch.testing.assert_close(x.gather(1, positions)[finite], values[finite], rtol=0, atol=0)
+    untied = [0, 4, 5, 6]
+    assert torch.equal(positions[untied], expected_positions[untied])
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_wide_vocabulary_search_equals_plain_topk(beam_size, monkeypatch):
+    """With 700 target words the searches take top_k's block path; plain topk must pick the same."""
+    torch.manual_seed(5)
+    config = ModelConfig(emb_dim=16, enc_hidden=16, dec_hidden=32, attn_dim=16, dropout=0.0)
+    model = Seq2Seq(config, 30, 700).eval()
+    with torch.no_grad():
+        model.decoder.classifier.bias[EOS_ID] += 0.4  # lengths from 0 to the limit
+    src, lengths, max_lengths = random_batch(8, batch=9)
+    blocked = beam_search(model, src, lengths, max_lengths, beam_size, n_best=beam_size, batch_size=4)
+    greedy_blocked = greedy(model, src, lengths, max_lengths, batch_size=4)
+    monkeypatch.setattr(search, "top_k", lambda x, k: x.topk(k, dim=1))
+    plain = beam_search(model, src, lengths, max_lengths, beam_size, n_best=beam_size, batch_size=4)
+    greedy_plain = greedy(model, src, lengths, max_lengths, batch_size=4)
+    assert [[h.ids for h in hyps] for hyps in blocked] == [[h.ids for h in hyps] for hyps in plain]
+    assert [h.ids for h in greedy_blocked] == [h.ids for h in greedy_plain]
+    assert len({len(h.ids) for hyps in plain for h in hyps}) >= 4          # hypotheses end at many lengths
