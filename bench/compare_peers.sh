@@ -2,7 +2,7 @@
 # Speed side by side: the peers' harness (JoeyNMT, OpenNMT-py), then attnmt's bench/speed.py on
 # the same model and data, fp32 and bf16 (whose model also decodes in int8), one after the other;
 # prints every figure and the ratios.
-#   bash bench/compare_peers.sh [OUT_DIR]
+#   bash bench/compare_peers.sh [OUT_DIR]          (ORDER=attnmt-first: attnmt's parts before the peers')
 # Needs the peers' venvs: bash ../shared/bench/peers/setup_peers.sh (about 3 minutes, once).
 # Run it on an otherwise idle machine: another process on the cores skews every figure.
 set -euo pipefail
@@ -14,13 +14,26 @@ PYTHON="${PYTHON:-python}"
 mkdir -p "$OUT"
 export OMP_NUM_THREADS=2 MKL_NUM_THREADS=2
 
-echo "[compare] peers' harness -> $OUT/peers.txt" >&2
-SHARED_DATA="$(cd "$DATA" && pwd)" bash "$PEERS_DIR/run_peers.sh" > "$OUT/peers.txt" 2> "$OUT/peers.log"
-for precision in fp32 bf16; do
-  echo "[compare] attnmt $precision -> $OUT/attnmt_$precision.txt" >&2
-  also=""; if [ "$precision" = bf16 ]; then also=int8; fi
-  "$PYTHON" bench/speed.py --data "$DATA" --out "$OUT/attnmt_$precision" --precision "$precision" \
-    --also-decode "$also" --name "attnmt-$precision" > "$OUT/attnmt_$precision.txt"
-done
-cat "$OUT/peers.txt" "$OUT/attnmt_fp32.txt" "$OUT/attnmt_bf16.txt"
-"$PYTHON" bench/ratios.py "$OUT/peers.txt" "$OUT/attnmt_fp32.txt" "$OUT/attnmt_bf16.txt" | tee "$OUT/ratios.md"
+
+peers() {
+  echo "[compare] peers' harness -> $OUT/peers.txt" >&2
+  # The fp32 matmul peak before and after, as bench/speed.py measures it around attnmt's parts.
+  "$PYTHON" bench/speed.py --data "$DATA" --phase peak --name peers-run > "$OUT/machine.txt"
+  SHARED_DATA="$(cd "$DATA" && pwd)" bash "$PEERS_DIR/run_peers.sh" > "$OUT/peers.txt" 2> "$OUT/peers.log"
+  "$PYTHON" bench/speed.py --data "$DATA" --phase peak --name peers-run >> "$OUT/machine.txt"
+}
+
+attnmt() {
+  for precision in fp32 bf16; do
+    echo "[compare] attnmt $precision -> $OUT/attnmt_$precision.txt" >&2
+    also=""; if [ "$precision" = bf16 ]; then also=int8; fi
+    "$PYTHON" bench/speed.py --data "$DATA" --out "$OUT/attnmt_$precision" --precision "$precision" \
+      --also-decode "$also" --name "attnmt-$precision" > "$OUT/attnmt_$precision.txt"
+  done
+}
+
+# ORDER=attnmt-first runs attnmt's parts first: a second run in the other order evens out drift.
+if [ "${ORDER:-peers-first}" = attnmt-first ]; then attnmt; peers; else peers; attnmt; fi
+cat "$OUT/machine.txt" "$OUT/peers.txt" "$OUT/attnmt_fp32.txt" "$OUT/attnmt_bf16.txt"
+"$PYTHON" bench/ratios.py "$OUT/machine.txt" "$OUT/peers.txt" "$OUT/attnmt_fp32.txt" "$OUT/attnmt_bf16.txt" \
+  | tee "$OUT/ratios.md"

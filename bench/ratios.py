@@ -11,6 +11,7 @@ import sys
 from collections import defaultdict
 
 LINE = re.compile(r"peer=(\S+) metric=(\S+) value=(\S+) unit=(\S+)")
+PEAK = "matmul_peak_fp32_gflops"
 # metric, higher is better?
 COMPARED = [("train_tgt_tok_per_s_steady", True), ("train_tgt_tok_per_s", True), ("train_peak_rss_mb", False),
             ("translate_greedy_sent_per_s", True), ("translate_beam5_sent_per_s", True), ("bleu_greedy", True),
@@ -22,10 +23,14 @@ EXTRA = {"translate_greedy_b256_sent_per_s": "translate_greedy_sent_per_s",
 
 def main(paths: list[str]) -> None:
     figures: dict[str, dict[str, float]] = defaultdict(dict)
+    peaks: dict[str, list[float]] = defaultdict(list)   # measured before and after each part
     for path in paths:
         with open(path, encoding="utf-8") as handle:
             for match in filter(None, map(LINE.match, handle)):
                 figures[match[1]][match[2]] = float(match[3])
+                if match[2] == PEAK:
+                    peaks[match[1]].append(float(match[3]))
+    figures.pop("peers-run", None)                  # the peak around the peers, not a peer
     peers = [p for p in figures if not p.startswith("attnmt")]
     ours = [p for p in figures if p.startswith("attnmt")]
     print("| metric | " + " | ".join(peers + ours) + " | " + " | ".join(f"{o} / best peer" for o in ours) + " |")
@@ -36,6 +41,10 @@ def main(paths: list[str]) -> None:
         cells = [f"{figures[p][metric]:,.1f}" if metric in figures[p] else "-" for p in peers + ours]
         ratios = [f"{figures[o][metric] / best:.2f}x" if metric in figures[o] else "-" for o in ours]
         print(f"| {metric} | " + " | ".join(cells + ratios) + " |")
+    if peaks:
+        # A busy neighbour slows every part it overlaps: a lower peak marks a slowed part.
+        print("\nfp32 matmul peak around each part, GFLOP/s: "
+              + "; ".join(f"{part} {' / '.join(f'{v:.0f}' for v in values)}" for part, values in peaks.items()))
 
 
 if __name__ == "__main__":

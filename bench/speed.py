@@ -153,13 +153,17 @@ def main() -> None:
     parser.add_argument("--decode-batches", default="64,256", help="sentences per decoding batch; the first is the peers' 64")
     parser.add_argument("--test-n", type=int, default=1000, help="test2016 sentences to translate")
     parser.add_argument("--name", default="attnmt", help="the peer= name on the metric lines")
-    parser.add_argument("--phase", default="all", choices=["all", "train"], help=argparse.SUPPRESS)
+    parser.add_argument("--phase", default="all", choices=["all", "train", "peak"],
+                        help="peak: only measure the fp32 matmul peak (compare_peers.sh does, around the peers' run)")
     parser.add_argument("overrides", nargs="*", help="config key=value overrides")
     args = parser.parse_args()
     global PEER
     PEER = args.name
     if args.phase == "train":
         train_phase(args)
+        return
+    if args.phase == "peak":
+        emit("matmul_peak_fp32_gflops", matmul_peak_gflops(args.threads), "GFLOP/s")
         return
 
     out = Path(args.out)
