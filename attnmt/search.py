@@ -252,7 +252,7 @@ def greedy(model: Seq2Seq, src: torch.Tensor, src_lengths: torch.Tensor, max_len
         logits, weights = beams.decode()                                        # [b, V], [b, S]
         # A sentence at its length limit ends here, as if it had produced EOS.
         log_probs = torch.log_softmax(logits.float(), dim=-1)                   # [b, V]
-        best, tokens = top_k(log_probs, 1)                                      # [b, 1]
+        _, tokens = top_k(log_probs, 1)                                         # [b, 1]
         tokens = tokens.squeeze(1).masked_fill_(beams.at_limit(), EOS_ID)      # [b]
         scores = beams.scores[:, 0] + log_probs.gather(1, tokens.unsqueeze(1)).squeeze(1)  # [b]
         ended = (tokens == EOS_ID) & beams.live
