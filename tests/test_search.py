@@ -190,7 +190,7 @@ def test_wide_vocabulary_search_equals_plain_topk(beam_size, monkeypatch):
     config = ModelConfig(emb_dim=16, enc_hidden=16, dec_hidden=32, attn_dim=16, dropout=0.0)
     model = Seq2Seq(config, 30, 700).eval()
     with torch.no_grad():
-        model.decoder.classifier.bias[EOS_ID] += 0.4  # lengths from 0 to the limit
+        model.decoder.classifier.bias[EOS_ID] += 0.4  # hypotheses end at many lengths, some at the limit
     src, lengths, max_lengths = random_batch(8, batch=9)
     blocked = beam_search(model, src, lengths, max_lengths, beam_size, n_best=beam_size, batch_size=4)
     greedy_blocked = greedy(model, src, lengths, max_lengths, batch_size=4)
