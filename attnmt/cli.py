@@ -158,8 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
     def add_device(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 ... (default: GPU if there is one)")
         sub.add_argument("--precision", choices=PRECISIONS, default=None,
-                         help="decode in fp32, bf16 (faster on CPUs with AVX512-BF16/AMX) or int8 (bf16 with an "
-                              "int8 output layer, CPUs only) (default: the model's)")
+                         help="decode in fp32, bf16 (faster on CPUs with AVX512-BF16/AMX) or int8 (bf16 with the "
+                              "decoder's per-step products in int8, CPUs only) (default: the model's)")
 
     def add_model(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("model", help="model file (model.safetensors)")

@@ -150,7 +150,8 @@ class DecodeConfig:
     # GNMT length penalty exponent for beam search (0 = rank by plain log-probability).
     alpha: float = 0.0
     # fp32; bf16 matrix products (faster on CPUs with AVX512-BF16/AMX and recent GPUs); or int8,
-    # bf16 with the output layer in int8 (CPUs only; fastest on CPUs with AVX512-VNNI/AMX).
+    # bf16 with the decoder's per-step products (RNN, query, combine, output layer) in int8
+    # (CPUs only; fastest on CPUs with AVX512-VNNI/AMX).
     precision: DecodePrecision = "fp32"
 
 

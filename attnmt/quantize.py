@@ -1,14 +1,24 @@
-"""int8 decoding on CPUs: the output layer, the largest matrix product of each decoding step, in int8."""
+"""int8 decoding on CPUs: every matrix product of a decoding step in int8.
+
+A decoding step multiplies the batch's vectors by the decoder RNN's input and recurrent weights,
+the attention's query projection, the combine layer and the output layer. The int8 copy runs
+those in int8; what runs once per sentence (the encoder, the bridge, the key projection) and the
+attention's own arithmetic stay bfloat16.
+"""
 
 from __future__ import annotations
 
 import copy
+from typing import Optional, Union
 
 import torch
 from torch import nn
 
+from .attention import AdditiveAttention
+from .encoder import RNNState
 from .errors import AttnmtError
 from .model import Seq2Seq
+from .recurrence import gru_cell
 
 INT8_MAX = 127
 TINY = torch.finfo(torch.float32).tiny  # the scale of an all-zero row: any positive number will do
@@ -18,19 +28,19 @@ class Int8Linear(nn.Module):
     """x Wᵀ + b with W in int8, one scale per output, and x quantized to int8 per row at each call.
 
     The int8 x int8 product accumulates exactly in int32 (VNNI or AMX kernels on recent CPUs,
-    about twice as fast as bfloat16) and is scaled back to float32. Symmetric scales (absmax / 127)
-    keep zero exact and need no offsets.
+    about twice as fast as bfloat16) and is scaled back to float32, returned as `out_dtype`.
+    Symmetric scales (absmax / 127) keep zero exact and need no offsets.
     """
 
-    def __init__(self, linear: nn.Linear):
+    def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor], out_dtype: torch.dtype = torch.float32):
         super().__init__()
-        weight = linear.weight.detach().float()                                        # [N, K]
+        weight = weight.detach().float()                                               # [N, K]
         scale = weight.abs().amax(dim=1).clamp(min=TINY) / INT8_MAX                     # [N]
         quantized = (weight / scale.unsqueeze(1)).round().to(torch.int8)
         self.register_buffer("weight_t", quantized.t().contiguous())                   # [K, N]
         self.register_buffer("scale", scale)
-        bias = linear.bias.detach().float() if linear.bias is not None else torch.zeros_like(scale)
-        self.register_buffer("bias", bias)
+        self.register_buffer("bias", bias.detach().float() if bias is not None else torch.zeros_like(scale))
+        self.out_dtype = out_dtype
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, x.shape[-1]).float()                                       # [M, K]
@@ -38,14 +48,69 @@ class Int8Linear(nn.Module):
         quantized = rows.div(row_scale).round_().to(torch.int8)
         product = torch._int_mm(quantized, self.weight_t)                               # [M, N] int32
         out = product.float().mul_(row_scale).mul_(self.scale).add_(self.bias)
-        return out.view(*x.shape[:-1], out.shape[-1])                                   # float32
+        return out.view(*x.shape[:-1], out.shape[-1]).to(self.out_dtype)
+
+
+def lstm_cell(gi: torch.Tensor, gh: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """An LSTM's new state and cell [B, H] from its gates' input and recurrent parts [B, 4H] (i, f, g, o)."""
+    i, f, g, o = (gi + gh).chunk(4, dim=1)
+    c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+    return torch.sigmoid(o) * torch.tanh(c), c
+
+
+class Int8RNN(nn.Module):
+    """A one-direction, batch-first nn.GRU or nn.LSTM for decoding, its products in int8.
+
+    Called like the module it copies: input [B, T, I] and state [layers, B, H] (a pair for LSTM).
+    Each layer's input gates take one product for all T steps, its recurrent gates one per step;
+    the gate arithmetic is float32, and the outputs and states come back in the given state's dtype.
+    """
+
+    def __init__(self, rnn: Union[nn.GRU, nn.LSTM]):
+        super().__init__()
+        if rnn.bidirectional or not rnn.batch_first:
+            raise ValueError("Int8RNN copies one-direction, batch-first RNNs")
+        self.lstm = isinstance(rnn, nn.LSTM)
+        layers = range(rnn.num_layers)
+        self.input_gates = nn.ModuleList(
+            Int8Linear(getattr(rnn, f"weight_ih_l{k}"), getattr(rnn, f"bias_ih_l{k}")) for k in layers)
+        self.recurrent_gates = nn.ModuleList(
+            Int8Linear(getattr(rnn, f"weight_hh_l{k}"), getattr(rnn, f"bias_hh_l{k}")) for k in layers)
+
+    def forward(self, x: torch.Tensor, state: RNNState) -> tuple[torch.Tensor, RNNState]:
+        h0, c0 = state if self.lstm else (state, None)
+        dtype = h0.dtype
+        final_h, final_c = [], []
+        for k, (input_gates, recurrent_gates) in enumerate(zip(self.input_gates, self.recurrent_gates)):
+            gi = input_gates(x)                                                        # [B, T, G]
+            h, c = h0[k].float(), (c0[k].float() if self.lstm else None)               # [B, H]
+            outputs = []
+            for t in range(x.shape[1]):
+                gh = recurrent_gates(h)                                                 # [B, G]
+                if self.lstm:
+                    h, c = lstm_cell(gi[:, t], gh, c)
+                else:
+                    h = gru_cell(gi[:, t], gh, h)
+                outputs.append(h)
+            x = torch.stack(outputs, dim=1).to(dtype)                                  # [B, T, H]
+            final_h.append(h)
+            final_c.append(c)
+        hidden = torch.stack(final_h).to(dtype)                                        # [layers, B, H]
+        return x, ((hidden, torch.stack(final_c).to(dtype)) if self.lstm else hidden)
 
 
 def int8_decoding_copy(model: Seq2Seq) -> Seq2Seq:
-    """A bfloat16 copy of `model` for decoding on a CPU, with the output layer in int8 (float32 logits)."""
+    """A bfloat16 copy of `model` for decoding on a CPU, the products of each decoding step in int8
+    (module docstring); its logits are float32."""
     device = next(model.parameters()).device
     if device.type != "cpu":
         raise AttnmtError(f"decode precision int8 runs on CPUs only; use bf16 on {device}")
     decoding = copy.deepcopy(model).to(torch.bfloat16).eval()
-    decoding.decoder.classifier = Int8Linear(model.decoder.classifier)
+    source, decoder = model.decoder, decoding.decoder
+    decoder.rnn = Int8RNN(source.rnn)
+    decoder.combine = Int8Linear(source.combine.weight, source.combine.bias, torch.bfloat16)
+    decoder.classifier = Int8Linear(source.classifier.weight, source.classifier.bias)
+    if isinstance(source.attention, AdditiveAttention):
+        query = source.attention.query_proj
+        decoder.attention.query_proj = Int8Linear(query.weight, query.bias, torch.bfloat16)
     return decoding

@@ -14,7 +14,7 @@ import torch
 from attnmt.batch import collate
 from attnmt.config import config_from_dict
 from attnmt.model import Seq2Seq
-from attnmt.quantize import Int8Linear, int8_decoding_copy
+from attnmt.quantize import Int8Linear, Int8RNN, int8_decoding_copy
 from attnmt.train import make_optimizer, train_step
 from attnmt.translate import Translator
 from conftest import tiny_dates_config
@@ -83,7 +83,7 @@ def test_int8_linear_is_exact_on_int8_values_and_close_on_others():
         linear.weight[:, 0] = 127
     x = torch.randint(-127, 128, (2, 5, 24)).float()
     x[..., 3] = -127  # every row's absmax is 127: its int8 form is exact too
-    int8 = Int8Linear(linear)
+    int8 = Int8Linear(linear.weight, linear.bias)
     assert int8.weight_t.dtype == torch.int8
     assert torch.equal(int8(x), linear(x).detach())
     assert torch.equal(int8(torch.zeros(1, 24)), linear.bias.detach().unsqueeze(0))  # an all-zero row: the bias
@@ -93,13 +93,56 @@ def test_int8_linear_is_exact_on_int8_values_and_close_on_others():
         assert (int8(x) - reference).norm() / reference.norm() < 0.02
 
 
-def test_int8_decoding_copy_keeps_the_model_in_bf16_but_its_output_layer():
-    model = Seq2Seq(config_from_dict(tiny_dates_config("unused", tie_embeddings=True)).model, 30, 20)
-    int8 = int8_decoding_copy(model)
-    assert isinstance(int8.decoder.classifier, Int8Linear)
-    assert all(p.dtype == torch.bfloat16 for p in int8.parameters())
-    assert isinstance(model.decoder.classifier, torch.nn.Linear)  # the model itself is unchanged
-    assert model.decoder.classifier.weight is model.decoder.embedding.weight
+@pytest.mark.parametrize("rnn", [torch.nn.GRU, torch.nn.LSTM])
+def test_int8_rnn_follows_the_float_rnn(rnn):
+    torch.manual_seed(0)
+    reference = rnn(12, 16, num_layers=2, batch_first=True)
+    int8 = Int8RNN(reference)
+    x = torch.randn(3, 6, 12)
+    state = torch.randn(2, 3, 16) * 0.5
+    state = (state, torch.randn(2, 3, 16) * 0.5) if rnn is torch.nn.LSTM else state
+    with torch.no_grad():
+        expected, expected_state = reference(x, state)
+    outputs, final = int8(x, state)
+    assert outputs.shape == expected.shape and outputs.dtype == torch.float32
+    assert (outputs - expected).norm() / expected.norm() < 0.03                # within int8's precision
+    for mine, theirs in zip(*(s if isinstance(s, tuple) else (s,) for s in (final, expected_state))):
+        assert (mine - theirs).norm() / theirs.norm() < 0.03
+    # Step by step, as decoding calls it, each step gives the same as the whole sequence at once.
+    steps = []
+    for t in range(x.shape[1]):
+        output, state = int8(x[:, t : t + 1], state)
+        steps.append(output)
+    assert torch.equal(torch.cat(steps, dim=1), outputs)
+    assert all(torch.equal(a, b) for a, b in zip(*(s if isinstance(s, tuple) else (s,) for s in (state, final))))
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_int8_decoding_copy_runs_every_product_of_a_step_in_int8(model):
+    torch.manual_seed(0)
+    fp32 = Seq2Seq(config_from_dict(tiny_dates_config("unused", **model)).model, 30, 20).eval()
+    int8 = int8_decoding_copy(fp32)
+    decoder = int8.decoder
+    assert isinstance(decoder.rnn, Int8RNN)
+    assert isinstance(decoder.combine, Int8Linear) and isinstance(decoder.classifier, Int8Linear)
+    if model["attention"] == "bahdanau":
+        assert isinstance(decoder.attention.query_proj, Int8Linear)
+    assert all(p.dtype == torch.bfloat16 for p in int8.parameters())    # what runs once per sentence
+    assert isinstance(fp32.decoder.classifier, torch.nn.Linear)          # the model itself is unchanged
+    # Five greedy steps from the same tokens: the logits stay close to fp32's.
+    src, lengths = torch.randint(4, 30, (4, 9)), torch.tensor([9, 7, 5, 3])
+    tokens = torch.randint(4, 20, (4, 5))
+    logits = {}
+    with torch.inference_mode():
+        for name, m in (("fp32", fp32), ("int8", int8)):
+            memory, state = m.encode(src, lengths)
+            steps = []
+            for t in range(tokens.shape[1]):
+                step_logits, state, _ = m.decoder.step(tokens[:, t : t + 1], state, memory)
+                steps.append(step_logits)
+            logits[name] = torch.cat(steps, dim=1)
+    assert logits["int8"].dtype == torch.float32
+    assert (logits["int8"] - logits["fp32"]).norm() / logits["fp32"].norm() < 0.05
 
 
 def test_decoding_copy_is_reused_until_the_weights_or_the_precision_change(dates_model):
