@@ -139,8 +139,8 @@ class Translator:
 
     def _decoding_model(self) -> Seq2Seq:
         """The model in decode.precision: for bf16 a bfloat16 copy (casting once beats autocast's
-        cast of every weight at every step), for int8 that copy with an int8 output layer
-        (`quantize.py`), for fp32 the model itself."""
+        cast of every weight at every step), for int8 that copy with every product of
+        a decoding step in int8 (`quantize.py`), for fp32 the model itself."""
         precision = self.config.decode.precision
         if precision == "fp32":
             return self.model
