@@ -1,0 +1,86 @@
+"""Where decoding's time goes: milliseconds in each part of `Translator.translate` over a test set.
+
+    python bench/decode_profile.py MODEL SOURCES [--precision int8] [--beam 1] [--batch-size 64] [--rounds 3]
+
+e.g. on the model and data that bench/speed.py leaves in its --out directory:
+    python bench/decode_profile.py runs/speed/model.safetensors runs/speed/data/test.de --precision int8
+
+A clock around each call of the encoder, the decoder's RNN, attention, combine layer and output
+layer, the whole decoder step and the search; "step, other" is the step less its layers (the
+embedding, concatenations), "search, other" the search less encoder and steps (log-softmax,
+top-k, histories, refills), "outside the search" tokenizing and detokenizing. The clocks cost
+about a microsecond a call. Prints one line per part and round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections import Counter
+from typing import Any, Callable
+
+import torch
+
+import attnmt.translate
+from attnmt.data import read_lines
+from attnmt.translate import Translator
+
+
+def timed(function: Callable, part: str, totals: Counter) -> Callable:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        result = function(*args, **kwargs)
+        totals[part] += time.perf_counter() - started
+        return result
+    return wrapper
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model", help="model file (model.safetensors)")
+    parser.add_argument("sources", help="source sentences, one per line")
+    parser.add_argument("--precision", default=None, choices=["fp32", "bf16", "int8"])
+    parser.add_argument("--beam", type=int, default=1)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    translator = Translator.load(args.model, device="cpu", precision=args.precision)
+    sources = list(read_lines(args.sources))
+    translator.translate(sources[: args.batch_size], beam_size=args.beam, batch_size=args.batch_size)  # warm-up
+
+    totals: Counter = Counter()
+    model = translator._decoding_model()  # the copy translate() decodes with (bf16 or int8), made once
+    model.encode = timed(model.encode, "encoder", totals)
+    decoder = model.decoder
+    decoder.step = timed(decoder.step, "step", totals)
+    for name in ("rnn", "attention", "combine", "classifier"):
+        layer = getattr(decoder, name)
+        layer.forward = timed(layer.forward, name, totals)
+    search = "greedy" if args.beam == 1 else "beam_search"
+    setattr(attnmt.translate, search, timed(getattr(attnmt.translate, search), "search", totals))
+
+    for round_ in range(1, args.rounds + 1):
+        totals.clear()
+        started = time.perf_counter()
+        translator.translate(sources, beam_size=args.beam, batch_size=args.batch_size)
+        total = time.perf_counter() - started
+        layers = sum(totals[name] for name in ("rnn", "attention", "combine", "classifier"))
+        parts = {
+            "encoder": totals["encoder"],
+            "decoder rnn": totals["rnn"],
+            "attention": totals["attention"],
+            "combine layer": totals["combine"],
+            "output layer": totals["classifier"],
+            "step, other": totals["step"] - layers,
+            "search, other": totals["search"] - totals["encoder"] - totals["step"],
+            "outside the search": total - totals["search"],
+        }
+        print(f"round {round_}: {len(sources)} sentences in {total * 1000:.0f} ms, {len(sources) / total:.0f} sent/s")
+        for part, seconds in parts.items():
+            print(f"  {part:<20} {seconds * 1000:7.0f} ms {100 * seconds / total:5.1f} %")
+
+
+if __name__ == "__main__":
+    main()
