@@ -25,6 +25,8 @@ import attnmt.translate
 from attnmt.data import read_lines
 from attnmt.translate import Translator
 
+LAYERS = ("rnn", "attention", "combine", "classifier")  # the decoder's layers, by attribute name
+
 
 def timed(function: Callable, part: str, totals: Counter) -> Callable:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -55,7 +57,7 @@ def main() -> None:
     model.encode = timed(model.encode, "encoder", totals)
     decoder = model.decoder
     decoder.step = timed(decoder.step, "step", totals)
-    for name in ("rnn", "attention", "combine", "classifier"):
+    for name in LAYERS:
         layer = getattr(decoder, name)
         layer.forward = timed(layer.forward, name, totals)
     search = "greedy" if args.beam == 1 else "beam_search"
@@ -66,7 +68,7 @@ def main() -> None:
         started = time.perf_counter()
         translator.translate(sources, beam_size=args.beam, batch_size=args.batch_size)
         total = time.perf_counter() - started
-        layers = sum(totals[name] for name in ("rnn", "attention", "combine", "classifier"))
+        layers = sum(totals[name] for name in LAYERS)
         parts = {
             "encoder": totals["encoder"],
             "decoder rnn": totals["rnn"],

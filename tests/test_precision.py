@@ -117,7 +117,7 @@ def test_int8_rnn_follows_the_float_rnn(rnn):
     assert all(torch.equal(a, b) for a, b in zip(*(s if isinstance(s, tuple) else (s,) for s in (state, final))))
 
 
-@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("model", MODELS + [{"attention": "bahdanau", "decoder": "luong", "tie_embeddings": True}])
 def test_int8_decoding_copy_runs_every_product_of_a_step_in_int8(model):
     torch.manual_seed(0)
     fp32 = Seq2Seq(config_from_dict(tiny_dates_config("unused", **model)).model, 30, 20).eval()
@@ -129,6 +129,8 @@ def test_int8_decoding_copy_runs_every_product_of_a_step_in_int8(model):
         assert isinstance(decoder.attention.query_proj, Int8Linear)
     assert all(p.dtype == torch.bfloat16 for p in int8.parameters())    # what runs once per sentence
     assert isinstance(fp32.decoder.classifier, torch.nn.Linear)          # the model itself is unchanged
+    if model.get("tie_embeddings"):
+        assert fp32.decoder.classifier.weight is fp32.decoder.embedding.weight
     # Five greedy steps from the same tokens: the logits stay close to fp32's.
     src, lengths = torch.randint(4, 30, (4, 9)), torch.tensor([9, 7, 5, 3])
     tokens = torch.randint(4, 20, (4, 5))
