@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import math
 import os
+import platform
 import random
 import time
 from dataclasses import dataclass, field
@@ -29,6 +31,7 @@ from .vocab import Vocabulary
 MODEL_FILE = "model.safetensors"
 CHECKPOINT_FILE = "checkpoint.safetensors"
 OPTIMIZER_PREFIX = "optimizer."
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
 
 
 @dataclass
@@ -189,10 +192,29 @@ def bound_kernel_caches(shapes: int = 64) -> None:
         os.environ.setdefault(name, str(shapes))
 
 
+def keep_freed_blocks(limit_mb: int = 1024) -> bool:
+    """Have glibc's malloc keep freed blocks of up to `limit_mb` for reuse; True if it took.
+
+    A training step allocates its largest tensors anew: the float32 logits, their log-softmax and
+    its gradient, 20-45 MB each here. glibc maps blocks over 32 MB (the most its adaptive threshold
+    reaches) fresh from the kernel and unmaps them when freed, and hands the free top of its heap
+    back, so each step paid page faults to map and zero them again: a log-softmax over 1,500 x
+    5,898 took 17 ms, 5 ms in held memory. Held, they take no more than the step's peak.
+    Does nothing where malloc is not glibc's or the user set its thresholds (MALLOC_*_THRESHOLD_).
+    """
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return False
+    if any(name in os.environ for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")):
+        return False
+    libc, limit = ctypes.CDLL(None), limit_mb << 20
+    return bool(libc.mallopt(M_MMAP_THRESHOLD, limit)) and bool(libc.mallopt(M_TRIM_THRESHOLD, limit))
+
+
 def train(config: Config, resume: bool = False, overwrite: bool = False,
           log: Callable[[str], None] = print) -> TrainResult:
     """Train the model the config describes; the best model by `train.select_by` goes to out_dir."""
     bound_kernel_caches()
+    keep_freed_blocks()
     tc = config.train
     out_dir = Path(tc.out_dir)
     model_path, checkpoint_path = out_dir / MODEL_FILE, out_dir / CHECKPOINT_FILE

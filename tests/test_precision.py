@@ -176,11 +176,9 @@ def test_precision_flag_of_translate(dates_model):
 
 
 
-MANY_SHAPES = """
-import ctypes, torch
-from attnmt.train import bound_kernel_caches
-if BOUND:
-    bound_kernel_caches()
+# glibc's accounting of malloc: bytes in blocks mapped one by one (hblkhd), free bytes the heap keeps (fordblks).
+MALLINFO = """
+import ctypes
 
 class MallInfo2(ctypes.Structure):
     _fields_ = [(name, ctypes.c_size_t) for name in
@@ -188,6 +186,13 @@ class MallInfo2(ctypes.Structure):
 
 libc = ctypes.CDLL(None)
 libc.mallinfo2.restype = MallInfo2
+"""
+
+MANY_SHAPES = MALLINFO + """
+import torch
+from attnmt.train import bound_kernel_caches
+if BOUND:
+    bound_kernel_caches()
 
 def in_use_mb():
     info = libc.mallinfo2()
@@ -202,6 +207,8 @@ for rows in range(100, 400):
 print(in_use_mb() - before)
 """
 
+needs_glibc_mallinfo2 = pytest.mark.skipif(not hasattr(ctypes.CDLL(None), "mallinfo2"), reason="needs glibc 2.33 or later")
+
 
 def growth_over_new_shapes_mb(bound: bool) -> float:
     env = {k: v for k, v in os.environ.items() if k not in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")}
@@ -210,7 +217,7 @@ def growth_over_new_shapes_mb(bound: bool) -> float:
     return float(done.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.skipif(not hasattr(ctypes.CDLL(None), "mallinfo2"), reason="needs glibc 2.33 or later")
+@needs_glibc_mallinfo2
 def test_training_bounds_the_kernel_caches_of_bf16_products():
     """oneDNN keeps a kernel and buffers for every matrix shape it has multiplied in bfloat16;
     training bounds those caches, so that batches of ever new shapes do not grow a run. In a
@@ -218,3 +225,31 @@ def test_training_bounds_the_kernel_caches_of_bf16_products():
     if growth_over_new_shapes_mb(bound=False) < 50:
         pytest.skip("this CPU's bfloat16 products keep no kernels per shape")
     assert growth_over_new_shapes_mb(bound=True) < 25
+
+
+FREED_BLOCK = MALLINFO + """
+import torch
+from attnmt.train import keep_freed_blocks
+took = keep_freed_blocks() if KEEP else False
+size = 48 * 2**20                                       # over glibc's largest adaptive threshold, 32 MB
+block = torch.ones(size, dtype=torch.uint8)
+mapped = libc.mallinfo2().hblkhd >= size
+del block
+kept = libc.mallinfo2().fordblks >= size
+print(took, mapped, kept)
+"""
+
+
+def fate_of_a_freed_block(keep: bool) -> list[str]:
+    """[whether keep_freed_blocks took, whether a 48 MB tensor had its own map, whether its memory stayed]."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    done = subprocess.run([sys.executable, "-c", f"KEEP = {keep}\n" + FREED_BLOCK], capture_output=True, text=True,
+                          env=env, check=True)
+    return done.stdout.split()
+
+
+@needs_glibc_mallinfo2
+def test_training_keeps_freed_large_blocks_for_the_next_step():
+    """By default glibc maps each large tensor afresh and unmaps it when freed; training has it keep them."""
+    assert fate_of_a_freed_block(keep=False) == ["False", "True", "False"]
+    assert fate_of_a_freed_block(keep=True) == ["True", "False", "True"]
