@@ -200,11 +200,12 @@ def keep_freed_blocks(limit_mb: int = 1024) -> bool:
     reaches) fresh from the kernel and unmaps them when freed, and hands the free top of its heap
     back, so each step paid page faults to map and zero them again: a log-softmax over 1,500 x
     5,898 took 17 ms, 5 ms in held memory. Held, they take no more than the step's peak.
-    Does nothing where malloc is not glibc's or the user set its thresholds (MALLOC_*_THRESHOLD_).
+    Does nothing where malloc is not glibc's or the user tuned it (MALLOC_*_THRESHOLD_, GLIBC_TUNABLES).
     """
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return False
-    if any(name in os.environ for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")):
+    user_set = any(name in os.environ for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"))
+    if user_set or "glibc.malloc" in os.environ.get("GLIBC_TUNABLES", ""):
         return False
     libc, limit = ctypes.CDLL(None), limit_mb << 20
     return bool(libc.mallopt(M_MMAP_THRESHOLD, limit)) and bool(libc.mallopt(M_TRIM_THRESHOLD, limit))
