@@ -204,18 +204,24 @@ def keep_freed_blocks(limit_mb: int = 1024) -> bool:
     """
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return False
-    user_set = any(name in os.environ for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"))
-    if user_set or "glibc.malloc" in os.environ.get("GLIBC_TUNABLES", ""):
+    tunables = os.environ.get("GLIBC_TUNABLES", "")
+    if any(name in os.environ for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")) or any(
+            name in tunables for name in ("glibc.malloc.mmap_threshold", "glibc.malloc.trim_threshold")):
         return False
     libc, limit = ctypes.CDLL(None), limit_mb << 20
     return bool(libc.mallopt(M_MMAP_THRESHOLD, limit)) and bool(libc.mallopt(M_TRIM_THRESHOLD, limit))
 
 
+def set_up_training_process() -> None:
+    """The process-wide memory settings training runs best with (bench/speed.py's training uses them too)."""
+    bound_kernel_caches()
+    keep_freed_blocks()
+
+
 def train(config: Config, resume: bool = False, overwrite: bool = False,
           log: Callable[[str], None] = print) -> TrainResult:
     """Train the model the config describes; the best model by `train.select_by` goes to out_dir."""
-    bound_kernel_caches()
-    keep_freed_blocks()
+    set_up_training_process()
     tc = config.train
     out_dir = Path(tc.out_dir)
     model_path, checkpoint_path = out_dir / MODEL_FILE, out_dir / CHECKPOINT_FILE

@@ -33,7 +33,7 @@ from attnmt.batch import collate
 from attnmt.config import Config, load_config
 from attnmt.data import find_split_file, read_lines
 from attnmt.model import Seq2Seq
-from attnmt.train import bound_kernel_caches, epoch_batches, keep_freed_blocks, make_optimizer, prepare_data, train_step
+from attnmt.train import epoch_batches, make_optimizer, prepare_data, set_up_training_process, train_step
 from attnmt.translate import Translator
 from attnmt.vocab import PAD_ID
 
@@ -96,8 +96,7 @@ def matmul_peak_gflops(threads: int, size: int = 2048, repeats: int = 10) -> flo
 
 def train_phase(args: argparse.Namespace) -> None:
     """In the child process: train `--steps` updates, print a JSON record of the timing."""
-    bound_kernel_caches()  # as attnmt.train.train does
-    keep_freed_blocks()
+    set_up_training_process()  # as attnmt.train.train does
     torch.set_num_threads(args.threads)
     config = bench_config(args)
     torch.manual_seed(config.train.seed)
