@@ -13,14 +13,13 @@ from __future__ import annotations
 import hashlib
 import http.client
 import io
-import os
 import urllib.error
 import urllib.request
 import zipfile
 from pathlib import Path
 
 from .errors import AttnmtError
-from .files import atomic_write
+from .files import atomic_write, cache_dir
 
 # Pinned to a commit of https://github.com/multi30k/dataset, so the files never change.
 MULTI30K_URL = ("https://raw.githubusercontent.com/multi30k/dataset/"
@@ -36,10 +35,6 @@ MULTI30K_FILES = {
 # manythings.org updates these zips from time to time, so there is no fixed checksum.
 TATOEBA_URL = "https://www.manythings.org/anki/{lang}-eng.zip"
 TIMEOUT_S = 60
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("ATTNMT_CACHE") or Path.home() / ".cache" / "attnmt")
 
 
 def is_corpus_name(path: str) -> bool:

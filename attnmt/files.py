@@ -1,4 +1,4 @@
-"""Writing files so that a crash or a full disk never leaves a half-written one behind."""
+"""Writing files so that a crash or a full disk never leaves a half-written one behind; the cache folder."""
 
 from __future__ import annotations
 
@@ -26,3 +26,8 @@ def atomic_write(path: str | Path, data: bytes) -> None:
         if isinstance(err, OSError):
             raise AttnmtError(f"{path}: cannot write: {err.strerror or err}") from None
         raise
+
+
+def cache_dir() -> Path:
+    """Where downloaded corpora and compiled decoding steps are kept: $ATTNMT_CACHE, default ~/.cache/attnmt."""
+    return Path(os.environ.get("ATTNMT_CACHE") or Path.home() / ".cache" / "attnmt")

@@ -8,7 +8,7 @@ instead of thinning out to the last long sentence of every group.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 import torch.nn.functional as F
@@ -17,6 +17,10 @@ from .attention import NoAttention
 from .decoder import DecoderState, Memory, put, select
 from .model import Seq2Seq
 from .vocab import EOS_ID, SOS_ID
+
+# Decoder.step's signature for one token: (prev_tokens [B, 1], state, memory) -> (logits [B, 1, V],
+# state, weights [B, 1, S] or None). The searches take any such step, e.g. a compiled one (compiled.py).
+Step = Callable[[torch.Tensor, DecoderState, Memory], tuple[torch.Tensor, DecoderState, Optional[torch.Tensor]]]
 
 
 @dataclass
@@ -78,12 +82,13 @@ class Beams:
     of the slots hold ended sentences, waiting sentences take them over; when none wait, ended
     sentences leave the batch (`rows_to_keep`). Per row it keeps the decoder's memory and state,
     the next input token, the log-probability so far and the tokens and attention weights since
-    the row's sentence joined.
+    the row's sentence joined. Each step runs `step` (default: the model's Decoder.step).
     """
 
     def __init__(self, model: Seq2Seq, src: torch.Tensor, src_lengths: torch.Tensor, max_lengths: torch.Tensor,
-                 width: int, batch_size: Optional[int] = None):
+                 width: int, batch_size: Optional[int] = None, step: Optional[Step] = None):
         self.model, self.width = model, width
+        self.step = step or model.decoder.step
         self.src, self.lengths = src, src_lengths.to(src.device)
         self.max_lengths = max_lengths.to(src.device).clamp(min=1)
         self.batch_size = batch_size or src.shape[0]
@@ -134,7 +139,7 @@ class Beams:
 
     def decode(self) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         """One decoder step for every row: logits [b*K, V] and attention weights [b*K, S] (None for `none`)."""
-        logits, self.state, weights = self.model.decoder.step(self.tokens.unsqueeze(1), self.state, self.memory)
+        logits, self.state, weights = self.step(self.tokens.unsqueeze(1), self.state, self.memory)
         return logits[:, -1], None if weights is None else weights[:, -1]
 
     def at_limit(self) -> torch.Tensor:
@@ -240,13 +245,13 @@ class Beams:
 
 @torch.inference_mode()
 def greedy(model: Seq2Seq, src: torch.Tensor, src_lengths: torch.Tensor, max_lengths: torch.Tensor,
-           batch_size: Optional[int] = None) -> list[Hypothesis]:
+           batch_size: Optional[int] = None, step: Optional[Step] = None) -> list[Hypothesis]:
     """The most likely token at each step, until EOS or the sentence's own `max_lengths` [N].
 
     src [N, S] and src_lengths [N] hold all the sentences; at most `batch_size` (default: all)
-    decode at once. Returns one hypothesis per sentence.
+    decode at once; `step` replaces the model's decoder step. Returns one hypothesis per sentence.
     """
-    beams = Beams(model, src, src_lengths, max_lengths, 1, batch_size)
+    beams = Beams(model, src, src_lengths, max_lengths, 1, batch_size, step)
     results: list[Optional[Hypothesis]] = [None] * src.shape[0]
     while beams.decoding():
         logits, weights = beams.decode()                                        # [b, V], [b, S]
@@ -281,18 +286,19 @@ def settled(hypotheses: list[Hypothesis], beam_size: int, n_best: int, best_live
 
 @torch.inference_mode()
 def beam_search(model: Seq2Seq, src: torch.Tensor, src_lengths: torch.Tensor, max_lengths: torch.Tensor,
-                beam_size: int, alpha: float = 0.0, n_best: int = 1, batch_size: Optional[int] = None
-                ) -> list[list[Hypothesis]]:
+                beam_size: int, alpha: float = 0.0, n_best: int = 1, batch_size: Optional[int] = None,
+                step: Optional[Step] = None) -> list[list[Hypothesis]]:
     """The `n_best` best hypotheses per sentence, best first, by batched beam search.
 
     Each sentence keeps `beam_size` live hypotheses. At every step the best 2 x beam_size
     extensions are ranked; an EOS among the first beam_size finishes that hypothesis, the best
     beam_size others live on. A sentence is done when it has beam_size finished hypotheses or
     reaches its max length (where only EOS is allowed), or as soon as no live hypothesis can
-    still enter its n-best (`settled`). At most `batch_size` sentences (default: all) decode at once.
+    still enter its n-best (`settled`). At most `batch_size` sentences (default: all) decode at once;
+    `step` replaces the model's decoder step.
     """
     k = beam_size
-    beams = Beams(model, src, src_lengths, max_lengths, k, batch_size)
+    beams = Beams(model, src, src_lengths, max_lengths, k, batch_size, step)
     finished: list[list[Hypothesis]] = [[] for _ in range(src.shape[0])]
     while beams.decoding():
         logits, weights = beams.decode()                                            # [b*K, V]

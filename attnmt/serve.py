@@ -338,11 +338,11 @@ def create_app(translator: Translator, limits: Optional[ServeConfig] = None) -> 
     return app
 
 
-def serve(model_path: str, host: str, port: int, device: str, precision: Optional[str], limits: ServeConfig,
-          log: Callable[[str], None] = print) -> None:
+def serve(model_path: str, host: str, port: int, device: str, precision: Optional[str], compile: bool,
+          limits: ServeConfig, log: Callable[[str], None] = print) -> None:
     """Load the model and serve it until interrupted; port 0 picks a free port (printed)."""
     validate_serve(limits)
-    translator = Translator.load(model_path, device, precision)
+    translator = Translator.load(model_path, device, precision, compile)
     app = create_app(translator, limits)
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

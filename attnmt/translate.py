@@ -11,12 +11,13 @@ import numpy as np
 import torch
 
 from .batch import pad
+from .compiled import compiled_step
 from .config import PRECISIONS, Config, config_from_dict
 from .errors import AttnmtError
 from .model import Seq2Seq, resolve_device
 from .modelfile import load_file, save_file
 from .quantize import int8_decoding_copy
-from .search import Hypothesis, beam_search, greedy
+from .search import Hypothesis, Step, beam_search, greedy
 from .tokenize import Tokenizer, tokenizers_from_dicts
 from .vocab import Vocabulary
 
@@ -35,14 +36,17 @@ class Translation:
 
 class Translator:
     def __init__(self, model: Seq2Seq, config: Config, src_tokenizer: Tokenizer, tgt_tokenizer: Tokenizer,
-                 src_vocab: Vocabulary, tgt_vocab: Vocabulary):
+                 src_vocab: Vocabulary, tgt_vocab: Vocabulary, compile: bool = False):
         self.model = model
+        # Decode with the step compiled for this CPU (compiled.py). Like the device, a choice of
+        # the machine that decodes, not stored in model files.
+        self.compile = compile
         self.config = config
         self.src_tokenizer = src_tokenizer
         self.tgt_tokenizer = tgt_tokenizer
         self.src_vocab = src_vocab
         self.tgt_vocab = tgt_vocab
-        self._decoding_copy: Optional[tuple[tuple, Seq2Seq]] = None
+        self._decoding_copy: Optional[tuple[tuple, Seq2Seq, Optional[Step]]] = None
 
     @property
     def device(self) -> torch.device:
@@ -65,9 +69,11 @@ class Translator:
         save_file(path, self.weights(), {"kind": "model", **self.metadata()})
 
     @classmethod
-    def load(cls, path: str | Path, device: str = "auto", precision: Optional[str] = None) -> "Translator":
+    def load(cls, path: str | Path, device: str = "auto", precision: Optional[str] = None,
+             compile: bool = False) -> "Translator":
         """Load a model file (or a training checkpoint) written by `save`; `precision` (fp32, bf16
-        or int8) overrides the decode.precision it was saved with."""
+        or int8) overrides the decode.precision it was saved with; `compile`: decode with the step
+        compiled for this CPU (compiled.py)."""
         tensors, meta = load_file(path)
         try:
             config = config_from_dict(meta["config"])
@@ -88,7 +94,10 @@ class Translator:
                 raise AttnmtError(f"precision {precision!r}: choose {', '.join(PRECISIONS)}")
             config.decode.precision = precision
         model.to(resolve_device(device)).eval()
-        return cls(model, config, src_tokenizer, tgt_tokenizer, src_vocab, tgt_vocab)
+        translator = cls(model, config, src_tokenizer, tgt_tokenizer, src_vocab, tgt_vocab, compile)
+        if compile:  # compile (or load) the step now, not in the first request of a server
+            translator._decoding()
+        return translator
 
     def tokenize_source(self, text: str) -> list[str]:
         return self.src_tokenizer.tokenize(text)[: self.config.decode.max_src_len]
@@ -122,7 +131,7 @@ class Translator:
         todo = sorted((i for i, tokens in enumerate(sources) if tokens), key=lambda i: -len(sources[i]))
         batch_size = batch_size or decode.batch_size
         self.model.eval()
-        model = self._decoding_model()
+        model, step = self._decoding()
         # Decoded CHUNK batches' worth at a time: only their padded ids are held at once.
         for start in range(0, len(todo), CHUNK * batch_size):
             ids = todo[start : start + CHUNK * batch_size]
@@ -130,28 +139,34 @@ class Translator:
             lengths = torch.tensor([len(sources[i]) for i in ids])
             max_lengths = (lengths.float() * decode.max_len_ratio).long() + decode.max_len_extra + 1
             if beam_size == 1:
-                nbests = [[h] for h in greedy(model, src, lengths, max_lengths, batch_size)]
+                nbests = [[h] for h in greedy(model, src, lengths, max_lengths, batch_size, step)]
             else:
-                nbests = beam_search(model, src, lengths, max_lengths, beam_size, alpha, n_best, batch_size)
+                nbests = beam_search(model, src, lengths, max_lengths, beam_size, alpha, n_best, batch_size, step)
             for i, hypotheses in zip(ids, nbests):
                 results[i] = [self._translation(sources[i], h) for h in hypotheses]
         return results
 
-    def _decoding_model(self) -> Seq2Seq:
-        """The model in decode.precision: for bf16 a bfloat16 copy (casting once beats autocast's
-        cast of every weight at every step), for int8 that copy with every product of
-        a decoding step in int8 (`quantize.py`), for fp32 the model itself."""
+    def _decoding(self) -> tuple[Seq2Seq, Optional[Step]]:
+        """The model in decode.precision and, with `compile`, its compiled decoding step
+        (`compiled.py`; None: the searches run the model's own).
+
+        For bf16 the model is a bfloat16 copy (casting once beats autocast's cast of every weight
+        at every step), for int8 that copy with every product of a decoding step in int8
+        (`quantize.py`), for fp32 the model itself.
+        """
         precision = self.config.decode.precision
-        if precision == "fp32":
-            return self.model
         # Every in-place change of a weight (an optimizer step, load_state_dict) bumps its version
         # counter, so the copy is made again only when the weights have changed since.
-        key = (precision, tuple(p._version for p in self.model.parameters()))
+        key = (precision, self.compile, tuple(p._version for p in self.model.parameters()))
         if self._decoding_copy is None or self._decoding_copy[0] != key:
-            model = (int8_decoding_copy(self.model) if precision == "int8"
-                     else copy.deepcopy(self.model).to(torch.bfloat16).eval())
-            self._decoding_copy = (key, model)
-        return self._decoding_copy[1]
+            model = self.model
+            if precision == "int8":
+                model = int8_decoding_copy(self.model)
+            elif precision == "bf16":
+                model = copy.deepcopy(self.model).to(torch.bfloat16).eval()
+            step = compiled_step(model) if self.compile else None
+            self._decoding_copy = (key, model, step)
+        return self._decoding_copy[1:]
 
     def _translation(self, source_tokens: list[str], hypothesis: Hypothesis) -> Translation:
         tokens = self.tgt_vocab.decode(hypothesis.ids)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Speed side by side: the peers' harness (JoeyNMT, OpenNMT-py), then attnmt's bench/speed.py on
-# the same model and data, fp32 and bf16 (whose model also decodes in int8), one after the other;
-# prints every figure and the ratios.
+# the same model and data, fp32 and bf16 (whose model also decodes in int8, eager and compiled),
+# one after the other; prints every figure and the ratios.
 #   bash bench/compare_peers.sh [OUT_DIR]          (ORDER=attnmt-first: attnmt's parts before the peers')
 # Needs the peers' venvs: bash ../shared/bench/peers/setup_peers.sh (about 3 minutes, once).
 # Run it on an otherwise idle machine: another process on the cores skews every figure.
@@ -26,7 +26,7 @@ peers() {
 attnmt() {
   for precision in fp32 bf16; do
     echo "[compare] attnmt $precision -> $OUT/attnmt_$precision.txt" >&2
-    also=""; if [ "$precision" = bf16 ]; then also=int8; fi
+    also=""; if [ "$precision" = bf16 ]; then also=int8,int8-compiled; fi
     "$PYTHON" bench/speed.py --data "$DATA" --out "$OUT/attnmt_$precision" --precision "$precision" \
       --also-decode "$also" --name "attnmt-$precision" > "$OUT/attnmt_$precision.txt"
   done

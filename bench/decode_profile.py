@@ -53,7 +53,7 @@ def main() -> None:
     translator.translate(sources[: args.batch_size], beam_size=args.beam, batch_size=args.batch_size)  # warm-up
 
     totals: Counter = Counter()
-    model = translator._decoding_model()  # the copy translate() decodes with (bf16 or int8), made once
+    model, _ = translator._decoding()  # the copy translate() decodes with (bf16 or int8), made once
     model.encode = timed(model.encode, "encoder", totals)
     decoder = model.decoder
     decoder.step = timed(decoder.step, "step", totals)

@@ -19,6 +19,9 @@ COMPARED = [("train_tgt_tok_per_s_steady", True), ("train_tgt_tok_per_s", True),
 # attnmt-only figures (no peer has them): compared with the peers' figure of the base metric.
 EXTRA = {"translate_greedy_b256_sent_per_s": "translate_greedy_sent_per_s",
          "translate_beam5_b256_sent_per_s": "translate_beam5_sent_per_s"}
+# attnmt-only figures shown apart, in seconds.
+SHOWN = {"decode_load_s": "seconds to load the model for decoding (before the timed decoding)",
+         "decode_compile_s": "seconds to compile the decoding step, once per model and machine (empty caches)"}
 
 
 def main(paths: list[str]) -> None:
@@ -41,6 +44,10 @@ def main(paths: list[str]) -> None:
         cells = [f"{figures[p][metric]:,.1f}" if metric in figures[p] else "-" for p in peers + ours]
         ratios = [f"{figures[o][metric] / best:.2f}x" if metric in figures[o] else "-" for o in ours]
         print(f"| {metric} | " + " | ".join(cells + ratios) + " |")
+    for metric, label in SHOWN.items():
+        shown = [f"{o} {figures[o][metric]:.1f}" for o in ours if metric in figures[o]]
+        if shown:
+            print(f"\n{label}: " + "; ".join(shown))
     if peaks:
         # A busy neighbour slows every part it overlaps: a lower peak marks a slowed part.
         print("\nfp32 matmul peak around each part, GFLOP/s: "

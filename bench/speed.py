@@ -4,7 +4,9 @@
 
 Trains bench/peers_model.yaml (the model of ../shared/bench/peers) for a fixed number of updates
 in a child process (its peak RSS is the training memory), then translates test2016 greedy and
-with beam 5, timing the decoding loop only (model loading excluded). The text is lowercased and
+with beam 5, timing the decoding loop only (model loading excluded, and printed apart: the
+seconds to load in a fresh process and, for a `-compiled` decoding, to compile its step into
+empty caches first). The text is lowercased and
 split into \\w+ runs and single punctuation marks, as the peers' prep_data.py does, so that both
 sides see the same tokens, vocabularies and target-word counts; BLEU is sacreBLEU with
 `-tok none` on those tokens, as the peers' harness computes it.
@@ -21,6 +23,7 @@ import json
 import os
 import re
 import resource
+import shutil
 import subprocess
 import sys
 import time
@@ -148,8 +151,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=20, help="updates left out of the throughput")
     parser.add_argument("--threads", type=int, default=2, help="torch threads, as the peers' OMP_NUM_THREADS")
     parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="training and decoding precision")
-    parser.add_argument("--also-decode", default="", help="more decoding precisions, e.g. int8: their lines name "
-                                                           "peer attnmt-<precision>")
+    parser.add_argument("--also-decode", default="", help="more decodings, e.g. int8,int8-compiled (a precision, "
+                                                           "-compiled: with --compile); their lines name peer "
+                                                           "attnmt-<decoding>")
     parser.add_argument("--decode-batches", default="64,256", help="sentences per decoding batch; the first is the peers' 64")
     parser.add_argument("--test-n", type=int, default=1000, help="test2016 sentences to translate")
     parser.add_argument("--name", default="attnmt", help="the peer= name on the metric lines")
@@ -191,11 +195,30 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     sources = list(read_lines(out / "data" / "test.de"))[: args.test_n]
     references = list(read_lines(out / "data" / "test.en"))[: args.test_n]
-    for precision in [args.precision] + [p for p in args.also_decode.split(",") if p]:
-        if precision != args.precision:
-            PEER = f"attnmt-{precision}"
-        translator = Translator.load(out / "model.safetensors", device="cpu", precision=precision)
+    for decoding in [args.precision] + [d for d in args.also_decode.split(",") if d]:
+        if decoding != args.precision:
+            PEER = f"attnmt-{decoding}"
+        precision, _, compiled = decoding.partition("-")
+        if compiled:
+            # Compiled afresh, into empty caches (attnmt's and torch inductor's), as a new user would.
+            for cache in (out / "cache", out / "inductor"):
+                shutil.rmtree(cache, ignore_errors=True)
+            os.environ.update(ATTNMT_CACHE=str(out / "cache"), TORCHINDUCTOR_CACHE_DIR=str(out / "inductor"))
+            started = time.perf_counter()
+            Translator.load(out / "model.safetensors", device="cpu", precision=precision, compile=True)
+            emit("decode_compile_s", time.perf_counter() - started, "s")
+        emit("decode_load_s", load_seconds(out / "model.safetensors", precision, bool(compiled)), "s")
+        translator = Translator.load(out / "model.safetensors", device="cpu", precision=precision, compile=bool(compiled))
         decode_test(translator, sources, references, [int(b) for b in args.decode_batches.split(",")])
+
+
+def load_seconds(model: Path, precision: str, compile: bool) -> float:
+    """Seconds Translator.load takes in a fresh process (a compiled step: loaded from the cache)."""
+    code = ("import sys, time; from attnmt.translate import Translator; started = time.perf_counter(); "
+            "Translator.load(sys.argv[1], 'cpu', sys.argv[2], sys.argv[3] == '1'); print(time.perf_counter() - started)")
+    child = subprocess.run([sys.executable, "-c", code, str(model), precision, str(int(compile))],
+                           capture_output=True, text=True, check=True)
+    return float(child.stdout.strip().splitlines()[-1])
 
 
 def decode_test(translator: Translator, sources: list[str], references: list[str], batch_sizes: list[int]) -> None:

@@ -150,16 +150,16 @@ def test_int8_decoding_copy_runs_every_product_of_a_step_in_int8(model):
 def test_decoding_copy_is_reused_until_the_weights_or_the_precision_change(dates_model):
     translator = Translator.load(dates_model)
     translator.config.decode.precision = "bf16"
-    first = translator._decoding_model()
-    assert translator._decoding_model() is first
+    first, _ = translator._decoding()
+    assert translator._decoding()[0] is first
     assert next(first.parameters()).dtype == torch.bfloat16
     with torch.no_grad():
         next(translator.model.parameters()).add_(1.0)  # as an optimizer step would
-    second = translator._decoding_model()
+    second, _ = translator._decoding()
     assert second is not first
     assert torch.equal(next(second.parameters()), next(translator.model.parameters()).to(torch.bfloat16))
     translator.config.decode.precision = "int8"
-    assert isinstance(translator._decoding_model().decoder.classifier, Int8Linear)
+    assert isinstance(translator._decoding()[0].decoder.classifier, Int8Linear)
 
 
 def test_precision_flag_of_translate(dates_model):

@@ -1,0 +1,128 @@
+"""The compiled decoding step (compiled.py) computes what Decoder.step computes, and is cached."""
+
+import os
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from attnmt import AttnmtError, Translator, cli
+from attnmt.compiled import _program_key, compiled_step
+from attnmt.config import config_from_dict
+from attnmt.files import cache_dir
+from attnmt.model import Seq2Seq
+from attnmt.quantize import int8_decoding_copy
+from conftest import tiny_dates_config
+
+needs_compiler = pytest.mark.skipif(shutil.which(os.environ.get("CXX", "g++")) is None,
+                                    reason="no C++ compiler to compile the step with (.ci/run installs g++)")
+
+DATES = ["March 3, 2021", "3. Oktober 1990", "12/25/2031", "the 1st of May 1999", "1.2.2003", "May 9 1976"] * 3
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path_factory, monkeypatch):
+    """One cache for the module's tests (compiling takes seconds), never the user's."""
+    monkeypatch.setenv("ATTNMT_CACHE", str(tmp_path_factory.getbasetemp() / "compiled-cache"))
+
+
+def tiny_model(tmp_path, **kind) -> Seq2Seq:
+    torch.manual_seed(0)
+    config = config_from_dict(tiny_dates_config(tmp_path, **kind))
+    return Seq2Seq(config.model, 40, 30).eval()
+
+
+def assert_steps_agree(model: Seq2Seq, atol: float) -> None:
+    """Three steps from the same inputs, at batch and source sizes other than the export's example."""
+    step = compiled_step(model)
+    generator = torch.Generator().manual_seed(0)
+    for rows, length in [(1, 1), (5, 9), (64, 3)]:
+        src = torch.randint(4, 40, (rows, length), generator=generator)
+        lengths = torch.randint(1, length + 1, (rows,), generator=generator)
+        lengths[0] = length
+        tokens = torch.randint(4, 30, (rows, 1), generator=generator)
+        with torch.inference_mode():
+            memory, state = model.encode(src, lengths)
+            for _ in range(3):
+                logits, new_state, weights = model.decoder.step(tokens, state, memory)
+                compiled_logits, compiled_state, compiled_weights = step(tokens, state, memory)
+                torch.testing.assert_close(compiled_logits, logits, atol=atol, rtol=0)
+                assert (compiled_weights is None) == (weights is None)
+                if weights is not None:
+                    torch.testing.assert_close(compiled_weights, weights, atol=atol, rtol=0)
+                    assert torch.all(compiled_weights.masked_select(~memory.mask[:, None]) == 0)  # pads get none
+                for ours, theirs in zip(*(
+                        [*(s.hidden if isinstance(s.hidden, tuple) else [s.hidden]), s.attn_vector]
+                        for s in (compiled_state, new_state))):
+                    assert (ours is None) == (theirs is None)
+                    if ours is not None:
+                        torch.testing.assert_close(ours, theirs, atol=atol, rtol=0)
+                state, tokens = new_state, logits.argmax(-1)
+
+
+@needs_compiler
+@pytest.mark.parametrize("kind", [
+    {"attention": "bahdanau", "decoder": "luong", "input_feeding": True},  # the peers' benchmark model
+    {"attention": "dot", "decoder": "bahdanau", "rnn": "lstm", "dec_layers": 2, "enc_hidden": 24},
+    {"attention": "none", "decoder": "luong"},
+])
+def test_compiled_step_computes_what_the_decoder_step_computes(kind, tmp_path):
+    assert_steps_agree(tiny_model(tmp_path, **kind), atol=1e-5)
+
+
+@needs_compiler
+def test_compiled_int8_step_agrees_within_bfloat16_rounding(tmp_path):
+    # The compiled program keeps elementwise chains in float32 where eager rounds each op to bfloat16.
+    model = int8_decoding_copy(tiny_model(tmp_path, attention="bahdanau", decoder="luong", input_feeding=True))
+    assert_steps_agree(model, atol=3e-2)
+
+
+@needs_compiler
+def test_translator_with_compile_translates_as_without_and_reuses_the_program(dates_model, capsys):
+    plain = Translator.load(dates_model)
+    compiled = Translator.load(dates_model, compile=True)
+    assert "compiling the decoding step" in capsys.readouterr().err
+    for beam in (1, 3):
+        for ours, theirs in zip(compiled.translate(DATES, beam_size=beam, batch_size=4),
+                                plain.translate(DATES, beam_size=beam, batch_size=4)):
+            assert ours.text == theirs.text
+            np.testing.assert_allclose(ours.attention, theirs.attention, atol=1e-5)
+    Translator.load(dates_model, compile=True)
+    assert "compiling" not in capsys.readouterr().err  # the second load found the program
+    folder = cache_dir() / "compiled"
+    assert (folder / f"step-{_program_key(plain.model)}.pt2").is_file()
+    assert not [p for p in folder.iterdir() if p.name.startswith(".")]  # no temporary file left
+
+
+def test_program_key_follows_the_weights_and_the_precision(tmp_path):
+    model = tiny_model(tmp_path, attention="bahdanau", decoder="luong", input_feeding=True)
+    key = _program_key(model)
+    assert _program_key(model) == key
+    assert _program_key(int8_decoding_copy(model)) != key
+    with torch.no_grad():
+        model.decoder.combine.bias[0] += 1e-3
+    assert _program_key(model) != key
+
+
+def test_missing_compiler_is_one_clear_error(dates_model, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("ATTNMT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("CXX", "no-such-c++-compiler")
+    source = tmp_path / "in.txt"
+    source.write_text("March 3, 2021\n")
+    code = cli.main(["translate", str(dates_model), "--compile", "--input", str(source)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1
+    assert "needs a C++ compiler" in err[0] and "no-such-c++-compiler" in err[0]
+    assert not any((tmp_path / "cache").rglob("*.pt2"))  # nothing half-written left behind
+
+
+@needs_compiler
+def test_damaged_cached_program_is_named_in_the_error(dates_model, tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNMT_CACHE", str(tmp_path / "cache"))
+    translator = Translator.load(dates_model)
+    path = tmp_path / "cache" / "compiled" / f"step-{_program_key(translator.model)}.pt2"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"not a program")
+    with pytest.raises(AttnmtError, match="cannot load the compiled decoding step.*delete it"):
+        Translator.load(dates_model, compile=True)
