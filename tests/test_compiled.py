@@ -126,3 +126,12 @@ def test_damaged_cached_program_is_named_in_the_error(dates_model, tmp_path, mon
     path.write_bytes(b"not a program")
     with pytest.raises(AttnmtError, match="cannot load the compiled decoding step.*delete it"):
         Translator.load(dates_model, compile=True)
+
+
+@needs_compiler
+def test_unwritable_cache_is_one_clear_error(dates_model, tmp_path, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("ATTNMT_CACHE", str(blocker))  # a file where the cache folder should be
+    with pytest.raises(AttnmtError, match="a-file/compiled: cannot write the compiled decoding step"):
+        Translator.load(dates_model, compile=True)
