@@ -10,7 +10,7 @@ rows takes about a third less time.
 length left dynamic, so one program serves greedy and beam search at every batch size. Compiling
 takes a C++ compiler and 10-60 s, once per model, precision, CPU kind, thread count and torch
 and attnmt version: the program is kept as $ATTNMT_CACHE/compiled/step-<key>.pt2, and later
-processes load it in about 2 s, mostly spent importing torch's compiler.
+processes load it in 2-3 s, mostly spent importing torch's compiler.
 """
 
 from __future__ import annotations
