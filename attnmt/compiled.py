@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from .decoder import Decoder, DecoderState, Memory
-from .errors import AttnmtError
+from .errors import AttnmtError, first_line
 from .files import cache_dir
 from .model import Seq2Seq
 from .vocab import UNK_ID
@@ -112,10 +112,6 @@ def _export(model: Seq2Seq) -> torch.export.ExportedProgram:
     shapes = ({0: rows}, {0: rows, 1: length}, {0: rows, 1: length}, {0: rows, 1: length}, tuple(state_shapes))
     return torch.export.export(StepProgram(decoder, lstm), (tokens, *memory, *state_tensors(state)),
                                dynamic_shapes=shapes)
-
-
-def first_line(err: Exception) -> str:
-    return (str(err).splitlines() or [type(err).__name__])[0]
 
 
 def compiled_step(model: Seq2Seq) -> CompiledStep:

@@ -13,7 +13,7 @@ import torch
 from .batch import pad
 from .compiled import compiled_step
 from .config import PRECISIONS, Config, config_from_dict
-from .errors import AttnmtError
+from .errors import AttnmtError, first_line
 from .model import Seq2Seq, resolve_device
 from .modelfile import load_file, save_file
 from .quantize import int8_decoding_copy
@@ -87,8 +87,7 @@ class Translator:
         try:
             model.load_state_dict(weights)
         except RuntimeError as err:
-            first = str(err).splitlines()[0] if str(err) else "mismatch"
-            raise AttnmtError(f"{path}: weights do not match the model described in the file ({first})") from None
+            raise AttnmtError(f"{path}: weights do not match the model described in the file ({first_line(err)})") from None
         if precision is not None:
             if precision not in PRECISIONS:
                 raise AttnmtError(f"precision {precision!r}: choose {', '.join(PRECISIONS)}")

@@ -204,11 +204,11 @@ def main() -> None:
             for cache in (out / "cache", out / "inductor"):
                 shutil.rmtree(cache, ignore_errors=True)
             os.environ.update(ATTNMT_CACHE=str(out / "cache"), TORCHINDUCTOR_CACHE_DIR=str(out / "inductor"))
-            started = time.perf_counter()
-            Translator.load(out / "model.safetensors", device="cpu", precision=precision, compile=True)
+        started = time.perf_counter()
+        translator = Translator.load(out / "model.safetensors", device="cpu", precision=precision, compile=bool(compiled))
+        if compiled:
             emit("decode_compile_s", time.perf_counter() - started, "s")
         emit("decode_load_s", load_seconds(out / "model.safetensors", precision, bool(compiled)), "s")
-        translator = Translator.load(out / "model.safetensors", device="cpu", precision=precision, compile=bool(compiled))
         decode_test(translator, sources, references, [int(b) for b in args.decode_batches.split(",")])
 
 
