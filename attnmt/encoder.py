@@ -8,6 +8,7 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from .recurrence import GRULayer
 from .vocab import PAD_ID
 
 # GRU: h [layers, B, H]; LSTM: (h, c), each [layers, B, H].
@@ -46,15 +47,41 @@ class Encoder(nn.Module):
     def forward(self, src: torch.Tensor, lengths: torch.Tensor) -> EncoderOutput:
         """src [B, S] ids, lengths [B] (all >= 1)."""
         embedded = self.dropout(self.embedding(src))                        # [B, S, E]
-        # Packing keeps pads out of the states; the backward direction starts at the real end.
-        packed = pack_padded_sequence(embedded, lengths.cpu(), batch_first=True, enforce_sorted=False)
-        packed_out, final = self.rnn(packed)
-        outputs, _ = pad_packed_sequence(packed_out, batch_first=True, total_length=src.shape[1])
+        if isinstance(self.rnn, nn.GRU) and torch.is_grad_enabled() and src.device.type == "cpu":
+            # On CPUs nn.GRU's backward runs autograd through every step's small products; on
+            # GPUs cuDNN's fused kernels are faster still.
+            outputs, final = self._gru_layers(embedded, lengths.cpu())
+        else:
+            outputs, final = self._packed_rnn(embedded, lengths.cpu())
         outputs = self.dropout(outputs)                                     # [B, S, D]
         final = tuple(map(self._join_directions, final)) if isinstance(final, tuple) else self._join_directions(final)
         positions = torch.arange(src.shape[1], device=src.device)
         mask = positions.unsqueeze(0) < lengths.to(src.device).unsqueeze(1)  # [B, S], from lengths like packing
         return EncoderOutput(outputs, final, mask)
+
+    def _packed_rnn(self, x: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, RNNState]:
+        """self.rnn over x [B, S, E]: outputs [B, S, D], zeros at pads, and the final state(s)."""
+        # Packing keeps pads out of the states; the backward direction starts at the real end.
+        packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+        packed_out, final = self.rnn(packed)
+        outputs, _ = pad_packed_sequence(packed_out, batch_first=True, total_length=x.shape[1])
+        return outputs, final
+
+    def _gru_layers(self, x: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """What _packed_rnn returns for a GRU, layer by layer through GRULayer (recurrence.py)."""
+        finals = []
+        for layer in range(self.rnn.num_layers):
+            if layer > 0:
+                x = self.dropout(x)                                         # nn.GRU's dropout between layers
+            names = [f"l{layer}", f"l{layer}_reverse"][: self.directions]
+
+            def stacked(kind: str) -> torch.Tensor:
+                return torch.stack([getattr(self.rnn, f"{kind}_{name}") for name in names])
+
+            x, final = GRULayer.apply(x, lengths, stacked("weight_ih"), stacked("bias_ih"),
+                                      stacked("weight_hh"), stacked("bias_hh"))
+            finals.append(final)
+        return x, torch.cat(finals)
 
     def _join_directions(self, state: torch.Tensor) -> torch.Tensor:
         layers_x_dirs, batch, hidden = state.shape                          # [layers*dirs, B, H]

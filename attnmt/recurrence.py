@@ -1,16 +1,18 @@
-"""The teacher-forced decoder loop of the Luong order with input feeding, as one autograd node.
+"""Recurrent loops of training as single autograd nodes: the teacher-forced decoder loop of the
+Luong order with input feeding, and the encoder's GRU layers.
 
-With input feeding each step reads the previous step's attentional vector, so even with the gold
-target known the decoder runs step by step. Through autograd every step adds dozens of small
-nodes, and every weight gets a small gradient product per step, summed one by one. Here the
-forward loop keeps what the backward needs, the backward runs the steps in reverse by hand, and
-each weight's gradient is one matrix product over all steps. Products that read the same vector
-share one call: the new state h_t feeds the query, the combine layer and the next step's
-recurrent gates, so those three weights are stacked.
+Through autograd every step of a loop adds dozens of small nodes, and every weight gets a small
+gradient product per step, summed one by one. Here each forward loop keeps what its backward
+needs, the backward runs the steps in reverse by hand, and each weight's gradient is one matrix
+product over all steps.
 
-It covers one-layer GRU decoders with additive, dot or general attention: the peers' model of
-the speed benchmark. Decoder.forward uses it for them under full teacher forcing; tests check it
-computes what the step-by-step loop computes.
+With input feeding each decoder step reads the previous step's attentional vector, so even with
+the gold target known the decoder runs step by step. Products that read the same vector share
+one call: the new state h_t feeds the query, the combine layer and the next step's recurrent
+gates, so those three weights are stacked. InputFedGRUAttention covers one-layer GRU decoders
+with additive, dot or general attention: the peers' model of the speed benchmark.
+Decoder.forward uses it for them under full teacher forcing, Encoder.forward uses GRULayer when
+it trains on a CPU; tests check both compute what autograd through the plain loops computes.
 """
 
 from __future__ import annotations
@@ -42,10 +44,28 @@ def gru_cell(gi: torch.Tensor, gh: torch.Tensor, h: torch.Tensor, rz: Optional[t
 
     rz [B, 2H] and n [B, H], if given, receive σ(r, z) and n (a backward reads them); out the new state.
     """
-    H = h.shape[1]
-    rz = torch.add(gi[:, : 2 * H], gh[:, : 2 * H], out=rz).sigmoid_()
-    n = tanh_(torch.addcmul(gi[:, 2 * H :], rz[:, :H], gh[:, 2 * H :], out=n))
-    return torch.sub(h, n, out=out).mul_(rz[:, H:]).add_(n)               # n + z (h - n)
+    H = h.shape[-1]
+    rz = torch.add(gi[..., : 2 * H], gh[..., : 2 * H], out=rz).sigmoid_()
+    n = tanh_(torch.addcmul(gi[..., 2 * H :], rz[..., :H], gh[..., 2 * H :], out=n))
+    return torch.sub(h, n, out=out).mul_(rz[..., H:]).add_(n)             # n + z (h - n)
+
+
+def gru_cell_backward(grad_h: torch.Tensor, h: torch.Tensor, rz: torch.Tensor, n: torch.Tensor,
+                      gh_n: torch.Tensor, grad_gi: torch.Tensor, grad_gh: torch.Tensor) -> torch.Tensor:
+    """gru_cell's backward, given the new state's gradient grad_h [.., H], the old state h and what
+    the forward kept: σ(r, z) [.., 2H], n and gh's n part [.., H].
+
+    Writes the gradients of gi and gh [.., 3H] into grad_gi and grad_gh and returns h's gradient
+    through the gate z, in grad_h's storage (its path through gh is the caller's product).
+    """
+    H = h.shape[-1]
+    r, z = rz[..., :H], rz[..., H:]
+    torch.mul(n, n, out=grad_gi[..., 2 * H :]).neg_().add_(1).mul_(grad_h).mul_(1 - z)       # n's pre-activation
+    torch.mul(grad_gi[..., 2 * H :], gh_n, out=grad_gi[..., :H]).mul_(r).mul_(1 - r)         # r's
+    torch.sub(h, n, out=grad_gi[..., H : 2 * H]).mul_(grad_h).mul_(z).mul_(1 - z)           # z's
+    grad_gh.copy_(grad_gi)
+    grad_gh[..., 2 * H :] *= r
+    return grad_h.mul_(z)
 
 
 class InputFedGRUAttention(torch.autograd.Function):
@@ -164,17 +184,11 @@ class InputFedGRUAttention(torch.autograd.Function):
             grad_h = (row.to(dtype) @ w_state_c).to(state_dtype).add_(grad_h_carry)  # [B, H]
             if not additive:
                 grad_h += torch.bmm(grad_s.to(dtype).unsqueeze(1), keys_c)[:, 0]
-            r, z, n = gates_rz[t, :, :H], gates_rz[t, :, H:], gates_n[t]
-            gi_slot = grad_gi[t]                                                   # [r, z, n] pre-activations
-            torch.mul(n, n, out=gi_slot[:, 2 * H:]).neg_().add_(1).mul_(grad_h).mul_(1 - z)
-            torch.mul(gi_slot[:, 2 * H:], projections[t, :, A + O + 2 * H:], out=gi_slot[:, :H]).mul_(r).mul_(1 - r)
-            torch.sub(states[t], n, out=gi_slot[:, H:2 * H]).mul_(grad_h).mul_(z).mul_(1 - z)
-            grad_h_carry = grad_h.mul_(z)
-            gh_slot = state_rows[t, :, A + O:]                                     # the gates' recurrent part
-            gh_slot.copy_(gi_slot)
-            gh_slot[:, 2 * H:] *= r
+            # The gates' input part goes to grad_gi, their recurrent part to the row of projections[t].
+            grad_h_carry = gru_cell_backward(grad_h, states[t], gates_rz[t], gates_n[t], projections[t, :, A + O + 2 * H:],
+                                             grad_gi[t], state_rows[t, :, A + O:])
             if t > 0:
-                grad_feed = (gi_slot.to(dtype) @ w_feed_c).to(state_dtype)
+                grad_feed = (grad_gi[t].to(dtype) @ w_feed_c).to(state_dtype)
         grad_h0 = (state_rows[0].to(dtype) @ w_state_c).to(state_dtype).add_(grad_h_carry)
 
         def product(rows: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:     # Σ rowsᵀ inputs over steps
@@ -199,3 +213,109 @@ class InputFedGRUAttention(torch.autograd.Function):
                 grad_values.to(values_dtype), None, grad_w_ih, grad_gi.sum((0, 1)),
                 grad_w_state[A + O:], grad_b_state[A + O:],
                 grad_w_query, grad_b_query, grad_v, grad_w_combine, grad_b_state[A:A + O])
+
+
+class GRULayer(torch.autograd.Function):
+    """One GRU layer over padded sentences, in one or both directions, as one autograd node:
+    what nn.GRU computes from a packed sequence, outputs [B, S, D·H] (zeros at pads) and final
+    states [D, B, H].
+
+    Inputs: x [B, S, E]; lengths [B] (on the CPU, all ≥ 1); the D directions' weights stacked,
+    forward first: w_ih [D, 3H, E], b_ih [D, 3H], w_hh [D, 3H, H], b_hh [D, 3H]. The second
+    direction reads each sentence backwards from its last real token. Rows run longest first, so
+    the sentences still going at a step are a prefix of the batch: both directions' recurrent
+    products are one batched product over those rows only, and each weight's gradient is one
+    product over all steps. Precision as in InputFedGRUAttention.
+    """
+
+    @staticmethod
+    def forward(ctx, x, lengths, w_ih, b_ih, w_hh, b_hh):
+        state_dtype = torch.promote_types(w_hh.dtype, torch.float32)
+        dtype = product_dtype(x.device, state_dtype)
+        with torch.autocast(x.device.type, enabled=False):
+            B, S, E = x.shape
+            D, H = w_hh.shape[0], w_hh.shape[2]
+            order = torch.argsort(lengths, descending=True, stable=True)         # [B]
+            lengths_sorted = lengths[order]
+            running = (lengths_sorted.unsqueeze(0) > torch.arange(S).unsqueeze(1)).sum(1).tolist()  # rows at each step
+            reverse = reversal_index(lengths_sorted, S).to(x.device)                # [S, B]
+            order, lengths_sorted = order.to(x.device), lengths_sorted.to(x.device)
+            inputs = x[order].transpose(0, 1).to(dtype).contiguous()               # [S, B, E], time-major
+            if D == 2:
+                inputs = torch.stack([inputs, reverse_time(inputs, reverse)])       # [D, S, B, E]
+            else:
+                inputs = inputs.unsqueeze(0)
+            w_hh_c = w_hh.to(dtype).transpose(1, 2)                                 # [D, H, 3H]
+            b_hh_c = b_hh.to(dtype).unsqueeze(1)                                    # [D, 1, 3H]
+            # The input part of the gates, for all steps at once.
+            gi = torch.baddbmm(b_ih.to(dtype).unsqueeze(1), inputs.view(D, S * B, E),
+                               w_ih.to(dtype).transpose(1, 2)).to(state_dtype).view(D, S, B, 3 * H)
+            states = x.new_zeros(D, S + 1, B, H, dtype=state_dtype)                # states[:, t + 1] = h_t; 0 past the end
+            gates_rz = x.new_zeros(D, S, B, 2 * H, dtype=state_dtype)
+            gates_n, gh_n = x.new_zeros(D, S, B, H, dtype=state_dtype), x.new_zeros(D, S, B, H, dtype=state_dtype)
+            for t, rows in enumerate(running):
+                h = states[:, t, :rows]                                             # [D, rows, H]
+                gh = torch.baddbmm(b_hh_c, h.to(dtype), w_hh_c).to(state_dtype)   # [D, rows, 3H]
+                gh_n[:, t, :rows] = gh[..., 2 * H:]
+                gru_cell(gi[:, t, :rows], gh, h, gates_rz[:, t, :rows], gates_n[:, t, :rows], out=states[:, t + 1, :rows])
+
+        ctx.dims = (dtype, x.dtype, running)
+        ctx.save_for_backward(order, lengths_sorted, reverse, inputs, states, gates_rz, gates_n, gh_n, w_ih, w_hh)
+        rows_back = torch.argsort(order)                                            # sorted -> given order
+        outputs = states[:, 1:]                                                     # [D, S, B, H]
+        if D == 2:
+            outputs = torch.stack([outputs[0], reverse_time(outputs[1], reverse)])
+        batch = torch.arange(B, device=x.device)
+        final = states[:, lengths_sorted, batch][:, rows_back]                      # [D, B, H]
+        outputs = outputs.permute(2, 1, 0, 3)[rows_back].reshape(B, S, D * H)      # [B, S, D·H]
+        return outputs.to(x.dtype), final.to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, grad_outputs, grad_final):
+        dtype, x_dtype, running = ctx.dims
+        order, lengths_sorted, reverse, inputs, states, gates_rz, gates_n, gh_n, w_ih, w_hh = ctx.saved_tensors
+        D, S, B, E = inputs.shape
+        H = states.shape[-1]
+        state_dtype = states.dtype
+        # The outputs' gradient, time-major in the loop's order, the final state's added at each row's last step.
+        grad_states = grad_outputs[order].to(state_dtype).view(B, S, D, H).permute(2, 1, 0, 3).contiguous()  # [D, S, B, H]
+        if D == 2:
+            grad_states[1] = reverse_time(grad_states[1], reverse)
+        batch = torch.arange(B, device=order.device)
+        grad_states[:, lengths_sorted - 1, batch] += grad_final[:, order].to(state_dtype)
+        w_hh_c = w_hh.to(dtype)                                                    # [D, 3H, H]
+        grad_gi = states.new_zeros(D, S, B, 3 * H)
+        grad_gh = states.new_zeros(D, S, B, 3 * H)
+        grad_carry = states.new_zeros(D, B, H)                                     # of h_t through step t + 1
+        for t in reversed(range(S)):
+            rows = running[t]
+            grad_h = grad_carry[:, :rows] + grad_states[:, t, :rows]              # [D, rows, H]
+            through_z = gru_cell_backward(grad_h, states[:, t, :rows], gates_rz[:, t, :rows], gates_n[:, t, :rows],
+                                          gh_n[:, t, :rows], grad_gi[:, t, :rows], grad_gh[:, t, :rows])
+            grad_carry[:, :rows] = torch.bmm(grad_gh[:, t, :rows].to(dtype), w_hh_c).to(state_dtype).add_(through_z)
+
+        def product(grads: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:  # Σ gradsᵀ inputs over steps and rows
+            return torch.bmm(grads.view(D, S * B, -1).transpose(1, 2).to(dtype), inputs.reshape(D, S * B, -1).to(dtype))
+
+        grad_w_ih = product(grad_gi, inputs).to(state_dtype)                       # [D, 3H, E]
+        grad_w_hh = product(grad_gh, states[:, :-1]).to(state_dtype)              # [D, 3H, H]
+        grad_inputs = torch.bmm(grad_gi.view(D, S * B, 3 * H).to(dtype), w_ih.to(dtype)).view(D, S, B, E)
+        grad_x = grad_inputs[0].to(state_dtype)
+        if D == 2:
+            grad_x += reverse_time(grad_inputs[1], reverse)
+        grad_x = grad_x.transpose(0, 1)[torch.argsort(order)]                      # [B, S, E], given order
+        return (grad_x.to(x_dtype), None, grad_w_ih.to(w_ih.dtype), grad_gi.sum((1, 2)).to(w_ih.dtype),
+                grad_w_hh.to(w_hh.dtype), grad_gh.sum((1, 2)).to(w_hh.dtype))
+
+
+def reversal_index(lengths: torch.Tensor, steps: int) -> torch.Tensor:
+    """[steps, B]: at step t, sentence b's position when read backwards from its last real token
+    (pads stay in place). Its own inverse."""
+    positions = torch.arange(steps).unsqueeze(1)                                    # [S, 1]
+    lengths = lengths.cpu().unsqueeze(0)                                            # [1, B]
+    return torch.where(positions < lengths, lengths - 1 - positions, positions)
+
+
+def reverse_time(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """x [S, B, ...] with each sentence's real positions read backwards (reversal_index)."""
+    return x.gather(0, index.view(*index.shape, *[1] * (x.dim() - 2)).expand_as(x))

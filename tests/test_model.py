@@ -164,39 +164,90 @@ def test_architecture_overfits_tiny_corpus(case):
 
 # ---------------------------------------------------------------- padding never enters the encoder
 
+@pytest.mark.parametrize("grad", [True, False])  # a GRU trains through GRULayer, decodes through nn.GRU
 @pytest.mark.parametrize("layers", [1, 2])
 @pytest.mark.parametrize("bidirectional", [True, False])
 @pytest.mark.parametrize("rnn", ["gru", "lstm"])
-def test_encoder_ignores_padding(rnn, bidirectional, layers):
+def test_encoder_ignores_padding(rnn, bidirectional, layers, grad):
     torch.manual_seed(0)
-    encoder = Encoder(VOCAB, 8, 6, layers, bidirectional, rnn, dropout=0.3).eval()
-    short = [5, 6, 7]
-    longer = [8, 9, 10, 11, 4, 5, 6]
-    alone = encoder(torch.tensor([short]), torch.tensor([3]))
-    # The short sentence first, so the batch is not sorted by length either.
-    batched = encoder(pad([short, longer]), torch.tensor([3, 7]))
-    D = 6 * (2 if bidirectional else 1)
-    assert encoder.output_size == D
-    assert tuple(batched.outputs.shape) == (2, 7, D)
-    assert_close(batched.outputs[0, :3], alone.outputs[0], atol=1e-6, rtol=0)
-    assert (batched.outputs[0, 3:] == 0).all()
-    assert batched.mask.tolist() == [[True] * 3 + [False] * 4, [True] * 7]
-    states = batched.final if isinstance(batched.final, tuple) else (batched.final,)
-    alone_states = alone.final if isinstance(alone.final, tuple) else (alone.final,)
-    assert len(states) == (2 if rnn == "lstm" else 1)
-    for state, alone_state in zip(states, alone_states):
-        assert tuple(state.shape) == (layers, 2, D)
-        assert_close(state[:, :1], alone_state, atol=1e-6, rtol=0)
-    # The last layer's final state is where each direction ends: forward at the last real
-    # token, backward at the first one.
-    h = states[0] if rnn == "gru" else None
-    if h is not None:
-        assert_close(h[-1, 0, :6], batched.outputs[0, 2, :6], atol=1e-6, rtol=0)
-        if bidirectional:
-            assert_close(h[-1, 0, 6:], batched.outputs[0, 0, 6:], atol=1e-6, rtol=0)
-    # The long sentence is unaffected by being batched with a short one as well.
-    long_alone = encoder(torch.tensor([longer]), torch.tensor([7]))
-    assert_close(batched.outputs[1], long_alone.outputs[0], atol=1e-6, rtol=0)
+    with torch.set_grad_enabled(grad):
+        encoder = Encoder(VOCAB, 8, 6, layers, bidirectional, rnn, dropout=0.3).eval()
+        short = [5, 6, 7]
+        longer = [8, 9, 10, 11, 4, 5, 6]
+        alone = encoder(torch.tensor([short]), torch.tensor([3]))
+        # The short sentence first, so the batch is not sorted by length either.
+        batched = encoder(pad([short, longer]), torch.tensor([3, 7]))
+        D = 6 * (2 if bidirectional else 1)
+        assert encoder.output_size == D
+        assert tuple(batched.outputs.shape) == (2, 7, D)
+        assert_close(batched.outputs[0, :3], alone.outputs[0], atol=1e-6, rtol=0)
+        assert (batched.outputs[0, 3:] == 0).all()
+        assert batched.mask.tolist() == [[True] * 3 + [False] * 4, [True] * 7]
+        states = batched.final if isinstance(batched.final, tuple) else (batched.final,)
+        alone_states = alone.final if isinstance(alone.final, tuple) else (alone.final,)
+        assert len(states) == (2 if rnn == "lstm" else 1)
+        for state, alone_state in zip(states, alone_states):
+            assert tuple(state.shape) == (layers, 2, D)
+            assert_close(state[:, :1], alone_state, atol=1e-6, rtol=0)
+        # The last layer's final state is where each direction ends: forward at the last real
+        # token, backward at the first one.
+        h = states[0] if rnn == "gru" else None
+        if h is not None:
+            assert_close(h[-1, 0, :6], batched.outputs[0, 2, :6], atol=1e-6, rtol=0)
+            if bidirectional:
+                assert_close(h[-1, 0, 6:], batched.outputs[0, 0, 6:], atol=1e-6, rtol=0)
+        # The long sentence is unaffected by being batched with a short one as well.
+        long_alone = encoder(torch.tensor([longer]), torch.tensor([7]))
+        assert_close(batched.outputs[1], long_alone.outputs[0], atol=1e-6, rtol=0)
+
+
+def encoder_runs(encoder, precision="fp32"):
+    """Outputs, final states and every gradient from GRULayer and from nn.GRU on the packed batch."""
+    src = pad([[5, 6, 7], [8, 9, 10, 11, 4, 5, 6], [7], [4, 5, 6, 7, 8, 9, 10], [11, 10, 9, 8, 7]])
+    lengths = torch.tensor([3, 7, 1, 7, 5])                      # unsorted, a one-token sentence
+    results = []
+    for run in (encoder._gru_layers, encoder._packed_rnn):
+        encoder.zero_grad()
+        with autocast(precision, torch.device("cpu")):
+            outputs, final = run(encoder.embedding(src), lengths)
+        outputs, final = outputs.double(), final.double()
+        probes = [torch.linspace(-1, 1, x.numel(), dtype=torch.float64).view_as(x) for x in (outputs, final)]
+        ((outputs * probes[0]).sum() + (final * probes[1]).sum()).backward()
+        results.append((outputs.detach(), final.detach(), {n: p.grad.clone() for n, p in encoder.named_parameters()}))
+    return results
+
+
+@pytest.mark.parametrize("layers", [1, 2])
+@pytest.mark.parametrize("bidirectional", [True, False])
+def test_fused_gru_encoder_equals_packed_gru(layers, bidirectional):
+    """GRULayer's forward and backward against autograd through nn.GRU, in float64."""
+    torch.manual_seed(0)
+    encoder = Encoder(VOCAB, 8, 6, layers, bidirectional, "gru", dropout=0.0).double()
+    (outputs, final, grads), (ref_outputs, ref_final, ref_grads) = encoder_runs(encoder)
+    assert_close(outputs, ref_outputs, atol=1e-12, rtol=1e-10)
+    assert_close(final, ref_final, atol=1e-12, rtol=1e-10)
+    assert set(grads) == {name for name, _ in encoder.named_parameters()}
+    for name in ref_grads:
+        assert_close(grads[name], ref_grads[name], atol=1e-12, rtol=1e-9, msg=name)
+    # Training on a CPU goes through GRULayer, decoding through nn.GRU.
+    calls = []
+    encoder.rnn.register_forward_hook(lambda *_: calls.append(1))
+    encoder(pad([[5, 6], [7]]), torch.tensor([2, 1]))
+    assert calls == []
+    with torch.no_grad():
+        encoder(pad([[5, 6], [7]]), torch.tensor([2, 1]))
+    assert calls == [1]
+
+
+def test_fused_gru_encoder_in_bfloat16_stays_close():
+    """Under bf16 autocast GRULayer's products round, its states and gates stay float32."""
+    torch.manual_seed(0)
+    encoder = Encoder(VOCAB, 32, 48, 2, True, "gru", dropout=0.0)
+    (outputs, final, grads), (ref_outputs, ref_final, ref_grads) = encoder_runs(encoder, "bf16")
+    assert_close(outputs, ref_outputs, atol=0.01, rtol=0)                 # 0.003 measured
+    assert_close(final, ref_final, atol=0.01, rtol=0)
+    for name in ref_grads:                                                 # 0.009 at most, measured
+        assert float((grads[name] - ref_grads[name]).norm() / ref_grads[name].norm()) < 0.03, name
 
 
 @pytest.mark.parametrize("attention", ATTENTIONS)
