@@ -63,9 +63,10 @@ def sigmoid_hidden(q: torch.Tensor, keys: torch.Tensor, out: Optional[torch.Tens
     return torch.add(q.unsqueeze(2), keys.unsqueeze(1), out=out).sigmoid_()
 
 
-def sigmoid_hidden_grad(hidden: torch.Tensor, v: torch.Tensor, grad_scores: torch.Tensor) -> torch.Tensor:
+def sigmoid_hidden_grad(hidden: torch.Tensor, v: torch.Tensor, grad_scores: torch.Tensor,
+                        out: Optional[torch.Tensor] = None) -> torch.Tensor:
     """The gradient of vᵀ σ(x) with respect to x, given hidden = σ(x) and the scores' gradient [..., S]."""
-    grad = torch.mul(hidden, hidden).neg_().add_(hidden)             # σ(1 - σ), one new [.., S, A]
+    grad = torch.addcmul(hidden, hidden, hidden, value=-1, out=out)  # σ(1 - σ), one new [.., S, A] unless out
     return grad.mul_(v.to(hidden.dtype)).mul_(grad_scores.to(hidden.dtype).unsqueeze(-1))
 
 

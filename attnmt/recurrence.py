@@ -133,6 +133,7 @@ class InputFedGRUAttention(torch.autograd.Function):
                 tanh_(torch.add(F.linear(contexts[t].to(dtype), w_context_c), projected[:, A:A + O], out=features[t]))
 
         ctx.dims = (A, O, D, dtype, query_bias)
+        ctx.set_materialize_grads(False)  # no zeros for the weights' gradient when no loss reads them
         ctx.input_dtypes = (embedded.dtype, h0.dtype, keys.dtype, values.dtype)
         ctx.save_for_backward(states, projections, gates_rz, gates_n, weights, contexts, features,
                               *([hiddens] if additive else []),
@@ -154,7 +155,7 @@ class InputFedGRUAttention(torch.autograd.Function):
         G = 3 * H
         state_dtype = states.dtype
 
-        grad_features = grad_features.transpose(0, 1)                             # [T, B, O]
+        grad_features = torch.zeros_like(features) if grad_features is None else grad_features.transpose(0, 1)  # [T, B, O]
         if grad_weights is not None:
             grad_weights = grad_weights.transpose(0, 1)                           # [T, B, S]
         # Row k: the gradient of projections[k], the products of states[k]: [query, combine, gates].
@@ -163,7 +164,7 @@ class InputFedGRUAttention(torch.autograd.Function):
         grad_gi = states.new_empty(T, B, G)
         grad_contexts = states.new_empty(T, B, D)
         grad_scores = states.new_empty(T, B, weights.shape[2])
-        grad_keys = torch.zeros_like(keys_c, dtype=state_dtype) if additive else None
+        grad_hiddens = torch.empty_like(hiddens) if additive else None          # [T, B, S, A], summed for the keys
         grad_h_carry = states.new_zeros(B, H)     # of h_t through h_{t+1} = n + z (h_t - n)
         grad_feed = states.new_zeros(B, O)        # of the attentional vector through the next step's input
         for t in reversed(range(T)):
@@ -177,8 +178,7 @@ class InputFedGRUAttention(torch.autograd.Function):
             row = state_rows[t + 1]
             if additive:
                 grad_s.mul_(2)
-                grad_hidden = sigmoid_hidden_grad(hiddens[t], v_c, grad_s)        # [B, S, A]
-                grad_keys += grad_hidden
+                grad_hidden = sigmoid_hidden_grad(hiddens[t], v_c, grad_s, out=grad_hiddens[t])  # [B, S, A]
                 row[:, :A] = grad_hidden.sum(1)
                 row[:, :A] *= 2
             grad_h = (row.to(dtype) @ w_state_c).to(state_dtype).add_(grad_h_carry)  # [B, H]
@@ -205,6 +205,7 @@ class InputFedGRUAttention(torch.autograd.Function):
             grad_v = product(grad_scores.reshape(-1, 1), hiddens)[0]             # [A]
             grad_w_query = grad_w_state[:A]
             grad_b_query = grad_b_state[:A] if query_bias else None
+            grad_keys = grad_hiddens.sum(0, dtype=state_dtype)                    # [B, S, A]
         else:
             grad_v = grad_w_query = grad_b_query = None
             grad_keys = torch.bmm(grad_scores.permute(1, 2, 0).to(dtype), states[1:].transpose(0, 1).to(dtype))
@@ -251,8 +252,9 @@ class GRULayer(torch.autograd.Function):
             gi = torch.baddbmm(b_ih.to(dtype).unsqueeze(1), inputs.view(D, S * B, E),
                                w_ih.to(dtype).transpose(1, 2)).to(state_dtype).view(D, S, B, 3 * H)
             states = x.new_zeros(D, S + 1, B, H, dtype=state_dtype)                # states[:, t + 1] = h_t; 0 past the end
-            gates_rz = x.new_zeros(D, S, B, 2 * H, dtype=state_dtype)
-            gates_n, gh_n = x.new_zeros(D, S, B, H, dtype=state_dtype), x.new_zeros(D, S, B, H, dtype=state_dtype)
+            # What the backward reads, at the running rows only.
+            gates_rz = x.new_empty(D, S, B, 2 * H, dtype=state_dtype)
+            gates_n, gh_n = x.new_empty(D, S, B, H, dtype=state_dtype), x.new_empty(D, S, B, H, dtype=state_dtype)
             for t, rows in enumerate(running):
                 h = states[:, t, :rows]                                             # [D, rows, H]
                 gh = torch.baddbmm(b_hh_c, h.to(dtype), w_hh_c).to(state_dtype)   # [D, rows, 3H]
