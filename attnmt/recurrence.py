@@ -164,7 +164,8 @@ class InputFedGRUAttention(torch.autograd.Function):
         grad_gi = states.new_empty(T, B, G)
         grad_contexts = states.new_empty(T, B, D)
         grad_scores = states.new_empty(T, B, weights.shape[2])
-        grad_hiddens = torch.empty_like(hiddens) if additive else None          # [T, B, S, A], summed for the keys
+        grad_keys = torch.zeros_like(keys_c, dtype=state_dtype) if additive else None
+        grad_hidden = torch.empty_like(hiddens[0]) if additive else None       # [B, S, A], each step's in turn
         grad_h_carry = states.new_zeros(B, H)     # of h_t through h_{t+1} = n + z (h_t - n)
         grad_feed = states.new_zeros(B, O)        # of the attentional vector through the next step's input
         for t in reversed(range(T)):
@@ -178,7 +179,8 @@ class InputFedGRUAttention(torch.autograd.Function):
             row = state_rows[t + 1]
             if additive:
                 grad_s.mul_(2)
-                grad_hidden = sigmoid_hidden_grad(hiddens[t], v_c, grad_s, out=grad_hiddens[t])  # [B, S, A]
+                sigmoid_hidden_grad(hiddens[t], v_c, grad_s, out=grad_hidden)     # [B, S, A]
+                grad_keys += grad_hidden  # per step: all steps' kept for one sum needed as much memory again as hiddens
                 row[:, :A] = grad_hidden.sum(1)
                 row[:, :A] *= 2
             grad_h = (row.to(dtype) @ w_state_c).to(state_dtype).add_(grad_h_carry)  # [B, H]
@@ -205,7 +207,6 @@ class InputFedGRUAttention(torch.autograd.Function):
             grad_v = product(grad_scores.reshape(-1, 1), hiddens)[0]             # [A]
             grad_w_query = grad_w_state[:A]
             grad_b_query = grad_b_state[:A] if query_bias else None
-            grad_keys = grad_hiddens.sum(0).to(state_dtype)  # [B, S, A]; sums in float32 (a dtype= casts first: 5x slower)
         else:
             grad_v = grad_w_query = grad_b_query = None
             grad_keys = torch.bmm(grad_scores.permute(1, 2, 0).to(dtype), states[1:].transpose(0, 1).to(dtype))
