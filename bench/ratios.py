@@ -21,7 +21,9 @@ EXTRA = {"translate_greedy_b256_sent_per_s": "translate_greedy_sent_per_s",
          "translate_beam5_b256_sent_per_s": "translate_beam5_sent_per_s"}
 # attnmt-only figures shown apart, in seconds.
 SHOWN = {"decode_load_s": "seconds to load the model for decoding (before the timed decoding)",
-         "decode_compile_s": "seconds to compile the decoding step, once per model and machine (empty caches)"}
+         "decode_compile_s": "seconds to compile the decoding step, once per model and machine (empty caches)",
+         "train_mfu_fp32_pct": "training's model FLOPs, % of the fp32 matmul peak (MFU)",
+         "train_mfu_bf16_pct": "training's model FLOPs, % of the bf16 matmul peak"}
 
 
 def main(paths: list[str]) -> None:
