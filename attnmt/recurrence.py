@@ -262,9 +262,10 @@ class GRULayer(torch.autograd.Function):
                 gh_n[:, t, :rows] = gh[..., 2 * H:]
                 gru_cell(gi[:, t, :rows], gh, h, gates_rz[:, t, :rows], gates_n[:, t, :rows], out=states[:, t + 1, :rows])
 
-        ctx.dims = (dtype, x.dtype, running)
-        ctx.save_for_backward(order, lengths_sorted, reverse, inputs, states, gates_rz, gates_n, gh_n, w_ih, w_hh)
         rows_back = torch.argsort(order)                                            # sorted -> given order
+        ctx.dims = (dtype, x.dtype, running)
+        ctx.save_for_backward(order, rows_back, lengths_sorted, reverse, inputs, states, gates_rz, gates_n, gh_n,
+                              w_ih, w_hh)
         outputs = states[:, 1:]                                                     # [D, S, B, H]
         if D == 2:
             outputs = torch.stack([outputs[0], reverse_time(outputs[1], reverse)])
@@ -276,7 +277,7 @@ class GRULayer(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_outputs, grad_final):
         dtype, x_dtype, running = ctx.dims
-        order, lengths_sorted, reverse, inputs, states, gates_rz, gates_n, gh_n, w_ih, w_hh = ctx.saved_tensors
+        order, rows_back, lengths_sorted, reverse, inputs, states, gates_rz, gates_n, gh_n, w_ih, w_hh = ctx.saved_tensors
         D, S, B, E = inputs.shape
         H = states.shape[-1]
         state_dtype = states.dtype
@@ -297,8 +298,8 @@ class GRULayer(torch.autograd.Function):
                                           gh_n[:, t, :rows], grad_gi[:, t, :rows], grad_gh[:, t, :rows])
             grad_carry[:, :rows] = torch.bmm(grad_gh[:, t, :rows].to(dtype), w_hh_c).to(state_dtype).add_(through_z)
 
-        def product(grads: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:  # Σ gradsᵀ inputs over steps and rows
-            return torch.bmm(grads.view(D, S * B, -1).transpose(1, 2).to(dtype), inputs.reshape(D, S * B, -1).to(dtype))
+        def product(grads: torch.Tensor, read: torch.Tensor) -> torch.Tensor:  # Σ gradsᵀ read over steps and rows
+            return torch.bmm(grads.view(D, S * B, -1).transpose(1, 2).to(dtype), read.reshape(D, S * B, -1).to(dtype))
 
         grad_w_ih = product(grad_gi, inputs).to(state_dtype)                       # [D, 3H, E]
         grad_w_hh = product(grad_gh, states[:, :-1]).to(state_dtype)              # [D, 3H, H]
@@ -306,7 +307,7 @@ class GRULayer(torch.autograd.Function):
         grad_x = grad_inputs[0].to(state_dtype)
         if D == 2:
             grad_x += reverse_time(grad_inputs[1], reverse)
-        grad_x = grad_x.transpose(0, 1)[torch.argsort(order)]                      # [B, S, E], given order
+        grad_x = grad_x.transpose(0, 1)[rows_back]                                 # [B, S, E], given order
         return (grad_x.to(x_dtype), None, grad_w_ih.to(w_ih.dtype), grad_gi.sum((1, 2)).to(w_ih.dtype),
                 grad_w_hh.to(w_hh.dtype), grad_gh.sum((1, 2)).to(w_hh.dtype))
 
