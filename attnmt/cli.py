@@ -6,10 +6,59 @@ import argparse
 import dataclasses
 import sys
 import traceback
+import typing
 from pathlib import Path
 
-from .config import PRECISIONS
+from .config import PRECISIONS, DecodeConfig, Range, ServeConfig, field_range
 from .errors import AttnmtError
+from .files import check_parent_dir
+
+if typing.TYPE_CHECKING:
+    from .translate import Translator
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with its errors as one line (`attnmt: error: ...`) and exit status 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"attnmt: error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+
+class Number:
+    """An argparse type: an int or float within a Range, named in the message if not."""
+
+    def __init__(self, kind: type, allowed: Range):
+        self.kind, self.range = kind, allowed
+        self.__name__ = "an integer" if kind is int else "a number"  # argparse's "invalid <name> value"
+
+    def __call__(self, text: str) -> float:
+        try:
+            value = self.kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {self.__name__}, got {text!r}") from None
+        if value not in self.range:
+            raise argparse.ArgumentTypeError(f"{value!r} is out of range; allowed: {self.range}")
+        return value
+
+
+def number_flag(cls: type, name: str) -> Number:
+    """The argparse type of a flag that sets the config field `cls.name`."""
+    return Number(typing.get_type_hints(cls)[name], field_range(cls, name))
+
+
+def _load_translator(args: argparse.Namespace, path: str) -> Translator:
+    """The model at `path` with the device, precision and compile flags."""
+    from .translate import Translator  # here, not at the top: `attnmt --help` need not import torch
+
+    return Translator.load(path, args.device, args.precision, args.compile)
+
+
+def _say_precision(translator: Translator) -> None:
+    """What `auto` chose, or a warning, on stderr; called once the inputs are checked, so that a bad
+    input still gets exactly one line."""
+    note = translator.precision_note()
+    if note:
+        print(f"attnmt: {note}", file=sys.stderr)
 
 
 def _demo(args: argparse.Namespace) -> None:
@@ -46,10 +95,12 @@ def _write_output(path: str | None, lines: list[str]) -> None:
 
 
 def _translate(args: argparse.Namespace) -> None:
-    from .translate import Translator
-
-    translator = Translator.load(args.model, args.device, args.precision, args.compile)
+    translator = _load_translator(args, args.model)
+    beam = args.beam or translator.config.decode.beam_size
+    if args.n_best > beam:
+        raise AttnmtError(f"--n-best {args.n_best} is more than the beam size {beam}; add --beam {args.n_best} or more")
     lines = _read_input(args.input)
+    _say_precision(translator)
     nbest = translator.translate_nbest(lines, args.n_best, args.beam, args.alpha, args.batch_size)
     if args.n_best == 1:
         outputs = [hyps[0].text for hyps in nbest]
@@ -61,14 +112,15 @@ def _translate(args: argparse.Namespace) -> None:
 def _evaluate(args: argparse.Namespace) -> None:
     from .data import load_split
     from .evaluate import LENGTH_EDGES, bleu_by_length, parse_length_edges, score_outputs
-    from .translate import Translator
 
     if (args.split is None) == (args.src is None) or (args.src is None) != (args.ref is None):
         raise AttnmtError("evaluate needs either --src and --ref, or --split")
     edges = parse_length_edges(args.buckets) if args.buckets else LENGTH_EDGES
+    if args.chart:
+        check_parent_dir(args.chart)
     by_length: dict[str, list[dict]] = {}
     for model_path in args.models:
-        translator = Translator.load(model_path, args.device, args.precision, args.compile)
+        translator = _load_translator(args, model_path)
         if args.split:
             pairs = load_split(translator.config.data, args.split, args.data)
         else:
@@ -76,7 +128,11 @@ def _evaluate(args: argparse.Namespace) -> None:
             if len(sources) != len(references):
                 raise AttnmtError(f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}")
             pairs = list(zip(sources, references))
+        if not pairs:
+            source = f"the {args.split} split of {args.data or translator.config.data.path}" if args.split else args.src
+            raise AttnmtError(f"nothing to score: {source} has no sentences")
         sources, references = [s for s, _ in pairs], [r for _, r in pairs]
+        _say_precision(translator)
         hypotheses = [t.text for t in translator.translate(sources, args.beam, args.alpha)]
         if len(args.models) > 1:
             print(f"== {model_path}")
@@ -108,9 +164,10 @@ def _model_label(model_path: str, taken: dict) -> str:
 
 def _plot(args: argparse.Namespace) -> None:
     from .plot import missing_glyphs, plot_attention
-    from .translate import Translator
 
-    translator = Translator.load(args.model, args.device, args.precision, args.compile)
+    check_parent_dir(args.out)
+    translator = _load_translator(args, args.model)
+    _say_precision(translator)
     result = translator.translate([args.sentence])[0]
     if result.attention is None:
         raise AttnmtError(f"{args.model}: this model has no attention (model.attention=none); nothing to plot")
@@ -126,8 +183,6 @@ def _plot(args: argparse.Namespace) -> None:
 
 
 def _serve(args: argparse.Namespace) -> None:
-    from .config import ServeConfig
-
     try:
         from .serve import serve
     except ModuleNotFoundError as err:
@@ -137,9 +192,7 @@ def _serve(args: argparse.Namespace) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .config import ServeConfig
-
-    parser = argparse.ArgumentParser(prog="attnmt", description="Attention-based neural machine translation.")
+    parser = Parser(prog="attnmt", description="Attention-based neural machine translation.")
     parser.add_argument("--debug", action="store_true", help="show the full traceback of errors")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -158,8 +211,9 @@ def build_parser() -> argparse.ArgumentParser:
     def add_device(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 ... (default: GPU if there is one)")
         sub.add_argument("--precision", choices=PRECISIONS, default=None,
-                         help="decode in fp32, bf16 (faster on CPUs with AVX512-BF16/AMX) or int8 (bf16 with the "
-                              "decoder's per-step products in int8, CPUs only) (default: the model's)")
+                         help="decode in fp32, bf16 (faster on CPUs with AVX512-BF16/AMX, slower elsewhere), int8 (bf16 "
+                              "with the decoder's per-step products in int8, CPUs only) or auto (bf16 where the device "
+                              "computes it natively, fp32 elsewhere) (default: the model's decode.precision)")
         sub.add_argument("--compile", action="store_true",
                          help="decode with a step compiled for this CPU (int8 greedy about 1.3x as fast); the first use "
                               "per model takes 10-60 s and a C++ compiler, later ones load it from the cache in 2-3 s")
@@ -169,15 +223,19 @@ def build_parser() -> argparse.ArgumentParser:
         add_device(sub)
 
     def add_search(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument("--beam", type=int, default=None, help="beam size (default: the model's decode.beam_size; 1 = greedy)")
-        sub.add_argument("--alpha", type=float, default=None, help="GNMT length penalty for beam search (default: 0)")
+        sub.add_argument("--beam", type=number_flag(DecodeConfig, "beam_size"), default=None,
+                         help="beam size (default: the model's decode.beam_size; 1 = greedy)")
+        sub.add_argument("--alpha", type=number_flag(DecodeConfig, "alpha"), default=None,
+                         help="GNMT length penalty for beam search (default: the model's decode.alpha)")
 
     translate = commands.add_parser("translate", help="translate lines from stdin or a file")
     add_model(translate)
     translate.add_argument("--input", "-i", help="one sentence per line (default: stdin)")
     translate.add_argument("--output", "-o", help="where translations go (default: stdout)")
-    translate.add_argument("--batch-size", type=int, default=None, help="sentences per batch")
-    translate.add_argument("--n-best", type=int, default=1, help="print the N best: `i ||| text ||| log-prob` lines")
+    translate.add_argument("--batch-size", type=number_flag(DecodeConfig, "batch_size"), default=None,
+                           help="sentences per batch")
+    translate.add_argument("--n-best", type=number_flag(DecodeConfig, "beam_size"), default=1,
+                           help="print the N best (at most the beam size): `i ||| text ||| log-prob` lines")
     add_search(translate)
     translate.set_defaults(run=_translate)
 
@@ -208,11 +266,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="translate over HTTP, with the attention explorer page at /")
     add_model(serve)
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
-    serve.add_argument("--port", type=int, default=8000, help="port (default: %(default)s; 0 = any free port)")
+    serve.add_argument("--port", type=Number(int, Range("[0, 65535]")), default=8000,
+                       help="port (default: %(default)s; 0 = any free port)")
     limits = serve.add_argument_group("limits")
     for f in dataclasses.fields(ServeConfig):
-        limits.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default,
-                            help=f"{f.metadata['help']} (default: %(default)s)")
+        limits.add_argument(f"--{f.name.replace('_', '-')}", type=number_flag(ServeConfig, f.name), default=f.default,
+                            help=f"{f.metadata['help']} (allowed: {f.metadata['range']}; default: %(default)s)")
     serve.set_defaults(run=_serve)
     return parser
 

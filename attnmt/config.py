@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import types
 import typing
@@ -30,8 +31,45 @@ def parse_yaml(text: str) -> Any:
     return yaml.load(text, Loader=_YamlLoader)
 
 
-DecodePrecision = Literal["fp32", "bf16", "int8"]
+# auto: bf16 where the device computes it natively, fp32 elsewhere (precision.py).
+TrainPrecision = Literal["fp32", "bf16", "auto"]
+DecodePrecision = Literal["fp32", "bf16", "int8", "auto"]
 PRECISIONS: tuple[str, ...] = typing.get_args(DecodePrecision)
+
+
+@dataclass(frozen=True)
+class Range:
+    """The values a number may take, written as an interval: "[0, 1)", "(0, inf)", "[1, 64]"."""
+
+    text: str
+
+    def bounds(self) -> tuple[float, float, bool, bool]:
+        """(low, high, low included, high included)."""
+        match = re.fullmatch(r"([\[(])\s*(-?[\w.]+)\s*,\s*(-?[\w.]+)\s*([\])])", self.text)
+        if not match:
+            raise ValueError(f"not an interval: {self.text!r}")
+        return float(match[2]), float(match[3]), match[1] == "[", match[4] == "]"
+
+    def __contains__(self, value: float) -> bool:
+        low, high, low_in, high_in = self.bounds()
+        return (math.isfinite(value) and (low < value or (low_in and value == low))
+                and (value < high or (high_in and value == high)))
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def ranged(default: float, interval: str, help: str = "") -> Any:
+    """A numeric dataclass field whose values must lie in `interval` (checked when loaded)."""
+    assert default in Range(interval), (default, interval)
+    return field(default=default, metadata={"range": Range(interval), "help": help})
+
+
+def field_range(cls: type, name: str) -> Optional[Range]:
+    return next(f.metadata.get("range") for f in dataclasses.fields(cls) if f.name == name)
+
+
+MAX_SEED = 2**32 - 1
 
 
 @dataclass
@@ -48,15 +86,15 @@ class DataConfig:
     valid_prefix: str = "val"
     test_prefix: str = "test_2016_flickr"
     # tsv and dates formats: held-out sizes of the seeded split.
-    valid_size: int = 1000
-    test_size: int = 1000
+    valid_size: int = ranged(1000, "[1, 10000000]")
+    test_size: int = ranged(1000, "[0, 10000000]")
     # Read only the first N pairs of the file (0 = all); manythings files are sorted by length.
-    max_pairs: int = 0
-    # dates format: how many pairs to generate in all.
-    num_pairs: int = 0
+    max_pairs: int = ranged(0, "[0, inf)")
+    # dates format: how many pairs to generate in all (0 = 24,000).
+    num_pairs: int = ranged(0, "[0, 10000000]")
     # Training pairs with more tokens than this on either side are left out.
-    max_len: int = 100
-    seed: int = 1
+    max_len: int = ranged(100, "[1, 100000]")
+    seed: int = ranged(1, f"[0, {MAX_SEED}]")
 
 
 @dataclass
@@ -65,93 +103,98 @@ class TokenizerConfig:
     level: Literal["word", "char", "bpe", "unigram"] = "word"
     lowercase: bool = False
     # Subwords only: pieces to learn, and one model for both languages (joint) or one each.
-    vocab_size: int = 8000
+    vocab_size: int = ranged(8000, "[8, 1000000]")
     joint: bool = True
 
 
 @dataclass
 class VocabConfig:
-    min_freq: int = 1
-    max_size: int = 50000
+    min_freq: int = ranged(1, "[1, inf)")
+    # Including the four special tokens.
+    max_size: int = ranged(50000, "[5, 10000000]")
 
 
 @dataclass
 class ModelConfig:
     rnn: Literal["gru", "lstm"] = "gru"
-    emb_dim: int = 256
-    enc_hidden: int = 256
-    enc_layers: int = 1
+    emb_dim: int = ranged(256, "[1, 65536]")
+    enc_hidden: int = ranged(256, "[1, 65536]")
+    enc_layers: int = ranged(1, "[1, 64]")
     bidirectional: bool = True
-    dec_hidden: int = 512
-    dec_layers: int = 1
+    dec_hidden: int = ranged(512, "[1, 65536]")
+    dec_layers: int = ranged(1, "[1, 64]")
     attention: Literal["bahdanau", "dot", "general", "concat", "none"] = "bahdanau"
-    attn_dim: int = 256
+    attn_dim: int = ranged(256, "[1, 65536]")
     # bahdanau: attend with the previous state, then run the RNN; luong: RNN first, then attend.
     decoder: Literal["bahdanau", "luong"] = "bahdanau"
     input_feeding: bool = False
     bridge: Literal["linear", "copy", "zero"] = "linear"
-    dropout: float = 0.2
+    dropout: float = ranged(0.2, "[0, 1)")
     # Share the target embedding matrix with the output layer (Press & Wolf 2017); the
     # decoder's output vector then has emb_dim units.
     tie_embeddings: bool = False
     # Initialize every weight uniformly in [-x, x] (0.1 in Luong et al. 2015 and OpenNMT);
     # 0 keeps PyTorch's per-layer defaults.
-    init_uniform: float = 0.0
+    init_uniform: float = ranged(0.0, "[0, 10]")
 
 
 @dataclass
 class TrainConfig:
     out_dir: str = "runs/model"
-    epochs: int = 10
+    epochs: int = ranged(10, "[1, 1000000]")
     # Stop at the end of the epoch in which this many minutes have passed (0 = no limit).
-    max_minutes: float = 0.0
-    batch_size: int = 64
+    max_minutes: float = ranged(0.0, "[0, inf)")
+    batch_size: int = ranged(64, "[1, 10000000]")
     batch_type: Literal["sentences", "tokens"] = "sentences"
-    lr: float = 1e-3
-    clip: float = 1.0
-    teacher_forcing: float = 1.0
-    label_smoothing: float = 0.0
+    lr: float = ranged(1e-3, "(0, 10]")
+    clip: float = ranged(1.0, "(0, inf)")
+    teacher_forcing: float = ranged(1.0, "[0, 1]")
+    label_smoothing: float = ranged(0.0, "[0, 1)")
     # Learning rate: constant; halved (plateau_factor) when validation stops improving for
     # plateau_patience epochs; or linear warmup over warmup_steps, then inverse square root decay.
     scheduler: Literal["none", "plateau", "warmup"] = "none"
-    plateau_factor: float = 0.5
-    plateau_patience: int = 1
-    warmup_steps: int = 1000
-    min_lr: float = 1e-5
+    plateau_factor: float = ranged(0.5, "(0, 1)")
+    plateau_patience: int = ranged(1, "[1, inf)")
+    warmup_steps: int = ranged(1000, "[1, inf)")
+    min_lr: float = ranged(1e-5, "[0, 10]")
     # Which validation figure picks the best model and drives plateau and early stopping.
     select_by: Literal["loss", "bleu"] = "loss"
     # Stop after this many validations without a better model (0 = never stop early).
-    patience: int = 0
+    patience: int = ranged(0, "[0, inf)")
     # At the end, average the weights of the last N epochs and keep the average if it validates better.
-    average_last: int = 0
-    seed: int = 1
+    average_last: int = ranged(0, "[0, 1000]")
+    seed: int = ranged(1, f"[0, {MAX_SEED}]")
     device: str = "auto"
-    # fp32, or bf16 mixed precision (matrix products in bfloat16; weights and loss in fp32).
-    precision: Literal["fp32", "bf16"] = "fp32"
+    # fp32; bf16 mixed precision (matrix products in bfloat16; weights and loss in fp32), fast on
+    # CPUs with AVX512-BF16 or AMX and on recent GPUs, slower than fp32 elsewhere; or auto, which
+    # picks bf16 where the device computes it natively and fp32 elsewhere.
+    precision: TrainPrecision = "fp32"
     # Without a terminal for the progress bar, log a line every this many updates (0 = never).
-    log_every: int = 200
+    log_every: int = ranged(200, "[0, inf)")
     # Also save checkpoint.safetensors every this many updates (0 = only at the end of each epoch).
-    checkpoint_every: int = 500
+    checkpoint_every: int = ranged(500, "[0, inf)")
     # Stop early once validation exact match reaches this fraction (0 = never).
-    target_exact_match: float = 0.0
-    samples: int = 3
+    target_exact_match: float = ranged(0.0, "[0, 1]")
+    # Unused; kept so that model files that carry it still load.
+    samples: int = ranged(3, "[0, inf)")
 
 
 @dataclass
 class DecodeConfig:
     # Longer inputs are cut to this many tokens (a documented limit instead of running out of memory).
-    max_src_len: int = 250
+    max_src_len: int = ranged(250, "[1, 100000]")
     # Outputs stop after max_len_ratio x source tokens + max_len_extra tokens at the latest.
-    max_len_ratio: float = 2.0
-    max_len_extra: int = 10
-    batch_size: int = 64
+    max_len_ratio: float = ranged(2.0, "[0, 1000]")
+    max_len_extra: int = ranged(10, "[0, 100000]")
+    batch_size: int = ranged(64, "[1, 100000]")
     # 1 = greedy decoding; more = beam search with that many hypotheses per sentence.
-    beam_size: int = 1
+    beam_size: int = ranged(1, "[1, 1000]")
     # GNMT length penalty exponent for beam search (0 = rank by plain log-probability).
-    alpha: float = 0.0
-    # fp32; bf16 matrix products (faster on CPUs with AVX512-BF16/AMX and recent GPUs); or int8,
+    alpha: float = ranged(0.0, "[0, 10]")
+    # fp32; bf16 matrix products (faster on CPUs with AVX512-BF16/AMX and recent GPUs); int8,
     # bf16 with the decoder's per-step products (RNN, query, combine, output layer) in int8
-    # (CPUs only; fastest on CPUs with AVX512-VNNI/AMX).
+    # (CPUs only; fastest on CPUs with AVX512-VNNI/AMX); or auto: bf16 where the device computes
+    # it natively, fp32 elsewhere.
     precision: DecodePrecision = "fp32"
 
 
@@ -159,15 +202,15 @@ class DecodeConfig:
 class ServeConfig:
     """Limits of `attnmt serve`; not stored in model files. Each field is a CLI flag (--max-chars ...)."""
 
-    max_chars: int = field(default=1000, metadata={"help": "characters per sentence"})
-    max_tokens: int = field(default=250, metadata={"help": "source tokens per sentence"})
-    max_sentences: int = field(default=32, metadata={"help": "sentences per request"})
-    max_beam: int = field(default=10, metadata={"help": "largest beam a request may ask for"})
-    timeout_s: float = field(default=30.0, metadata={"help": "seconds a request may wait and run before a 504"})
-    queue_size: int = field(default=256, metadata={"help": "requests waiting for the model before a 503"})
+    max_chars: int = ranged(1000, "[1, 1000000]", help="characters per sentence")
+    max_tokens: int = ranged(250, "[1, 100000]", help="source tokens per sentence")
+    max_sentences: int = ranged(32, "[1, 100000]", help="sentences per request")
+    max_beam: int = ranged(10, "[1, 1000]", help="largest beam a request may ask for")
+    timeout_s: float = ranged(30.0, "(0, 86400]", help="seconds a request may wait and run before a 504")
+    queue_size: int = ranged(256, "[1, 1000000]", help="requests waiting for the model before a 503")
     # Requests arriving within this window with the same options share one model call.
-    batch_window_ms: float = field(default=5.0, metadata={"help": "milliseconds to gather requests into a batch"})
-    max_batch: int = field(default=64, metadata={"help": "sentences per model call"})
+    batch_window_ms: float = ranged(5.0, "[0, 10000]", help="milliseconds to gather requests into a batch")
+    max_batch: int = ranged(64, "[1, 100000]", help="sentences per model call")
 
     def max_body_bytes(self) -> int:
         # A JSON-escaped character takes at most 6 bytes (\uXXXX); the rest is room for the keys.
@@ -176,10 +219,12 @@ class ServeConfig:
 
 def validate_serve(config: ServeConfig) -> None:
     for f in dataclasses.fields(config):
-        if getattr(config, f.name) <= 0 and f.name != "batch_window_ms":
-            raise AttnmtError(f"serve {f.name} must be positive, got {getattr(config, f.name)}")
-    if config.batch_window_ms < 0:
-        raise AttnmtError(f"serve batch_window_ms must be 0 or more, got {config.batch_window_ms}")
+        check_range(getattr(config, f.name), f.metadata["range"], f"serve {f.name}")
+
+
+def check_range(value: float, allowed: Range, where: str) -> None:
+    if value not in allowed:
+        raise AttnmtError(f"{where}: {value!r} is out of range; allowed: {allowed}")
 
 
 @dataclass
@@ -234,18 +279,19 @@ def _build(cls: type, values: dict, where: str) -> Any:
     if not isinstance(values, dict):
         raise AttnmtError(f"{where or 'config'}: expected a mapping of keys, got {values!r}")
     hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
+    fields = {f.name: f for f in dataclasses.fields(cls)}
     kwargs = {}
     for key, value in values.items():
         path = f"{where}.{key}" if where else str(key)
-        if key not in names:
-            raise AttnmtError(f"unknown config key {path!r}; valid keys here: {', '.join(names)}")
+        if key not in fields:
+            raise AttnmtError(f"unknown config key {path!r}; valid keys here: {', '.join(fields)}")
         hint = hints[key]
         if dataclasses.is_dataclass(hint):
             kwargs[key] = _build(hint, value or {}, path)
         else:
             kwargs[key] = _check_value(value, hint, path)
     return cls(**kwargs)
+
 
 
 def config_from_dict(values: dict) -> Config:
@@ -299,8 +345,13 @@ def load_config(path: str | Path, overrides: Optional[list[str]] = None) -> Conf
 
 
 def validate(config: Config) -> None:
-    """Refuse combinations that cannot be built, naming the keys involved."""
-    m, t, d = config.model, config.train, config.data
+    """Refuse values out of their range and combinations that cannot be built, naming the keys."""
+    for section in dataclasses.fields(config):
+        values = getattr(config, section.name)
+        for f in dataclasses.fields(values):
+            if "range" in f.metadata:
+                check_range(getattr(values, f.name), f.metadata["range"], f"{section.name}.{f.name}")
+    m, d = config.model, config.data
     enc_out = m.enc_hidden * (2 if m.bidirectional else 1)
     if m.attention == "dot" and enc_out != m.dec_hidden:
         raise AttnmtError(
@@ -310,21 +361,6 @@ def validate(config: Config) -> None:
         raise AttnmtError(f"model.bridge=copy needs encoder outputs ({enc_out}) == model.dec_hidden ({m.dec_hidden})")
     if m.input_feeding and m.decoder != "luong":
         raise AttnmtError("model.input_feeding applies to model.decoder=luong only (bahdanau feeds the context already)")
-    for name, value in [("model.emb_dim", m.emb_dim), ("model.enc_hidden", m.enc_hidden),
-                        ("model.dec_hidden", m.dec_hidden), ("model.attn_dim", m.attn_dim),
-                        ("model.enc_layers", m.enc_layers), ("model.dec_layers", m.dec_layers),
-                        ("train.batch_size", t.batch_size), ("train.epochs", t.epochs),
-                        ("data.max_len", d.max_len)]:
-        if value < 1:
-            raise AttnmtError(f"{name} must be at least 1, got {value}")
-    if not 0.0 <= m.dropout < 1.0:
-        raise AttnmtError(f"model.dropout must be in [0, 1), got {m.dropout}")
-    if m.init_uniform < 0:
-        raise AttnmtError(f"model.init_uniform must be 0 (PyTorch's defaults) or a positive range, got {m.init_uniform}")
-    if not 0.0 <= t.teacher_forcing <= 1.0:
-        raise AttnmtError(f"train.teacher_forcing must be in [0, 1], got {t.teacher_forcing}")
-    if not 0.0 <= t.label_smoothing < 1.0:
-        raise AttnmtError(f"train.label_smoothing must be in [0, 1), got {t.label_smoothing}")
     if d.format != "dates" and not d.path:
         raise AttnmtError("data.path is required: the TSV file or the directory of parallel files")
     if d.format == "tsv" and "en" not in (d.src_lang, d.tgt_lang):

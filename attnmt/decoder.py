@@ -16,6 +16,7 @@ from torch import nn
 
 from .attention import AdditiveAttention, Attention, NoAttention
 from .encoder import RNN_CLASSES, Dropout, RNNState
+from .precision import run_rnn
 from .recurrence import InputFedGRUAttention
 from .vocab import PAD_ID
 
@@ -118,13 +119,13 @@ class Decoder(nn.Module):
         if self.order == "bahdanau":
             query = top_layer(state.hidden).unsqueeze(1)                     # [B, 1, H] = s_{t-1}
             context, weights = self.attention(query, memory.keys, memory.values, memory.mask)  # [B, 1, D]
-            output, hidden = self.rnn(torch.cat([embedded, context], dim=-1), state.hidden)    # [B, 1, H]
+            output, hidden = run_rnn(self.rnn, torch.cat([embedded, context], dim=-1), state.hidden)    # [B, 1, H]
             combined = torch.cat([output, context, embedded], dim=-1)       # [B, 1, H + D + E]
         else:
             rnn_input = embedded
             if self.input_feeding:
                 rnn_input = torch.cat([embedded, state.attn_vector.unsqueeze(1)], dim=-1)  # [B, 1, E + O]
-            output, hidden = self.rnn(rnn_input, state.hidden)              # [B, T, H] = h_t
+            output, hidden = run_rnn(self.rnn, rnn_input, state.hidden)     # [B, T, H] = h_t
             context, weights = self.attention(output, memory.keys, memory.values, memory.mask)  # [B, T, D]
             combined = torch.cat([context, output], dim=-1)                 # [B, T, D + H]
         features = torch.tanh(self.combine(combined))                       # [B, T, O]

@@ -67,6 +67,8 @@ def score_translations(translator: Translator, pairs: list[tuple[str, str]], bea
 def score_outputs(translator: Translator, pairs: list[tuple[str, str]], hypotheses: list[str],
                   lc_tok: bool = False) -> dict:
     """The scores of `score_translations` for outputs already made."""
+    if not pairs:
+        raise AttnmtError("nothing to score: no sentence pairs")
     sources = [s for s, _ in pairs]
     references = [r for _, r in pairs]
     # Exact match forgives what the tokenizer normalizes away (odd spaces; case when lowercasing).

@@ -31,3 +31,10 @@ def atomic_write(path: str | Path, data: bytes) -> None:
 def cache_dir() -> Path:
     """Where downloaded corpora and compiled decoding steps are kept: $ATTNMT_CACHE, default ~/.cache/attnmt."""
     return Path(os.environ.get("ATTNMT_CACHE") or Path.home() / ".cache" / "attnmt")
+
+
+def check_parent_dir(path: str | Path) -> None:
+    """Refuse, before any work, a file to be written into a directory that does not exist."""
+    path = Path(path)
+    if not path.parent.is_dir():
+        raise AttnmtError(f"{path}: directory {path.parent} does not exist")

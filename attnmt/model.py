@@ -11,6 +11,7 @@ from .attention import make_attention
 from .config import ModelConfig
 from .decoder import Decoder, DecoderState, Memory
 from .encoder import Encoder, EncoderOutput, RNNState
+from .errors import AttnmtError
 from .vocab import PAD_ID
 
 
@@ -18,15 +19,18 @@ def resolve_device(name: str = "auto") -> torch.device:
     """`auto` picks the GPU when there is one."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
-
-
-def autocast(precision: str, device: torch.device) -> torch.autocast:
-    """`bf16`: matrix products in bfloat16 (weights, optimizer state and loss stay fp32); `fp32`: off.
-
-    CPUs with AVX512-BF16 or AMX, and GPUs from Ampere on, multiply bfloat16 several times faster.
-    """
-    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise AttnmtError(f"device {name!r}: expected auto, cpu, cuda or cuda:N") from None
+    if device.type not in ("cpu", "cuda"):
+        raise AttnmtError(f"device {name!r}: attnmt runs on cpu or cuda")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise AttnmtError(f"device {name!r}: this machine has no CUDA GPU that torch can use; use cpu or auto")
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        raise AttnmtError(f"device {name!r}: this machine has {torch.cuda.device_count()} CUDA GPU(s), "
+                          f"numbered from 0")
+    return device
 
 
 class Seq2Seq(nn.Module):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import functools
 import io
 import itertools
+import math
+import textwrap
 import unicodedata
 import warnings
 from pathlib import Path
@@ -56,27 +58,37 @@ def _save(fig: plt.Figure, path: str | Path) -> None:
     atomic_write(path, buffer.getvalue())
 
 
+MAX_INCHES = 40  # a heatmap's largest side; past it, long sentences label every k-th token
+
+
+def _every_kth(tokens: list[str], inches: float) -> tuple[list[int], list[str]]:
+    """Tick positions and labels that fit `inches`: every token, or every k-th of a long sentence."""
+    step = max(1, math.ceil(len(tokens) * 0.16 / inches))  # a 9-point label needs about 0.16 inch
+    positions = list(range(0, len(tokens), step))
+    return positions, [tokens[i] if step == 1 else f"{tokens[i]} ({i + 1})" for i in positions]
+
+
 def plot_attention(weights: np.ndarray, source_tokens: list[str], output_tokens: list[str],
                    path: str | Path, title: str = "") -> None:
     """Write a PNG heatmap of `weights` [len(output_tokens), len(source_tokens)] to `path`."""
     weights = np.asarray(weights, dtype=np.float32)
     if weights.shape != (len(output_tokens), len(source_tokens)):
         raise ValueError(f"weights {weights.shape} do not match {len(output_tokens)} x {len(source_tokens)} tokens")
-    width = min(2.0 + 0.35 * len(source_tokens), 40)
-    height = min(1.5 + 0.35 * len(output_tokens), 40)
+    width = min(2.0 + 0.35 * len(source_tokens), MAX_INCHES)
+    height = min(1.5 + 0.35 * len(output_tokens), MAX_INCHES)
     with plt.rc_context({"font.family": available_fonts()}), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "Glyph missing from font" where no face has a character
         fig, ax = plt.subplots(figsize=(width, height), dpi=110)
         image = ax.imshow(weights, cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
         long_labels = any(len(t) > 2 for t in source_tokens)
-        ax.set_xticks(range(len(source_tokens)), labels=source_tokens, rotation=90 if long_labels else 0)
-        ax.set_yticks(range(len(output_tokens)), labels=output_tokens)
+        ax.set_xticks(*_every_kth(source_tokens, width), rotation=90 if long_labels else 0)
+        ax.set_yticks(*_every_kth(output_tokens, height))
         ax.set_xlabel("source")
         ax.set_ylabel("output")
         ax.xaxis.set_ticks_position("top")
         ax.xaxis.set_label_position("top")
-        if title:
-            ax.set_title(title, fontsize=9, pad=12)
+        if title:  # a long sentence's title is cut to the figure's width
+            ax.set_title(textwrap.shorten(title, int(width * 12), placeholder=" ..."), fontsize=9, pad=12)
         fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02)
         fig.tight_layout()
         _save(fig, path)

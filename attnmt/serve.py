@@ -87,6 +87,7 @@ class ModelInfo(BaseModel):
     src_vocab_size: int
     tgt_vocab_size: int
     beam_size: int = Field(description="the beam used when a request names none")
+    precision: str = Field(description="what decoding runs in here: fp32, bf16 or int8 (`auto` resolved)")
     limits: dict[str, int | float] = Field(description="the server's limits (ServeConfig), max_tokens as enforced")
 
 
@@ -323,7 +324,7 @@ def create_app(translator: Translator, limits: Optional[ServeConfig] = None) -> 
             "decoder": config.model.decoder, "attention": config.model.attention,
             "tokenizer": config.tokenizer.level, "src_vocab_size": len(translator.src_vocab),
             "tgt_vocab_size": len(translator.tgt_vocab), "beam_size": decode.beam_size,
-            "limits": {**asdict(limits), "max_tokens": max_tokens}}
+            "precision": translator.precision, "limits": {**asdict(limits), "max_tokens": max_tokens}}
 
     @app.get("/model", response_model=ModelInfo)
     async def model() -> dict[str, Any]:
@@ -343,6 +344,9 @@ def serve(model_path: str, host: str, port: int, device: str, precision: Optiona
     """Load the model and serve it until interrupted; port 0 picks a free port (printed)."""
     validate_serve(limits)
     translator = Translator.load(model_path, device, precision, compile)
+    note = translator.precision_note()
+    if note:
+        log(f"attnmt serve: {note}")
     app = create_app(translator, limits)
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

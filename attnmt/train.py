@@ -22,8 +22,9 @@ from .data import Pair, load_corpus
 from .errors import AttnmtError
 from .evaluate import score_translations
 from .loss import sequence_loss
-from .model import Seq2Seq, autocast, resolve_device
+from .model import Seq2Seq, resolve_device
 from .modelfile import load_file, save_file
+from .precision import autocast, precision_note
 from .tokenize import SubwordTokenizer, Tokenizer, make_tokenizer, tokenizers_from_dicts
 from .translate import WEIGHTS_PREFIX, Translator
 from .vocab import Vocabulary
@@ -76,8 +77,12 @@ def prepare_data(config: Config, saved: Optional[dict] = None) -> PreparedData:
 
     train = tokenized(corpus.train)
     if not train:
-        raise AttnmtError("no usable training pairs: every pair has an empty side or exceeds data.max_len")
+        raise AttnmtError(f"no usable training pairs: each of the {len(corpus.train)} has an empty side or "
+                          f"exceeds data.max_len={config.data.max_len}")
     valid = tokenized(corpus.valid)
+    if not valid:
+        raise AttnmtError(f"no usable validation pairs: each of the {len(corpus.valid)} has an empty side or "
+                          f"exceeds data.max_len={config.data.max_len}")
     if saved:
         src_vocab, tgt_vocab = Vocabulary.from_list(saved["src_vocab"]), Vocabulary.from_list(saved["tgt_vocab"])
     else:
@@ -230,17 +235,21 @@ def train(config: Config, resume: bool = False, overwrite: bool = False,
     if not resume and not overwrite and (model_path.exists() or checkpoint_path.exists()):
         raise AttnmtError(f"{out_dir} already holds a model; use --resume to continue it, --overwrite to replace it, "
                           f"or another train.out_dir")
+    device = resolve_device(tc.device)
+    if config.decode.precision == "int8" and device.type != "cpu":  # say so now, not at the first validation
+        raise AttnmtError(f"decode.precision int8 runs on CPUs only; use bf16 on {device}")
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise AttnmtError(f"{out_dir}: cannot create output directory: {err.strerror or err}") from None
     for stale in out_dir.glob(".*.safetensors.*.tmp"):  # half-written files of a run killed while saving
         stale.unlink(missing_ok=True)
+    note = precision_note({"train.precision": tc.precision, "decode.precision": config.decode.precision}, device,
+                          lstm=config.model.rnn == "lstm")
+    if note:
+        log(note)
 
     torch.manual_seed(tc.seed)
-    device = resolve_device(tc.device)
-    if config.decode.precision == "int8" and device.type != "cpu":  # say so now, not at the first validation
-        raise AttnmtError(f"decode.precision int8 runs on CPUs only; use bf16 on {device}")
     checkpoint = _read_checkpoint(checkpoint_path, config) if resume else None
     data = prepare_data(config, checkpoint[1] if checkpoint else None)
     if checkpoint and checkpoint[1].get("data_sha256") != data.fingerprint:
@@ -288,7 +297,9 @@ def train(config: Config, resume: bool = False, overwrite: bool = False,
         record = _validate(translator, data, config, device, progress)
         progress.history.append(record)
         log(" | ".join(f"{k} {v}" for k, v in record.items()))
-        stop = stop or _after_validation(record, translator, progress, config, model_path, log)
+        # Always: a budget that runs out in the first epoch must still keep its model.
+        verdict = _after_validation(record, translator, progress, config, model_path, log)
+        stop = stop or verdict
         if progress.batch_in_epoch >= len(order):
             if tc.average_last > 1:
                 _keep_epoch_model(translator, progress, out_dir, tc.average_last)

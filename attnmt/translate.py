@@ -16,6 +16,7 @@ from .config import PRECISIONS, Config, config_from_dict
 from .errors import AttnmtError, first_line
 from .model import Seq2Seq, resolve_device
 from .modelfile import load_file, save_file
+from .precision import precision_note, resolve as resolve_precision
 from .quantize import int8_decoding_copy
 from .search import Hypothesis, Step, beam_search, greedy
 from .tokenize import Tokenizer, tokenizers_from_dicts
@@ -98,6 +99,15 @@ class Translator:
             translator._decoding()
         return translator
 
+    @property
+    def precision(self) -> str:
+        """The precision decoding runs in here: decode.precision, with `auto` resolved for the device."""
+        return resolve_precision(self.config.decode.precision, self.device)
+
+    def precision_note(self) -> Optional[str]:
+        """One line on the precision chosen (for `auto`) or a warning (bf16 without native bf16), or None."""
+        return precision_note({"decode.precision": self.config.decode.precision}, self.device)
+
     def tokenize_source(self, text: str) -> list[str]:
         return self.src_tokenizer.tokenize(text)[: self.config.decode.max_src_len]
 
@@ -146,14 +156,14 @@ class Translator:
         return results
 
     def _decoding(self) -> tuple[Seq2Seq, Optional[Step]]:
-        """The model in decode.precision and, with `compile`, its compiled decoding step
+        """The model in the decoding precision and, with `compile`, its compiled decoding step
         (`compiled.py`; None: the searches run the model's own).
 
         For bf16 the model is a bfloat16 copy (casting once beats autocast's cast of every weight
         at every step), for int8 that copy with every product of a decoding step in int8
         (`quantize.py`), for fp32 the model itself.
         """
-        precision = self.config.decode.precision
+        precision = self.precision
         # Every in-place change of a weight (an optimizer step, load_state_dict) bumps its version
         # counter, so the copy is made again only when the weights have changed since.
         key = (precision, self.compile, tuple(p._version for p in self.model.parameters()))

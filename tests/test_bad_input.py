@@ -178,3 +178,55 @@ def test_full_disk_keeps_the_old_file(dates_model, tmp_path, capsys, monkeypatch
     assert "No space left on device" in line
     assert target.read_text(encoding="utf-8") == "previous output\n"
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+# --- empty, tiny and odd inputs ------------------------------------------------------------
+
+def test_evaluate_empty_files(dates_model, tmp_path, capsys):
+    src, ref = tmp_path / "s.txt", tmp_path / "r.txt"
+    src.write_bytes(b"")
+    ref.write_bytes(b"")
+    line = run_cli(capsys, "evaluate", str(dates_model), "--src", str(src), "--ref", str(ref))
+    assert "nothing to score" in line and str(src) in line
+
+
+def test_plot_of_a_very_long_sentence(dates_model, tmp_path, capsys):
+    out = tmp_path / "long.png"
+    sentence = "Saturday, March 14, 2026 " * 20  # 500 characters: cut to decode.max_src_len tokens
+    assert cli.main(["plot", str(dates_model), sentence, "--out", str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(out.read_bytes()) < 5_000_000  # the figure's size is capped, labels thinned
+
+
+def test_train_on_a_corpus_smaller_than_a_batch(tmp_path, capsys):
+    data = tmp_path / "tiny.tsv"
+    data.write_text(TSV_OK[: TSV_OK.index("Sentence 12.")], encoding="utf-8")  # 12 pairs
+    config = tsv_config(tmp_path, data)
+    assert cli.main(["train", str(config), "data.valid_size=2", "data.test_size=2", "train.batch_size=64"]) == 0
+    out = capsys.readouterr().out
+    assert "8 training pairs" in out
+    assert (tmp_path / "out" / "model.safetensors").is_file()
+
+
+def test_every_pair_filtered_out_by_max_len(tmp_path, capsys):
+    data = tmp_path / "long.tsv"
+    data.write_text(TSV_OK, encoding="utf-8")  # every sentence has 3 word tokens
+    line = run_cli(capsys, "train", str(tsv_config(tmp_path, data)), "data.max_len=2")
+    assert "no usable training pairs" in line and "data.max_len=2" in line
+    assert not (tmp_path / "out" / "model.safetensors").exists()
+
+
+def test_every_validation_pair_filtered_out_by_max_len(tmp_path, capsys):
+    # Parallel files: the validation split is given, not drawn by the seeded shuffle.
+    train_de, train_en = tmp_path / "train.de", tmp_path / "train.en"
+    train_de.write_text("ein Satz\n" * 20, encoding="utf-8")
+    train_en.write_text("a sentence\n" * 20, encoding="utf-8")
+    for split in ("val", "test"):
+        (tmp_path / f"{split}.de").write_text("ein viel zu langer Satz für max_len\n", encoding="utf-8")
+        (tmp_path / f"{split}.en").write_text("a sentence far too long for max_len\n", encoding="utf-8")
+    config = tmp_path / "p.yaml"
+    config.write_text(f"data:\n  format: parallel\n  path: {tmp_path}\n  test_prefix: test\n  max_len: 3\n"
+                      f"model:\n  emb_dim: 8\n  enc_hidden: 8\n  dec_hidden: 16\n  attn_dim: 8\n"
+                      f"train:\n  out_dir: {tmp_path / 'out'}\n  epochs: 1\n", encoding="utf-8")
+    line = run_cli(capsys, "train", str(config))
+    assert "no usable validation pairs" in line and "data.max_len=3" in line

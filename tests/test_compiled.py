@@ -78,15 +78,15 @@ def test_compiled_int8_step_agrees_within_bfloat16_rounding(tmp_path):
 
 @needs_compiler
 def test_translator_with_compile_translates_as_without_and_reuses_the_program(dates_model, capsys):
-    plain = Translator.load(dates_model)
-    compiled = Translator.load(dates_model, compile=True)
+    plain = Translator.load(dates_model, "cpu")
+    compiled = Translator.load(dates_model, "cpu", compile=True)
     assert "compiling the decoding step" in capsys.readouterr().err
     for beam in (1, 3):
         for ours, theirs in zip(compiled.translate(DATES, beam_size=beam, batch_size=4),
                                 plain.translate(DATES, beam_size=beam, batch_size=4)):
             assert ours.text == theirs.text
             np.testing.assert_allclose(ours.attention, theirs.attention, atol=1e-5)
-    Translator.load(dates_model, compile=True)
+    Translator.load(dates_model, "cpu", compile=True)
     assert "compiling" not in capsys.readouterr().err  # the second load found the program
     folder = cache_dir() / "compiled"
     assert (folder / f"step-{_program_key(plain.model)}.pt2").is_file()
@@ -118,12 +118,12 @@ def test_missing_compiler_is_one_clear_error(dates_model, tmp_path, monkeypatch,
 @needs_compiler
 def test_damaged_cached_program_is_named_in_the_error(dates_model, tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNMT_CACHE", str(tmp_path / "cache"))
-    translator = Translator.load(dates_model)
+    translator = Translator.load(dates_model, "cpu")
     path = tmp_path / "cache" / "compiled" / f"step-{_program_key(translator.model)}.pt2"
     path.parent.mkdir(parents=True)
     path.write_bytes(b"not a program")
     with pytest.raises(AttnmtError, match="cannot load the compiled decoding step.*delete it"):
-        Translator.load(dates_model, compile=True)
+        Translator.load(dates_model, "cpu", compile=True)
 
 
 @needs_compiler
@@ -132,4 +132,4 @@ def test_unwritable_cache_is_one_clear_error(dates_model, tmp_path, monkeypatch)
     blocker.write_text("")
     monkeypatch.setenv("ATTNMT_CACHE", str(blocker))  # a file where the cache folder should be
     with pytest.raises(AttnmtError, match="a-file/compiled: cannot write the compiled decoding step"):
-        Translator.load(dates_model, compile=True)
+        Translator.load(dates_model, "cpu", compile=True)

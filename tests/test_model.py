@@ -15,7 +15,8 @@ from attnmt.config import Config, DataConfig, ModelConfig, validate
 from attnmt.encoder import Dropout, Encoder
 from attnmt.errors import AttnmtError
 from attnmt.loss import sequence_loss
-from attnmt.model import Seq2Seq, autocast
+from attnmt.model import Seq2Seq
+from attnmt.precision import autocast
 from attnmt.search import greedy
 from attnmt.vocab import EOS_ID, PAD_ID, SOS_ID
 

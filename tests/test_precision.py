@@ -11,11 +11,12 @@ import sys
 import pytest
 import torch
 
+from attnmt import precision
 from attnmt.batch import collate
 from attnmt.config import config_from_dict
 from attnmt.model import Seq2Seq
 from attnmt.quantize import Int8Linear, Int8RNN, int8_decoding_copy
-from attnmt.train import make_optimizer, train_step
+from attnmt.train import make_optimizer, train, train_step
 from attnmt.translate import Translator
 from conftest import tiny_dates_config
 
@@ -59,7 +60,7 @@ def test_bf16_training_step_gives_the_fp32_loss_and_update(model, tmp_path):
 @pytest.mark.parametrize("precision", ["bf16", "int8"])
 @pytest.mark.parametrize("beam", [1, 3])
 def test_fast_decoding_translates_like_fp32(dates_model, precision, beam):
-    translator = Translator.load(dates_model)
+    translator = Translator.load(dates_model, "cpu")  # int8 runs on CPUs only
     sources = [f"{day} march {1950 + day}" for day in range(1, 29)] + ["june 3, 2004", "12/25/1999", "tuesday 9 may 1871"]
     fp32 = translator.translate(sources, beam_size=beam)
     translator.config.decode.precision = precision
@@ -253,3 +254,66 @@ def test_training_keeps_freed_large_blocks_for_the_next_step():
     """By default glibc maps each large tensor afresh and unmaps it when freed; training has it keep them."""
     assert fate_of_a_freed_block(keep=False) == ["False", "True", "False"]
     assert fate_of_a_freed_block(keep=True) == ["True", "False", "True"]
+
+
+# --- precision that fits the machine ---------------------------------------------------------
+
+@pytest.mark.parametrize("features,expected", [((), "fp32"), (("AVX512-BF16",), "bf16"), (("AMX",), "bf16")])
+def test_auto_is_bf16_only_on_cpus_with_native_bf16(monkeypatch, features, expected):
+    monkeypatch.setattr(precision, "cpu_bf16_features", lambda: features)
+    cpu = torch.device("cpu")
+    assert precision.resolve("auto", cpu) == expected
+    assert precision.resolve("fp32", cpu) == "fp32" and precision.resolve("int8", cpu) == "int8"
+    note = precision.precision_note({"train.precision": "auto"}, cpu)
+    assert note.startswith(f"precision: train.precision {expected} (this CPU has ")
+    assert ("no AVX512-BF16 or AMX" in note) == (not features)
+    # Explicit bf16 without native bf16: a warning that says what auto would do; with it: silence.
+    warning = precision.precision_note({"decode.precision": "bf16"}, cpu)
+    assert (warning is None) == bool(features)
+    if warning:
+        assert warning.startswith("warning:") and "slower than fp32" in warning and "auto picks fp32" in warning
+
+
+def test_a_onednn_isa_cap_below_bf16_means_no_native_bf16():
+    code = "from attnmt.precision import cpu_bf16_features; print(cpu_bf16_features())"
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "ONEDNN_MAX_CPU_ISA": "avx2"},
+                         capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "()"
+
+
+def test_training_logs_what_auto_chose(tmp_path):
+    lines = []
+    settings = tiny_dates_config(tmp_path)
+    settings["data"].update(num_pairs=300, valid_size=20, test_size=0)
+    settings["train"].update(epochs=1, precision="auto", device="cpu")
+    train(config_from_dict(settings), log=lines.append)
+    chosen = precision.resolve("auto", torch.device("cpu"))
+    notes = [line for line in lines if line.startswith("precision:")]
+    assert notes == [f"precision: train.precision {chosen}, decode.precision fp32 "
+                     f"({precision._device_words(torch.device('cpu'))})"]
+
+
+def test_translator_resolves_auto(dates_model):
+    translator = Translator.load(dates_model, "cpu", precision="auto")
+    assert translator.precision == precision.resolve("auto", torch.device("cpu"))
+    assert translator.precision_note().startswith(f"precision: decode.precision {translator.precision} (")
+    explicit = Translator.load(dates_model, "cpu", precision=translator.precision)
+    sources = ["june 3, 2004", "12/25/1999"]
+    assert [t.text for t in translator.translate(sources)] == [t.text for t in explicit.translate(sources)]
+
+
+def test_lstm_decoder_trains_in_fp32_under_bf16_where_onednn_has_no_kernel(monkeypatch, tmp_path):
+    """On CPUs without AVX-512, oneDNN has no bf16 LSTM kernel under autocast: the LSTM runs in fp32
+    there (forced here, so the fallback is tested on every CPU), the rest of the step in bf16."""
+    monkeypatch.setattr(precision, "cpu_autocast_lstm", lambda: False)
+    model_settings = {"attention": "general", "decoder": "luong", "rnn": "lstm"}
+    config = config_from_dict({**tiny_dates_config(tmp_path, **model_settings), "train": {"precision": "bf16"}})
+    model = Seq2Seq(config.model, 40, 30)
+    batch = random_batch(40, 30)
+    seen = []
+    model.decoder.rnn.register_forward_hook(lambda module, inputs, output: seen.append(output[0].dtype))
+    loss = train_step(model, make_optimizer(model, config.train), batch, config, step=1)
+    assert seen == [torch.float32] and loss > 0
+    monkeypatch.setattr(precision, "cpu_bf16_features", lambda: ())
+    warning = precision.precision_note({"train.precision": "bf16"}, torch.device("cpu"), lstm=True)
+    assert "LSTM decoder trains in fp32" in warning

@@ -159,3 +159,15 @@ def test_out_of_memory_says_what_to_lower_and_keeps_the_checkpoint(tmp_path, mon
     with pytest.raises(AttnmtError, match="out of memory at step .* lower train.batch_size"):
         train(config_from_dict(values), resume=True, log=lambda _: None)
     assert (tmp_path / "checkpoint.safetensors").read_bytes() == checkpoint
+
+
+def test_a_time_budget_spent_in_the_first_epoch_still_keeps_a_model(tmp_path, monkeypatch):
+    """On a slow CPU a budget can end before the first validation: the model validated then is kept."""
+    clock = iter(range(0, 10**6, 60))  # each look at the clock: a minute later
+    monkeypatch.setattr("attnmt.train.time.monotonic", lambda: next(clock))
+    values = tiny_dates_config(tmp_path)
+    values["train"].update(epochs=3, max_minutes=1.5)
+    lines = []
+    result = train(config_from_dict(values), log=lines.append)
+    assert result.model_path.is_file() and result.epochs == 1
+    assert any("time budget of 1.5 minutes used up" in line for line in lines)
