@@ -1,0 +1,27 @@
+"""Model files written by earlier versions load and translate as they did (tests/fixtures/models/,
+written at commit e06a319 by tests/fixtures/make_old_models.py, with the translations they gave)."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from attnmt.translate import Translator
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "models"
+EXPECTED = json.loads((FIXTURES / "expected.json").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED["models"]))
+@pytest.mark.parametrize("beam", [1, 3])
+def test_old_model_file_translates_as_when_written(name, beam):
+    translator = Translator.load(FIXTURES / f"{name}.safetensors", device="cpu")
+    results = translator.translate(EXPECTED["sentences"], beam_size=beam)
+    for result, expected in zip(results, EXPECTED["models"][name][f"beam{beam}"]):
+        assert result.text == expected["text"]
+        assert result.log_prob == pytest.approx(expected["log_prob"], abs=1e-4)
+        if expected["attention"] is None:
+            assert result.attention is None
+        else:
+            np.testing.assert_allclose(result.attention, np.array(expected["attention"]), atol=1e-5)
