@@ -20,6 +20,8 @@ from torch import nn
 class Attention(nn.Module):
     """Masked softmax over scores, then the weighted sum of values; subclasses give the scores."""
 
+    returns_weights = True  # False for the baseline without attention
+
     def project_keys(self, memory: torch.Tensor) -> torch.Tensor:
         return memory
 
@@ -112,6 +114,8 @@ class GeneralAttention(DotAttention):
 
 class NoAttention(Attention):
     """The plain seq2seq baseline: an empty context, so the decoder sees only its own state."""
+
+    returns_weights = False
 
     def project_keys(self, memory: torch.Tensor) -> torch.Tensor:
         return memory[..., :0]                                       # [B, S, 0]

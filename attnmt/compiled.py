@@ -37,49 +37,39 @@ from .model import Seq2Seq
 from .vocab import UNK_ID
 
 
-def state_tensors(state: DecoderState) -> list[torch.Tensor]:
-    """A decoder state as a flat list: hidden (h, or h and c for LSTM), then the attentional vector if fed."""
-    hidden = list(state.hidden) if isinstance(state.hidden, tuple) else [state.hidden]
-    return hidden + ([] if state.attn_vector is None else [state.attn_vector])
-
-
 class StepProgram(nn.Module):
     """Decoder.step for one token over flat tensors, the form torch.export takes.
 
-    Inputs: tokens [B, 1], keys [B, S, A], values [B, S, D], mask [B, S], then the state
-    (`state_tensors`). Outputs: logits [B, V], the new state's tensors, and weights [B, S] unless
-    the attention is `none`.
+    Inputs: tokens [B, 1], the memory's tensors, then the state's (`DecoderState.tensors`), shaped as
+    those of `memory` and `state`. Outputs: logits [B, V], the new state's tensors, and the
+    attention weights [B, S] if the model returns them.
     """
 
-    def __init__(self, decoder: Decoder, lstm: bool):
+    def __init__(self, decoder: Decoder, memory: Memory, state: DecoderState):
         super().__init__()
-        self.decoder, self.lstm = decoder, lstm
+        self.decoder, self.memory_fields, self.state_like = decoder, len(memory), state.like
 
-    def forward(self, tokens: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor,
-                *state: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        hidden = (state[0], state[1]) if self.lstm else state[0]
-        attn_vector = state[-1] if self.decoder.input_feeding else None
-        logits, new_state, weights = self.decoder.step(tokens, DecoderState(hidden, attn_vector),
-                                                       Memory(keys, values, mask))
+    def forward(self, tokens: torch.Tensor, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        memory = Memory(*tensors[: self.memory_fields])
+        state = self.state_like(list(tensors[self.memory_fields :]))
+        logits, new_state, weights = self.decoder.step(tokens, state, memory)
         weights_out = [] if weights is None else [weights[:, -1]]
-        return (logits[:, -1], *state_tensors(new_state), *weights_out)
+        return (logits[:, -1], *new_state.tensors(), *weights_out)
 
 
 class CompiledStep:
     """Called like Decoder.step for one token: (prev_tokens [B, 1], state, memory) -> logits
-    [B, 1, V], the new state and weights [B, 1, S] (None for `none`)."""
+    [B, 1, V], the new state and weights [B, 1, S] (None without attention)."""
 
-    def __init__(self, program: Callable, lstm: bool, input_feeding: bool, attends: bool):
-        self.program, self.lstm, self.input_feeding, self.attends = program, lstm, input_feeding, attends
+    def __init__(self, program: Callable, returns_attention: bool):
+        self.program, self.returns_attention = program, returns_attention
 
     def __call__(self, prev_tokens: torch.Tensor, state: DecoderState, memory: Memory
                  ) -> tuple[torch.Tensor, DecoderState, Optional[torch.Tensor]]:
-        outputs = list(self.program(prev_tokens, *memory, *state_tensors(state)))
+        outputs = list(self.program(prev_tokens, *memory, *state.tensors()))
         logits = outputs.pop(0)
-        weights = outputs.pop().unsqueeze(1) if self.attends else None
-        hidden = (outputs[0], outputs[1]) if self.lstm else outputs[0]
-        attn_vector = outputs[-1] if self.input_feeding else None
-        return logits.unsqueeze(1), DecoderState(hidden, attn_vector), weights
+        weights = outputs.pop().unsqueeze(1) if self.returns_attention else None
+        return logits.unsqueeze(1), state.like(outputs), weights
 
 
 def _program_key(model: Seq2Seq) -> str:
@@ -99,8 +89,6 @@ def _program_key(model: Seq2Seq) -> str:
 
 
 def _export(model: Seq2Seq) -> torch.export.ExportedProgram:
-    decoder = model.decoder
-    lstm = model.config.rnn == "lstm"
     # Example inputs of two sentences of three and two tokens: export then keeps both sizes
     # symbolic (an example size of 1 would be specialized).
     device = next(model.parameters()).device
@@ -108,10 +96,10 @@ def _export(model: Seq2Seq) -> torch.export.ExportedProgram:
     memory, state = model.encode(src, torch.tensor([3, 2], device=device))
     tokens = torch.full((2, 1), UNK_ID, dtype=torch.long, device=device)
     rows, length = torch.export.Dim("rows", min=1), torch.export.Dim("source_length", min=1)
-    state_shapes = [{1: rows}] * (2 if lstm else 1) + ([{0: rows}] if decoder.input_feeding else [])
-    shapes = ({0: rows}, {0: rows, 1: length}, {0: rows, 1: length}, {0: rows, 1: length}, tuple(state_shapes))
-    return torch.export.export(StepProgram(decoder, lstm), (tokens, *memory, *state_tensors(state)),
-                               dynamic_shapes=shapes)
+    memory_shapes = tuple({row: rows, position: length} for row, position in memory.dims())
+    state_shapes = tuple({dim: rows} for dim in state.row_dims())
+    return torch.export.export(StepProgram(model.decoder, memory, state), (tokens, *memory, *state.tensors()),
+                               dynamic_shapes=({0: rows}, (*memory_shapes, *state_shapes)))
 
 
 def compiled_step(model: Seq2Seq) -> CompiledStep:
@@ -130,8 +118,7 @@ def compiled_step(model: Seq2Seq) -> CompiledStep:
     except Exception as err:
         raise AttnmtError(f"{path}: cannot load the compiled decoding step ({first_line(err)}); "
                           f"delete it to compile again") from None
-    return CompiledStep(program, model.config.rnn == "lstm", model.decoder.input_feeding,
-                        model.config.attention != "none")
+    return CompiledStep(program, model.returns_attention)
 
 
 def _compile(model: Seq2Seq, path: Path) -> None:

@@ -12,9 +12,10 @@ from __future__ import annotations
 from typing import NamedTuple, Optional
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from .attention import AdditiveAttention, Attention, NoAttention
+from .attention import AdditiveAttention, Attention
 from .encoder import RNN_CLASSES, Dropout, RNNState
 from .precision import run_rnn
 from .recurrence import InputFedGRUAttention
@@ -22,37 +23,83 @@ from .vocab import PAD_ID
 
 
 class Memory(NamedTuple):
-    """What the decoder attends to, computed once per sentence."""
+    """What the decoder attends to, computed once per sentence; rows are sentences (or beams)."""
 
     keys: torch.Tensor    # [B, S, A] projected for the attention kind
     values: torch.Tensor  # [B, S, D] encoder outputs
     mask: torch.Tensor    # [B, S] True at real tokens
 
+    @property
+    def length(self) -> int:
+        """S, the source positions it holds."""
+        return self.mask.shape[1]
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.values.dtype
+
+    def dims(self) -> list[tuple[int, int]]:
+        """For each tensor, the dimensions that index rows and source positions."""
+        return [(0, 1)] * len(self)
+
+    def select(self, rows: torch.Tensor) -> "Memory":
+        """The rows `rows` [n] (repeated as often as listed), e.g. to give each beam its sentence's."""
+        return Memory(*(m.index_select(0, rows) for m in self))
+
+    def rows(self, start: int, end: Optional[int] = None) -> "Memory":
+        """The rows start..end, without a copy."""
+        return Memory(*(m[start:end] for m in self))
+
+    def narrow(self, length: int) -> "Memory":
+        """The first `length` source positions, once no row attends past them."""
+        return Memory(*(m[:, :length].contiguous() for m in self))
+
+    def pad(self, length: int) -> "Memory":
+        """Padded to `length` source positions; the new ones are masked out."""
+        grow = length - self.length
+        return Memory(F.pad(self.keys, (0, 0, 0, grow)), F.pad(self.values, (0, 0, 0, grow)), F.pad(self.mask, (0, grow)))
+
+    def put(self, rows: torch.Tensor, source: "Memory") -> None:
+        """Overwrite the rows `rows` in place with those of `source` (as many, at most as long)."""
+        self.mask.index_fill_(0, rows, False)
+        for mine, theirs in zip(self, source):
+            mine.narrow(1, 0, source.length).index_copy_(0, rows, theirs)
+
 
 class DecoderState(NamedTuple):
-    hidden: RNNState                      # [layers, B, H] (a pair of them for LSTM)
+    """The decoder's state between steps; rows are sentences (or beams)."""
+
+    hidden: tuple[torch.Tensor, ...]      # (h,) for a GRU, (h, c) for an LSTM, each [layers, B, H]
     attn_vector: Optional[torch.Tensor]   # [B, O] previous h~_t, for input feeding (luong order)
+
+    def tensors(self) -> list[torch.Tensor]:
+        """The state as a flat list (the hidden tensors, then the attentional vector if fed)."""
+        return [*self.hidden, *([] if self.attn_vector is None else [self.attn_vector])]
+
+    def row_dims(self) -> list[int]:
+        """The dimension that indexes rows, for each of `tensors()`."""
+        return [1] * len(self.hidden) + ([] if self.attn_vector is None else [0])
+
+    def like(self, tensors: list[torch.Tensor]) -> "DecoderState":
+        """A state of this one's structure from a flat list as `tensors()` gives it."""
+        count = len(self.hidden)
+        return DecoderState(tuple(tensors[:count]), None if self.attn_vector is None else tensors[count])
+
+    def select(self, index: torch.Tensor) -> "DecoderState":
+        """Keep (or repeat) the rows `index`, e.g. to follow beams."""
+        attn_vector = None if self.attn_vector is None else self.attn_vector.index_select(0, index)
+        return DecoderState(tuple(h.index_select(1, index) for h in self.hidden), attn_vector)
+
+    def put(self, index: torch.Tensor, source: "DecoderState") -> None:
+        """Overwrite the rows `index` in place with the rows of `source`."""
+        for mine, theirs in zip(self.hidden, source.hidden):
+            mine.index_copy_(1, index, theirs)                              # [layers, B, H]
+        if self.attn_vector is not None:
+            self.attn_vector.index_copy_(0, index, source.attn_vector)
 
 
 def top_layer(hidden: RNNState) -> torch.Tensor:
-    return (hidden[0] if isinstance(hidden, tuple) else hidden)[-1]     # [B, H]
-
-
-def select(state: DecoderState, index: torch.Tensor) -> DecoderState:
-    """Keep (or repeat) the batch rows `index` of a state, e.g. to follow beams."""
-    hidden = state.hidden
-    hidden = tuple(h.index_select(1, index) for h in hidden) if isinstance(hidden, tuple) else hidden.index_select(1, index)
-    attn_vector = None if state.attn_vector is None else state.attn_vector.index_select(0, index)
-    return DecoderState(hidden, attn_vector)
-
-
-def put(state: DecoderState, index: torch.Tensor, source: DecoderState) -> None:
-    """Overwrite the batch rows `index` of `state`, in place, with the rows of `source`."""
-    pairs = zip(state.hidden, source.hidden) if isinstance(state.hidden, tuple) else [(state.hidden, source.hidden)]
-    for mine, theirs in pairs:
-        mine.index_copy_(1, index, theirs)                                  # [layers, B, H]
-    if state.attn_vector is not None:
-        state.attn_vector.index_copy_(0, index, source.attn_vector)
+    return hidden[0][-1]                                                # [B, H], h of the top layer
 
 
 class Decoder(nn.Module):
@@ -75,6 +122,7 @@ class Decoder(nn.Module):
             combine_input = context_dim + hidden            # [c_t; h_t]
         self.rnn = RNN_CLASSES[rnn](rnn_input, hidden, layers, batch_first=True,
                                     dropout=dropout if layers > 1 else 0.0)
+        self.lstm = rnn == "lstm"
         self.combine = nn.Linear(combine_input, self.output_size)
         self.classifier = nn.Linear(self.output_size, vocab_size)
         if tie_embeddings:
@@ -93,7 +141,7 @@ class Decoder(nn.Module):
     def fused(self) -> bool:
         """True when the teacher-forced loop can run as one autograd node (recurrence.py)."""
         return (self.order == "luong" and self.input_feeding and isinstance(self.rnn, nn.GRU)
-                and self.rnn.num_layers == 1 and not isinstance(self.attention, NoAttention))
+                and self.rnn.num_layers == 1 and self.attention.returns_weights)
 
     def step(self, prev_tokens: torch.Tensor, state: DecoderState, memory: Memory
              ) -> tuple[torch.Tensor, DecoderState, Optional[torch.Tensor]]:
@@ -119,18 +167,23 @@ class Decoder(nn.Module):
         if self.order == "bahdanau":
             query = top_layer(state.hidden).unsqueeze(1)                     # [B, 1, H] = s_{t-1}
             context, weights = self.attention(query, memory.keys, memory.values, memory.mask)  # [B, 1, D]
-            output, hidden = run_rnn(self.rnn, torch.cat([embedded, context], dim=-1), state.hidden)    # [B, 1, H]
+            output, hidden = self._recur(torch.cat([embedded, context], dim=-1), state.hidden)  # [B, 1, H]
             combined = torch.cat([output, context, embedded], dim=-1)       # [B, 1, H + D + E]
         else:
             rnn_input = embedded
             if self.input_feeding:
                 rnn_input = torch.cat([embedded, state.attn_vector.unsqueeze(1)], dim=-1)  # [B, 1, E + O]
-            output, hidden = run_rnn(self.rnn, rnn_input, state.hidden)     # [B, T, H] = h_t
+            output, hidden = self._recur(rnn_input, state.hidden)           # [B, T, H] = h_t
             context, weights = self.attention(output, memory.keys, memory.values, memory.mask)  # [B, T, D]
             combined = torch.cat([context, output], dim=-1)                 # [B, T, D + H]
         features = torch.tanh(self.combine(combined))                       # [B, T, O]
         attn_vector = features[:, -1] if self.input_feeding else None
         return features, DecoderState(hidden, attn_vector), weights
+
+    def _recur(self, inputs: torch.Tensor, hidden: RNNState) -> tuple[torch.Tensor, RNNState]:
+        """The RNN over inputs [B, T, I]: its outputs [B, T, H] and the new hidden state."""
+        output, new = run_rnn(self.rnn, inputs, hidden if self.lstm else hidden[0])
+        return output, tuple(new) if self.lstm else (new,)
 
     def forward(self, tgt_in: torch.Tensor, state: DecoderState, memory: Memory, teacher_forcing: float = 1.0,
                 classify_at: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
@@ -184,7 +237,7 @@ class Decoder(nn.Module):
         rnn, attention = self.rnn, self.attention
         additive = isinstance(attention, AdditiveAttention)
         features, weights = InputFedGRUAttention.apply(
-            self.embed(tgt_in), state.hidden[0], memory.keys, memory.values, memory.mask,
+            self.embed(tgt_in), state.hidden[0][0], memory.keys, memory.values, memory.mask,
             rnn.weight_ih_l0, rnn.bias_ih_l0, rnn.weight_hh_l0, rnn.bias_hh_l0,
             attention.query_proj.weight if additive else None, attention.query_proj.bias if additive else None,
             attention.v.weight[0] if additive else None, self.combine.weight, self.combine.bias)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple, Union
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -11,8 +11,8 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from .recurrence import GRULayer
 from .vocab import PAD_ID
 
-# GRU: h [layers, B, H]; LSTM: (h, c), each [layers, B, H].
-RNNState = Union[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]
+# GRU: (h,); LSTM: (h, c); each [layers, B, H].
+RNNState = tuple[torch.Tensor, ...]
 
 RNN_CLASSES = {"gru": nn.GRU, "lstm": nn.LSTM}
 
@@ -29,7 +29,7 @@ class Dropout(nn.Dropout):
 
 class EncoderOutput(NamedTuple):
     outputs: torch.Tensor  # [B, S, D] every position's state, D = hidden x directions; pads are 0
-    final: RNNState        # per layer, both directions' last states side by side: [layers, B, D]
+    final: RNNState        # per layer, both directions' last states side by side: (h,) or (h, c), [layers, B, D]
     mask: torch.Tensor     # [B, S] True at real tokens
 
 
@@ -41,6 +41,7 @@ class Encoder(nn.Module):
         self.dropout = Dropout(dropout)
         self.rnn = RNN_CLASSES[rnn](emb_dim, hidden, layers, batch_first=True,
                                     bidirectional=bidirectional, dropout=dropout if layers > 1 else 0.0)
+        self.lstm = rnn == "lstm"
         self.directions = 2 if bidirectional else 1
         self.output_size = hidden * self.directions
 
@@ -54,13 +55,14 @@ class Encoder(nn.Module):
         else:
             outputs, final = self._packed_rnn(embedded, lengths.cpu())
         outputs = self.dropout(outputs)                                     # [B, S, D]
-        final = tuple(map(self._join_directions, final)) if isinstance(final, tuple) else self._join_directions(final)
+        final = tuple(map(self._join_directions, final if self.lstm else (final,)))
         positions = torch.arange(src.shape[1], device=src.device)
         mask = positions.unsqueeze(0) < lengths.to(src.device).unsqueeze(1)  # [B, S], from lengths like packing
         return EncoderOutput(outputs, final, mask)
 
-    def _packed_rnn(self, x: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, RNNState]:
-        """self.rnn over x [B, S, E]: outputs [B, S, D], zeros at pads, and the final state(s)."""
+    def _packed_rnn(self, x: torch.Tensor, lengths: torch.Tensor
+                    ) -> tuple[torch.Tensor, torch.Tensor | tuple[torch.Tensor, torch.Tensor]]:
+        """self.rnn over x [B, S, E]: outputs [B, S, D], zeros at pads, and its final state (h, or (h, c))."""
         # Packing keeps pads out of the states; the backward direction starts at the real end.
         packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
         packed_out, final = self.rnn(packed)

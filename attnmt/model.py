@@ -53,6 +53,11 @@ class Seq2Seq(nn.Module):
                 self.encoder.embedding.weight[PAD_ID].zero_()
                 self.decoder.embedding.weight[PAD_ID].zero_()
 
+    @property
+    def returns_attention(self) -> bool:
+        """Whether decoding steps return attention weights (not for the baseline without attention)."""
+        return self.decoder.attention.returns_weights
+
     def encode(self, src: torch.Tensor, src_lengths: torch.Tensor) -> tuple[Memory, DecoderState]:
         """Run the encoder once; return what the decoder attends to and its first state."""
         encoded = self.encoder(src, src_lengths)
@@ -72,8 +77,7 @@ class Seq2Seq(nn.Module):
                 top = torch.tanh(self.bridge(top))                          # [B, H]
             return top.unsqueeze(0).repeat(layers, 1, 1).contiguous()      # [dec_layers, B, H]
 
-        final = encoded.final
-        return tuple(map(convert, final)) if isinstance(final, tuple) else convert(final)
+        return tuple(map(convert, encoded.final))
 
     def forward(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor,
                 teacher_forcing: float = 1.0, classify_at: Optional[torch.Tensor] = None

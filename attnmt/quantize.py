@@ -15,11 +15,11 @@ import torch
 from torch import nn
 
 from .attention import AdditiveAttention
-from .encoder import RNNState
 from .errors import AttnmtError
 from .model import Seq2Seq
 from .recurrence import gru_cell
 
+TorchRNNState = Union[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]  # as nn.GRU / nn.LSTM take it
 INT8_MAX = 127
 TINY = torch.finfo(torch.float32).tiny  # the scale of an all-zero row: any positive number will do
 
@@ -77,7 +77,7 @@ class Int8RNN(nn.Module):
         self.recurrent_gates = nn.ModuleList(
             Int8Linear(getattr(rnn, f"weight_hh_l{k}"), getattr(rnn, f"bias_hh_l{k}")) for k in layers)
 
-    def forward(self, x: torch.Tensor, state: RNNState) -> tuple[torch.Tensor, RNNState]:
+    def forward(self, x: torch.Tensor, state: TorchRNNState) -> tuple[torch.Tensor, TorchRNNState]:
         h0, c0 = state if self.lstm else (state, None)
         dtype = h0.dtype
         final_h, final_c = [], []

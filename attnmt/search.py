@@ -13,8 +13,7 @@ from typing import Callable, Optional
 import torch
 import torch.nn.functional as F
 
-from .attention import NoAttention
-from .decoder import DecoderState, Memory, put, select
+from .decoder import DecoderState, Memory
 from .model import Seq2Seq
 from .vocab import EOS_ID, SOS_ID
 
@@ -97,8 +96,8 @@ class Beams:
         sentences, memory, state = self._take(self.batch_size)
         slots, device = sentences.shape[0], src.device
         rows = torch.arange(slots, device=device).repeat_interleave(width)
-        self.memory = Memory(*(m.index_select(0, rows) for m in memory))  # [b*K, S, .]
-        self.state = select(state, rows)
+        self.memory = memory.select(rows)                                  # b*K rows
+        self.state = state.select(rows)
         self.sentence = sentences                                         # [b] the sentence in each slot
         self.live = torch.ones(slots, dtype=torch.bool, device=device)    # [b] slots whose sentence decodes
         self.first = torch.zeros(slots, dtype=torch.long, device=device)  # [b] history column of its first token
@@ -106,8 +105,8 @@ class Beams:
         self.tokens = torch.full((slots * width,), SOS_ID, dtype=torch.long, device=device)  # [b*K] next input
         self.history = torch.zeros(slots * width, 0, dtype=torch.long, device=device)       # [b*K, w] outputs
         self.attention: Optional[torch.Tensor] = None                                       # [b*K, w, S] weights
-        if not isinstance(model.decoder.attention, NoAttention):
-            self.attention = memory.values.new_zeros(slots * width, 0, memory.values.shape[1])
+        if model.returns_attention:
+            self.attention = torch.zeros(slots * width, 0, memory.length, dtype=memory.dtype, device=device)
 
     def _start_scores(self, slots: int) -> torch.Tensor:
         scores = torch.full((slots, self.width), float("-inf"), device=self.src.device)
@@ -130,9 +129,9 @@ class Beams:
         self.pool = None
         if n < sentences.shape[0]:
             rest = torch.arange(n, sentences.shape[0], device=sentences.device)
-            self.pool = (sentences[n:], Memory(*(m[n:] for m in memory)), select(state, rest))
+            self.pool = (sentences[n:], memory.rows(n), state.select(rest))
         taken = torch.arange(n, device=sentences.device)
-        return sentences[:n], Memory(*(m[:n] for m in memory)), select(state, taken)
+        return sentences[:n], memory.rows(0, n), state.select(taken)
 
     def decoding(self) -> bool:
         return bool(self.live.any())
@@ -168,7 +167,7 @@ class Beams:
             weights = weights if rows is None else weights.index_select(0, rows)
             self.attention = torch.cat([attention, weights.unsqueeze(1).to(attention.dtype)], dim=1)  # [b*K, w+1, S]
         if rows is not None:
-            self.state = select(self.state, rows)
+            self.state = self.state.select(rows)
         self.tokens, self.scores = tokens, scores
 
     def retire(self, ended: torch.Tensor) -> None:
@@ -194,8 +193,8 @@ class Beams:
         self.attention = None if self.attention is None else self.attention[:, start:]
         self.first -= start
         longest = int(self.lengths[self.sentence[self.live]].max())
-        if longest <= self.memory.keys.shape[1] * 7 // 8:
-            self.memory = Memory(*(m[:, :longest].contiguous() for m in self.memory))
+        if longest <= self.memory.length * 7 // 8:
+            self.memory = self.memory.narrow(longest)
             self.attention = None if self.attention is None else self.attention[..., :longest]
 
     def _rows(self, slots: torch.Tensor) -> torch.Tensor:
@@ -207,8 +206,8 @@ class Beams:
             self.sentence[slots], self.live[slots], self.first[slots], self.scores[slots])
         self.tokens, self.history = self.tokens[rows], self.history[rows]
         self.attention = None if self.attention is None else self.attention.index_select(0, rows)
-        self.memory = Memory(*(m.index_select(0, rows) for m in self.memory))
-        self.state = select(self.state, rows)
+        self.memory = self.memory.select(rows)
+        self.state = self.state.select(rows)
 
     def _refill(self) -> None:
         """Waiting sentences take over the slots of ended ones, in place."""
@@ -221,13 +220,10 @@ class Beams:
     def _put(self, slots: torch.Tensor, sentences: torch.Tensor, memory: Memory, state: DecoderState) -> None:
         rows = self._rows(slots)
         source_rows = torch.arange(slots.shape[0], device=slots.device).repeat_interleave(self.width)
-        length = memory.keys.shape[1]
-        if length > self.memory.keys.shape[1]:
-            self._widen(length)
-        self.memory.mask.index_fill_(0, rows, False)
-        for mine, theirs in zip(self.memory, memory):
-            mine.narrow(1, 0, length).index_copy_(0, rows, theirs.index_select(0, source_rows))
-        put(self.state, rows, select(state, source_rows))
+        if memory.length > self.memory.length:
+            self._widen(memory.length)
+        self.memory.put(rows, memory.select(source_rows))
+        self.state.put(rows, state.select(source_rows))
         self.sentence[slots] = sentences
         self.live[slots] = True
         self.first[slots] = self.history.shape[1]
@@ -236,11 +232,9 @@ class Beams:
 
     def _widen(self, length: int) -> None:
         """Pad the memory (and the attention history) to `length` source positions."""
-        grow = length - self.memory.keys.shape[1]
-        keys, values, mask = self.memory
-        self.memory = Memory(F.pad(keys, (0, 0, 0, grow)), F.pad(values, (0, 0, 0, grow)), F.pad(mask, (0, grow)))
         if self.attention is not None:
-            self.attention = F.pad(self.attention, (0, grow))
+            self.attention = F.pad(self.attention, (0, length - self.memory.length))
+        self.memory = self.memory.pad(length)
 
 
 @torch.inference_mode()

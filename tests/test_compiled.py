@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from attnmt import AttnmtError, Translator, cli
-from attnmt.compiled import _program_key, compiled_step, state_tensors
+from attnmt.compiled import _program_key, compiled_step
 from attnmt.config import config_from_dict
 from attnmt.files import cache_dir
 from attnmt.model import Seq2Seq
@@ -52,7 +52,7 @@ def assert_steps_agree(model: Seq2Seq, atol: float) -> None:
                 if weights is not None:
                     torch.testing.assert_close(compiled_weights, weights, atol=atol, rtol=0)
                     assert torch.all(compiled_weights.masked_select(~memory.mask[:, None]) == 0)  # pads get none
-                ours, theirs = state_tensors(compiled_state), state_tensors(new_state)
+                ours, theirs = compiled_state.tensors(), new_state.tensors()
                 assert len(ours) == len(theirs)
                 for mine, reference in zip(ours, theirs):
                     torch.testing.assert_close(mine, reference, atol=atol, rtol=0)

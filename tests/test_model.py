@@ -184,8 +184,7 @@ def test_encoder_ignores_padding(rnn, bidirectional, layers, grad):
         assert_close(batched.outputs[0, :3], alone.outputs[0], atol=1e-6, rtol=0)
         assert (batched.outputs[0, 3:] == 0).all()
         assert batched.mask.tolist() == [[True] * 3 + [False] * 4, [True] * 7]
-        states = batched.final if isinstance(batched.final, tuple) else (batched.final,)
-        alone_states = alone.final if isinstance(alone.final, tuple) else (alone.final,)
+        states, alone_states = batched.final, alone.final
         assert len(states) == (2 if rnn == "lstm" else 1)
         for state, alone_state in zip(states, alone_states):
             assert tuple(state.shape) == (layers, 2, D)
@@ -279,9 +278,8 @@ def test_bridge_starts_decoder_from_top_encoder_layer(rnn, bridge):
     memory, state = model.encode(batch.src, batch.src_lengths)
     assert_close(memory.values, encoded.outputs, atol=0, rtol=0)
     assert torch.equal(memory.mask, batch.src != PAD_ID)
-    finals = encoded.final if rnn == "lstm" else (encoded.final,)
-    hidden = state.hidden if rnn == "lstm" else (state.hidden,)
-    for final, h in zip(finals, hidden):
+    assert len(state.hidden) == len(encoded.final) == (2 if rnn == "lstm" else 1)
+    for final, h in zip(encoded.final, state.hidden):
         assert tuple(h.shape) == (3, 2, 32)
         top = final[-1]                                     # [B, D], the last encoder layer
         if bridge == "linear":
@@ -489,7 +487,7 @@ def test_bahdanau_order_attends_with_previous_state(rnn, attention):
     memory, state = model.encode(batch.src, batch.src_lengths)
     queries = capture_queries(model.decoder.attention)
     for t in range(3):
-        previous_top = (state.hidden[0] if rnn == "lstm" else state.hidden)[-1]
+        previous_top = state.hidden[0][-1]
         _, state, _ = model.decoder.step(batch.tgt_in[:, t : t + 1], state, memory)
         assert_close(queries[-1], previous_top.unsqueeze(1), atol=0, rtol=0)   # s_{t-1}
 
@@ -503,7 +501,7 @@ def test_luong_order_attends_with_new_state(rnn, feeding, attention):
     queries = capture_queries(model.decoder.attention)
     for t in range(3):
         _, state, _ = model.decoder.step(batch.tgt_in[:, t : t + 1], state, memory)
-        new_top = (state.hidden[0] if rnn == "lstm" else state.hidden)[-1]
+        new_top = state.hidden[0][-1]
         assert_close(queries[-1], new_top.unsqueeze(1), atol=0, rtol=0)        # h_t
 
 
