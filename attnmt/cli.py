@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import signal
 import sys
+import threading
 import traceback
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Callable, Iterator
 
 from .config import PRECISIONS
 from .errors import AttnmtError
@@ -26,36 +30,50 @@ def _train(args: argparse.Namespace) -> None:
     train(config, resume=args.resume, overwrite=args.overwrite)
 
 
-def _read_input(path: str | None) -> list[str]:
+def _input_lines(path: str | None) -> Iterator[str]:
+    """The lines of a file, or of stdin for None or "-", read as they are asked for."""
     from .data import decode_lines, read_lines
 
     if path is None or path == "-":
-        return list(decode_lines(sys.stdin.buffer, "<stdin>"))
-    return list(read_lines(path))
+        return decode_lines(sys.stdin.buffer, "<stdin>")
+    return read_lines(path)
 
 
-def _write_output(path: str | None, lines: list[str]) -> None:
-    from .files import atomic_write
+def _read_input(path: str | None) -> list[str]:
+    return list(_input_lines(path))
 
-    text = "".join(line + "\n" for line in lines)
+
+@contextmanager
+def _output(path: str | None) -> Iterator[Callable[[str], None]]:
+    """A function that writes text where the output goes, as it is done: to stdout at once, to a
+    file (path) only when the block ends without an error, through files.atomic_writer."""
+    from .files import atomic_writer
+
     if path is None or path == "-":
-        sys.stdout.write(text)
-        sys.stdout.flush()
+        def write(text: str) -> None:
+            sys.stdout.write(text)
+            sys.stdout.flush()  # a reader of the pipe gets each chunk when it is done
+
+        yield write
     else:
-        atomic_write(path, text.encode("utf-8"))
+        with atomic_writer(path) as handle:
+            yield lambda text: handle.write(text.encode("utf-8"))
 
 
 def _translate(args: argparse.Namespace) -> None:
     from .translate import Translator
 
     translator = Translator.load(args.model, args.device, args.precision, args.compile)
-    lines = _read_input(args.input)
-    nbest = translator.translate_nbest(lines, args.n_best, args.beam, args.alpha, args.batch_size)
-    if args.n_best == 1:
-        outputs = [hyps[0].text for hyps in nbest]
-    else:  # Moses-style n-best list: sentence number ||| translation ||| log-probability
-        outputs = [f"{i} ||| {h.text} ||| {h.log_prob:.4f}" for i, hyps in enumerate(nbest) for h in hyps]
-    _write_output(args.output, outputs)
+    chunks = translator.translate_stream(_input_lines(args.input), args.n_best, args.beam, args.alpha, args.batch_size)
+    with _output(args.output) as write:
+        number = 0  # of the sentence, in n-best lists
+        for nbest in chunks:
+            if args.n_best == 1:
+                lines = [hyps[0].text for hyps in nbest]
+            else:  # Moses-style n-best list: sentence number ||| translation ||| log-probability
+                lines = [f"{number + i} ||| {h.text} ||| {h.log_prob:.4f}" for i, hyps in enumerate(nbest) for h in hyps]
+            write("".join(line + "\n" for line in lines))
+            number += len(nbest)
 
 
 def _evaluate(args: argparse.Namespace) -> None:
@@ -226,6 +244,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command != "train" or any(a.startswith("-") or "=" not in a for a in extra):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.overrides += extra
+    # `kill` and `timeout` end a run as an error does, so files being written are removed (SIGKILL
+    # cannot be caught). Python lets only the main thread set a handler.
+    previous = signal.signal(signal.SIGTERM, _terminated) if threading.current_thread() is threading.main_thread() else None
     try:
         args.run(args)
     except AttnmtError as err:
@@ -238,7 +259,14 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 1
+    finally:
+        if previous is not None:  # None: not set here, or not by Python
+            signal.signal(signal.SIGTERM, previous)
     return 0
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 if __name__ == "__main__":
