@@ -214,7 +214,8 @@ def test_translate_refuses_a_giant_line(dates_model, tmp_path, monkeypatch, caps
     assert f"{src}:2: line longer than 1 MiB" in line
     assert not out.exists() and not temp_files(tmp_path)
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(giant)))
-    assert "<stdin>:2: line longer than 1 MiB" in run_cli(capsys, "translate", str(dates_model))
+    assert "<stdin>:2: line longer than 1 MiB" in run_cli(capsys, "translate", str(dates_model), "-o", str(out))
+    assert not out.exists() and not temp_files(tmp_path)
 
 
 def test_translate_failing_midway_keeps_the_existing_output(dates_model, tmp_path, monkeypatch, capsys):
