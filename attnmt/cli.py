@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
+import signal
 import sys
+import threading
 import traceback
 import typing
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Callable, Iterator
 
 from .config import PRECISIONS, DecodeConfig, Range, ServeConfig, field_range
 from .errors import AttnmtError
@@ -54,8 +59,8 @@ def _load_translator(args: argparse.Namespace, path: str) -> Translator:
 
 
 def _say_precision(translator: Translator) -> None:
-    """What `auto` chose, or a warning, on stderr; called once the inputs are checked, so that a bad
-    input still gets exactly one line."""
+    """What `auto` chose, or a warning, on stderr; said at the end of a run that went well, so that a
+    bad input found on the way still gets exactly one line."""
     note = translator.precision_note()
     if note:
         print(f"attnmt: {note}", file=sys.stderr)
@@ -75,23 +80,34 @@ def _train(args: argparse.Namespace) -> None:
     train(config, resume=args.resume, overwrite=args.overwrite)
 
 
-def _read_input(path: str | None) -> list[str]:
+def _input_lines(path: str | None) -> Iterator[str]:
+    """The lines of a file, or of stdin for None or "-", read as they are asked for."""
     from .data import decode_lines, read_lines
 
     if path is None or path == "-":
-        return list(decode_lines(sys.stdin.buffer, "<stdin>"))
-    return list(read_lines(path))
+        return decode_lines(sys.stdin.buffer, "<stdin>")
+    return read_lines(path)
 
 
-def _write_output(path: str | None, lines: list[str]) -> None:
-    from .files import atomic_write
+def _read_input(path: str | None) -> list[str]:
+    return list(_input_lines(path))
 
-    text = "".join(line + "\n" for line in lines)
+
+@contextmanager
+def _output(path: str | None) -> Iterator[Callable[[str], None]]:
+    """A function that writes text where the output goes, as it is done: to stdout at once, to a
+    file (path) only when the block ends without an error, through files.atomic_writer."""
+    from .files import atomic_writer
+
     if path is None or path == "-":
-        sys.stdout.write(text)
-        sys.stdout.flush()
+        def write(text: str) -> None:
+            sys.stdout.write(text)
+            sys.stdout.flush()  # a reader of the pipe gets each chunk when it is done
+
+        yield write
     else:
-        atomic_write(path, text.encode("utf-8"))
+        with atomic_writer(path) as handle:
+            yield lambda text: handle.write(text.encode("utf-8"))
 
 
 def _translate(args: argparse.Namespace) -> None:
@@ -99,14 +115,20 @@ def _translate(args: argparse.Namespace) -> None:
     beam = args.beam or translator.config.decode.beam_size
     if args.n_best > beam:
         raise AttnmtError(f"--n-best {args.n_best} is more than the beam size {beam}; add --beam {args.n_best} or more")
-    lines = _read_input(args.input)
+    lines = _input_lines(args.input)
+    first = list(itertools.islice(lines, 1))  # a missing or unreadable input fails here, before any output
+    chunks = translator.translate_stream(itertools.chain(first, lines), args.n_best, args.beam, args.alpha,
+                                         args.batch_size)
+    with _output(args.output) as write:
+        number = 0  # of the sentence, in n-best lists
+        for nbest in chunks:
+            if args.n_best == 1:
+                outputs = [hyps[0].text for hyps in nbest]
+            else:  # Moses-style n-best list: sentence number ||| translation ||| log-probability
+                outputs = [f"{number + i} ||| {h.text} ||| {h.log_prob:.4f}" for i, hyps in enumerate(nbest) for h in hyps]
+            write("".join(line + "\n" for line in outputs))
+            number += len(nbest)
     _say_precision(translator)
-    nbest = translator.translate_nbest(lines, args.n_best, args.beam, args.alpha, args.batch_size)
-    if args.n_best == 1:
-        outputs = [hyps[0].text for hyps in nbest]
-    else:  # Moses-style n-best list: sentence number ||| translation ||| log-probability
-        outputs = [f"{i} ||| {h.text} ||| {h.log_prob:.4f}" for i, hyps in enumerate(nbest) for h in hyps]
-    _write_output(args.output, outputs)
 
 
 def _evaluate(args: argparse.Namespace) -> None:
@@ -119,6 +141,7 @@ def _evaluate(args: argparse.Namespace) -> None:
     if args.chart:
         check_parent_dir(args.chart)
     by_length: dict[str, list[dict]] = {}
+    translators = []
     for model_path in args.models:
         translator = _load_translator(args, model_path)
         if args.split:
@@ -132,7 +155,7 @@ def _evaluate(args: argparse.Namespace) -> None:
             source = f"the {args.split} split of {args.data or translator.config.data.path}" if args.split else args.src
             raise AttnmtError(f"nothing to score: {source} has no sentences")
         sources, references = [s for s, _ in pairs], [r for _, r in pairs]
-        _say_precision(translator)
+        translators.append(translator)
         hypotheses = [t.text for t in translator.translate(sources, args.beam, args.alpha)]
         if len(args.models) > 1:
             print(f"== {model_path}")
@@ -153,6 +176,8 @@ def _evaluate(args: argparse.Namespace) -> None:
                             [r["sentences"] for r in first], args.chart,
                             title="BLEU by source length" + (" (lowercased tokens)" if args.lc_tok else ""))
         print(f"chart written to {args.chart}")
+    for translator in translators:
+        _say_precision(translator)
 
 
 def _model_label(model_path: str, taken: dict) -> str:
@@ -167,7 +192,6 @@ def _plot(args: argparse.Namespace) -> None:
 
     check_parent_dir(args.out)
     translator = _load_translator(args, args.model)
-    _say_precision(translator)
     result = translator.translate([args.sentence])[0]
     if result.attention is None:
         raise AttnmtError(f"{args.model}: this model has no attention (model.attention=none); nothing to plot")
@@ -180,6 +204,7 @@ def _plot(args: argparse.Namespace) -> None:
               "Install a font for this script (Debian: fonts-noto-core)", file=sys.stderr)
     plot_attention(result.attention, result.source_tokens, result.tokens, args.out, title=title)
     print(f"{result.text}\nheatmap written to {args.out}")
+    _say_precision(translator)
 
 
 def _serve(args: argparse.Namespace) -> None:
@@ -285,6 +310,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command != "train" or any(a.startswith("-") or "=" not in a for a in extra):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.overrides += extra
+    # `kill` and `timeout` end a run as an error does, so files being written are removed (SIGKILL
+    # cannot be caught). Python lets only the main thread set a handler.
+    previous = signal.signal(signal.SIGTERM, _terminated) if threading.current_thread() is threading.main_thread() else None
     try:
         args.run(args)
     except AttnmtError as err:
@@ -297,7 +325,14 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 1
+    finally:
+        if previous is not None:  # None: not set here, or not by Python
+            signal.signal(signal.SIGTERM, previous)
     return 0
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ import gzip
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import BinaryIO, Iterator
 
 from .config import DataConfig
 from .corpora import is_corpus_name, resolve
@@ -17,11 +17,23 @@ from .errors import AttnmtError
 Pair = tuple[str, str]
 
 
-def decode_lines(lines: Iterable[bytes], name: str) -> Iterator[str]:
-    """Decode UTF-8 lines, naming `name` and the line number for binary or non-UTF-8 input."""
-    for number, line in enumerate(lines, start=1):
+# A longer line is refused before it is read whole: a file that is not one sentence per line
+# (a binary, a minified document) must not fill the memory of a reader that streams it.
+MAX_LINE_BYTES = 1 << 20
+
+
+def decode_lines(handle: BinaryIO, name: str) -> Iterator[str]:
+    """Decode the UTF-8 lines of a binary handle, naming `name` and the line number for binary or
+    non-UTF-8 input and for a line (with its end) of more than MAX_LINE_BYTES, of which no more is read."""
+    number = 0
+    # One byte past the limit shows a longer line (its line end counts) without reading it all.
+    while line := handle.readline(MAX_LINE_BYTES + 1):
+        number += 1
         if b"\x00" in line:
             raise AttnmtError(f"{name}:{number}: contains NUL bytes; is this a binary file, not text?")
+        if len(line) > MAX_LINE_BYTES:
+            raise AttnmtError(f"{name}:{number}: line longer than {MAX_LINE_BYTES / 2**20:g} MiB ({MAX_LINE_BYTES} bytes); "
+                              "expected one sentence per line")
         try:
             text = line.decode("utf-8")
         except UnicodeDecodeError as err:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import random
+from typing import Iterator
 
 MONTHS_EN = ["January", "February", "March", "April", "May", "June", "July", "August",
              "September", "October", "November", "December"]
@@ -56,11 +57,10 @@ def _formats(d: datetime.date) -> list[str]:
     ]
 
 
-def generate_dates(n: int, seed: int = 1) -> list[tuple[str, str]]:
-    """`n` distinct (written date, ISO date) pairs, the same for the same seed."""
+def written_dates(seed: int = 1) -> Iterator[tuple[str, str]]:
+    """(written date, ISO date) pairs drawn at random without end, repeats included."""
     rng = random.Random(seed)
-    pairs: dict[str, str] = {}
-    while len(pairs) < n:
+    while True:
         date = datetime.date.fromordinal(rng.randint(FIRST_DAY, LAST_DAY))
         text = rng.choice(_formats(date))
         case = rng.random()
@@ -68,5 +68,14 @@ def generate_dates(n: int, seed: int = 1) -> list[tuple[str, str]]:
             text = text.lower()
         elif case < 0.15:
             text = text.upper()
-        pairs.setdefault(text, date.isoformat())
+        yield text, date.isoformat()
+
+
+def generate_dates(n: int, seed: int = 1) -> list[tuple[str, str]]:
+    """`n` distinct (written date, ISO date) pairs, the same for the same seed: the first of `written_dates`."""
+    pairs: dict[str, str] = {}
+    for text, iso in written_dates(seed):
+        if len(pairs) >= n:
+            break
+        pairs.setdefault(text, iso)
     return list(pairs.items())

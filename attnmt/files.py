@@ -4,37 +4,58 @@ from __future__ import annotations
 
 import os
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO, Iterator
 
 from .errors import AttnmtError
 
 
-def atomic_write(path: str | Path, data: bytes) -> None:
-    """Write `data` to `path` so that readers see either the old file or the whole new one."""
+def check_parent_dir(path: str | Path) -> None:
+    """Refuse a file to be written into a directory that does not exist (before any work, if called early)."""
     path = Path(path)
     if not path.parent.is_dir():
         raise AttnmtError(f"{path}: directory {path.parent} does not exist")
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+
+
+@contextmanager
+def atomic_writer(path: str | Path) -> Iterator[BinaryIO]:
+    """A binary handle whose bytes appear at `path` only when the block ends without an error.
+
+    They go to a hidden file beside `path` (the same file system, so the rename is atomic), which
+    is synced and renamed onto `path` at the end: readers see the old file or the whole new one. An
+    exception in the block removes the hidden file and leaves `path` as it was; an OSError in the
+    block is taken for a failed write and raised as a one-line AttnmtError.
+    """
+    path = Path(path)
+    check_parent_dir(path)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as err:
+        raise _cannot_write(path, err) from None
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+            yield handle
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException as err:
         Path(tmp).unlink(missing_ok=True)
         if isinstance(err, OSError):
-            raise AttnmtError(f"{path}: cannot write: {err.strerror or err}") from None
+            raise _cannot_write(path, err) from None
         raise
+
+
+def _cannot_write(path: Path, err: OSError) -> AttnmtError:
+    return AttnmtError(f"{path}: cannot write: {err.strerror or err}")
+
+
+def atomic_write(path: str | Path, data: bytes) -> None:
+    """Write `data` to `path` so that readers see either the old file or the whole new one."""
+    with atomic_writer(path) as handle:
+        handle.write(data)
 
 
 def cache_dir() -> Path:
     """Where downloaded corpora and compiled decoding steps are kept: $ATTNMT_CACHE, default ~/.cache/attnmt."""
     return Path(os.environ.get("ATTNMT_CACHE") or Path.home() / ".cache" / "attnmt")
-
-
-def check_parent_dir(path: str | Path) -> None:
-    """Refuse, before any work, a file to be written into a directory that does not exist."""
-    path = Path(path)
-    if not path.parent.is_dir():
-        raise AttnmtError(f"{path}: directory {path.parent} does not exist")

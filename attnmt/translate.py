@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import copy
+import itertools
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterable, Iterator, Optional
 
 import numpy as np
 import torch
@@ -23,7 +24,7 @@ from .tokenize import Tokenizer, tokenizers_from_dicts
 from .vocab import Vocabulary
 
 WEIGHTS_PREFIX = "model."
-CHUNK = 64  # batches of sentences handed to one search call
+CHUNK = 64  # batches of sentences read, handed to one search call and yielded at a time
 
 
 @dataclass
@@ -118,10 +119,18 @@ class Translator:
 
     def translate_nbest(self, texts: list[str], n_best: int = 1, beam_size: Optional[int] = None,
                         alpha: Optional[float] = None, batch_size: Optional[int] = None) -> list[list[Translation]]:
-        """The n_best translations of each sentence, best first, in the order of `texts`.
+        """The n_best translations of each sentence, best first, in the order of `texts` (see translate_stream)."""
+        return [nbest for chunk in self.translate_stream(texts, n_best, beam_size, alpha, batch_size) for nbest in chunk]
 
-        Sentences are decoded longest first, at most `batch_size` at a time; an empty sentence gets
-        one empty translation.
+    def translate_stream(self, texts: Iterable[str], n_best: int = 1, beam_size: Optional[int] = None,
+                         alpha: Optional[float] = None,
+                         batch_size: Optional[int] = None) -> Iterator[list[list[Translation]]]:
+        """Translate sentences as they come: pulls CHUNK batches' worth of `texts` at a time and
+        yields their n_best lists (best first), in the order of `texts`, before it pulls more.
+
+        Memory does not grow with the input, which may be a lazy iterator (a file's lines).
+        Sentences are decoded longest first within their chunk, at most `batch_size` at a time; an
+        empty sentence gets one empty translation. Mistakes in the arguments raise at the call.
         """
         if isinstance(texts, str):
             raise TypeError("translate() takes a list of sentences; wrap a single one: translate([text])")
@@ -130,6 +139,17 @@ class Translator:
         alpha = decode.alpha if alpha is None else alpha
         if not 1 <= n_best <= beam_size:
             raise AttnmtError(f"n_best ({n_best}) must be between 1 and the beam size ({beam_size})")
+        return self._stream(iter(texts), n_best, beam_size, alpha, batch_size or decode.batch_size)
+
+    def _stream(self, texts: Iterator[str], n_best: int, beam_size: int, alpha: float,
+                batch_size: int) -> Iterator[list[list[Translation]]]:
+        while chunk := list(itertools.islice(texts, CHUNK * batch_size)):
+            yield self._translate_chunk(chunk, n_best, beam_size, alpha, batch_size)
+
+    def _translate_chunk(self, texts: list[str], n_best: int, beam_size: int, alpha: float,
+                         batch_size: int) -> list[list[Translation]]:
+        """The n_best lists of `texts`, decoded by one search call."""
+        decode = self.config.decode
         sources = [self.tokenize_source(t) for t in texts]
         results: list[list[Translation]] = [[] for _ in texts]
         for i, tokens in enumerate(sources):
@@ -137,22 +157,20 @@ class Translator:
                 results[i] = [Translation("", [], [], np.zeros((0, 0), dtype=np.float32), 0.0)]
         # Longest first: sentences of similar length share the batch (few pads), and the last steps,
         # where the batch empties, are those of the shortest sentences.
-        todo = sorted((i for i, tokens in enumerate(sources) if tokens), key=lambda i: -len(sources[i]))
-        batch_size = batch_size or decode.batch_size
+        ids = sorted((i for i, tokens in enumerate(sources) if tokens), key=lambda i: -len(sources[i]))
+        if not ids:
+            return results
         self.model.eval()
         model, step = self._decoding()
-        # Decoded CHUNK batches' worth at a time: only their padded ids are held at once.
-        for start in range(0, len(todo), CHUNK * batch_size):
-            ids = todo[start : start + CHUNK * batch_size]
-            src = pad([self.src_vocab.encode(sources[i]) for i in ids]).to(self.device)
-            lengths = torch.tensor([len(sources[i]) for i in ids])
-            max_lengths = (lengths.float() * decode.max_len_ratio).long() + decode.max_len_extra + 1
-            if beam_size == 1:
-                nbests = [[h] for h in greedy(model, src, lengths, max_lengths, batch_size, step)]
-            else:
-                nbests = beam_search(model, src, lengths, max_lengths, beam_size, alpha, n_best, batch_size, step)
-            for i, hypotheses in zip(ids, nbests):
-                results[i] = [self._translation(sources[i], h) for h in hypotheses]
+        src = pad([self.src_vocab.encode(sources[i]) for i in ids]).to(self.device)  # [len(ids), longest source]
+        lengths = torch.tensor([len(sources[i]) for i in ids])
+        max_lengths = (lengths.float() * decode.max_len_ratio).long() + decode.max_len_extra + 1
+        if beam_size == 1:
+            nbests = [[h] for h in greedy(model, src, lengths, max_lengths, batch_size, step)]
+        else:
+            nbests = beam_search(model, src, lengths, max_lengths, beam_size, alpha, n_best, batch_size, step)
+        for i, hypotheses in zip(ids, nbests):
+            results[i] = [self._translation(sources[i], h) for h in hypotheses]
         return results
 
     def _decoding(self) -> tuple[Seq2Seq, Optional[Step]]:

@@ -1,9 +1,12 @@
 """The `attnmt` command end to end, on real Tatoeba and Multi30k pairs from ../shared/data."""
 
 import gzip
+import io
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -58,6 +61,8 @@ def test_translate_stdin_to_stdout(tatoeba_model):
     out = result.stdout.split("\n")
     assert len(out) == len(lines) + 1 and out[-1] == ""  # one line out per line in
     assert out[1] == "" and out[0] and out[2]
+    # The recipe decodes with precision auto: what it chose, said once, after the work.
+    assert result.stderr.startswith("attnmt: precision: decode.precision ") and result.stderr.count("\n") == 1
 
 
 def test_translate_files(tatoeba_model, tmp_path):
@@ -160,3 +165,89 @@ def test_subword_model_trains_and_detokenizes(shared_data, tmp_path, level, join
     assert pieces[0].startswith("\u2581") and translator.src_tokenizer.detokenize(pieces) == "Ich bin müde."
     out = attnmt("translate", str(tmp_path / "model.safetensors"), stdin="Ich bin müde.\n")
     assert out.returncode == 0 and "\u2581" not in out.stdout
+
+
+# --- streaming translation (the small dates model; CHUNK made small to cross chunk boundaries) ------
+
+DATE_LINES = ["March 3, 2021", "", "3. Oktober 1990", "12/25/2031", "the 1st of May 1999"]
+
+
+def temp_files(directory: Path) -> list[Path]:
+    return [p for p in directory.iterdir() if p.name.endswith(".tmp")]
+
+
+@pytest.mark.parametrize("to_file", [True, False])
+@pytest.mark.parametrize("n_best", [1, 2])
+def test_translate_streams_chunk_by_chunk(dates_model, tmp_path, monkeypatch, capsys, to_file, n_best):
+    from attnmt import Translator, cli, translate
+
+    nbests = Translator.load(dates_model).translate_nbest(DATE_LINES * 2, n_best, beam_size=3)
+    if n_best == 1:
+        expected = "".join(hyps[0].text + "\n" for hyps in nbests)
+    else:
+        expected = "".join(f"{i} ||| {h.text} ||| " for i, hyps in enumerate(nbests) for h in hyps)
+    src, out = tmp_path / "in.txt", tmp_path / "out.txt"
+    src.write_text("".join(line + "\n" for line in DATE_LINES * 2), encoding="utf-8")
+    monkeypatch.setattr(translate, "CHUNK", 1)  # 5 chunks of 2 lines
+    args = ["translate", str(dates_model), "-i", str(src), "--batch-size", "2", "--beam", "3", "--n-best", str(n_best)]
+    assert cli.main(args + (["-o", str(out)] if to_file else [])) == 0
+    written = out.read_text(encoding="utf-8") if to_file else capsys.readouterr().out
+    if n_best > 1:  # log-probabilities differ in the last digits from batch to batch
+        written = "".join(line.rsplit("||| ", 1)[0] + "||| " for line in written.splitlines())
+    assert written == expected
+
+
+def test_translate_empty_input_writes_empty_output(dates_model, tmp_path):
+    from attnmt import cli
+
+    src, out = tmp_path / "in.txt", tmp_path / "out.txt"
+    src.write_bytes(b"")
+    assert cli.main(["translate", str(dates_model), "-i", str(src), "-o", str(out)]) == 0
+    assert out.read_bytes() == b"" and not temp_files(tmp_path)
+
+
+def test_translate_refuses_a_giant_line(dates_model, tmp_path, monkeypatch, capsys):
+    from test_bad_input import run_cli
+
+    giant = b"March 3, 2021\n" + b"1" * (2 << 20)  # 2 MiB and no line end
+    src, out = tmp_path / "big.txt", tmp_path / "out.txt"
+    src.write_bytes(giant)
+    line = run_cli(capsys, "translate", str(dates_model), "-i", str(src), "-o", str(out))
+    assert f"{src}:2: line longer than 1 MiB" in line
+    assert not out.exists() and not temp_files(tmp_path)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(giant)))
+    assert "<stdin>:2: line longer than 1 MiB" in run_cli(capsys, "translate", str(dates_model), "-o", str(out))
+    assert not out.exists() and not temp_files(tmp_path)
+
+
+def test_translate_failing_midway_keeps_the_existing_output(dates_model, tmp_path, monkeypatch, capsys):
+    from attnmt import translate
+    from test_bad_input import run_cli
+
+    src, out = tmp_path / "in.txt", tmp_path / "out.txt"
+    src.write_bytes(b"March 3, 2021\n12/25/2031\n3. Oktober 1990\nGr\xfc\xdfe\n")
+    out.write_text("previous output\n", encoding="utf-8")
+    monkeypatch.setattr(translate, "CHUNK", 1)  # the first chunk is written before line 4 is read
+    line = run_cli(capsys, "translate", str(dates_model), "-i", str(src), "-o", str(out), "--batch-size", "2")
+    assert f"{src}:4: not valid UTF-8" in line
+    assert out.read_text(encoding="utf-8") == "previous output\n" and not temp_files(tmp_path)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_killed_translation_leaves_no_output(dates_model, tmp_path, sig):
+    out = tmp_path / "out.txt"
+    process = subprocess.Popen([sys.executable, "-m", "attnmt", "translate", str(dates_model), "-o", str(out)],
+                               stdin=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
+    process.stdin.write(b"March 3, 2021\n" * 10)  # and the input stays open: translating is under way
+    process.stdin.flush()
+    deadline = time.monotonic() + 120
+    while not temp_files(tmp_path) and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert temp_files(tmp_path), process.stderr.read() if process.poll() is not None else "no temporary file"
+    process.send_signal(sig)
+    assert process.wait(timeout=60) == (-sig if sig == signal.SIGKILL else 128 + sig)
+    process.stdin.close()
+    process.stderr.close()
+    assert not out.exists()
+    if sig == signal.SIGTERM:  # a SIGKILL cannot be caught: its hidden temporary file stays
+        assert not temp_files(tmp_path)

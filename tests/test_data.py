@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import datetime
 import gzip
+import io
 import re
 from pathlib import Path
 
 import pytest
 
 from attnmt.config import DataConfig
-from attnmt.data import Corpus, find_split_file, load_corpus, read_lines, read_parallel, read_tsv, split_pairs
+from attnmt.data import (MAX_LINE_BYTES, Corpus, decode_lines, find_split_file, load_corpus, read_lines, read_parallel,
+                         read_tsv, split_pairs)
 from attnmt.dates import generate_dates
 from attnmt.errors import AttnmtError
 
@@ -274,6 +276,32 @@ def test_truncated_gz_is_an_error(tmp_path):
 def test_read_lines_strips_only_line_ends(tmp_path):
     p = write_text(tmp_path / "x.txt", "  a \t\nb\r\n\n")
     assert list(read_lines(p)) == ["  a \t", "b", ""]
+
+
+def test_decode_lines_line_ends_and_a_last_line_without_one():
+    assert list(decode_lines(io.BytesIO(b"a\r\nb\n\n\xc3\xbc last"), "x")) == ["a", "b", "", "\u00fc last"]
+
+
+def test_a_line_at_the_cap_is_read():
+    line = b"y" * (MAX_LINE_BYTES - 1) + b"\n"  # the cap counts the line end
+    assert [len(text) for text in decode_lines(io.BytesIO(b"a\n" + line + b"b"), "x")] == [1, MAX_LINE_BYTES - 1, 1]
+
+
+@pytest.mark.parametrize("ending", [b"", b"\n"])
+def test_a_giant_line_is_refused_without_reading_it(ending):
+    handle = io.BytesIO(b"one\ntwo\n" + b"x" * MAX_LINE_BYTES + ending + b"more\n" * 10)
+    with pytest.raises(AttnmtError) as info:
+        list(decode_lines(handle, "big.txt"))
+    assert str(info.value) == "big.txt:3: line longer than 1 MiB (1048576 bytes); expected one sentence per line"
+    assert handle.tell() <= len(b"one\ntwo\n") + MAX_LINE_BYTES + 1
+
+
+@pytest.mark.parametrize("name", ["big.txt", "big.txt.gz"])
+def test_read_lines_refuses_a_giant_line(tmp_path, name):
+    data = "ok\n" + "x" * (2 * MAX_LINE_BYTES)  # and no line end
+    p = (write_gz if name.endswith(".gz") else write_text)(tmp_path / name, data)
+    with pytest.raises(AttnmtError, match=re.escape(f"{p}:2: line longer than 1 MiB")):
+        list(read_lines(p))
 
 
 # --------------------------------------------------------------------------- split_pairs

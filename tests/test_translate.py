@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from attnmt import AttnmtError, Translator
+from attnmt import AttnmtError, Translator, translate
+from attnmt.dates import generate_dates
 from attnmt.modelfile import load_file, save_file
 from attnmt.plot import plot_attention
 
@@ -139,3 +140,46 @@ def test_plot_writes_png(dates_model, tmp_path):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(ValueError):
         plot_attention(result.attention, result.source_tokens[:-1], result.tokens, out)
+
+
+def assert_same_nbests(nbests: list, expected: list) -> None:
+    """The same texts; log-probabilities the same up to the float sums of another batch."""
+    assert [[t.text for t in nbest] for nbest in nbests] == [[t.text for t in nbest] for nbest in expected]
+    got, want = ([t.log_prob for nbest in n for t in nbest] for n in (nbests, expected))
+    assert got == pytest.approx(want, rel=1e-5)
+
+
+@pytest.mark.parametrize("n_best,beam_size", [(1, 1), (2, 3)])
+def test_stream_across_chunks_equals_translating_at_once(dates_model, monkeypatch, n_best, beam_size):
+    translator = Translator.load(dates_model)
+    sentences = SENTENCES + [""] + [source for source, _ in generate_dates(6, seed=5)]  # 11
+    at_once = translator.translate_nbest(sentences, n_best, beam_size)  # one chunk
+    monkeypatch.setattr(translate, "CHUNK", 1)
+    chunks = list(translator.translate_stream(iter(sentences), n_best, beam_size, batch_size=2))
+    assert [len(chunk) for chunk in chunks] == [2, 2, 2, 2, 2, 1]
+    assert_same_nbests([nbest for chunk in chunks for nbest in chunk], at_once)
+
+
+def test_stream_pulls_one_chunk_at_a_time(dates_model, monkeypatch):
+    translator = Translator.load(dates_model)
+    monkeypatch.setattr(translate, "CHUNK", 2)
+    pulled = []
+
+    def lines():
+        for sentence in SENTENCES * 3:
+            pulled.append(sentence)
+            yield sentence
+
+    stream = translator.translate_stream(lines(), batch_size=2)
+    assert pulled == []
+    assert len(next(stream)) == 4 and len(pulled) == 4
+    assert [len(chunk) for chunk in stream] == [4, 4] and len(pulled) == 12
+
+
+def test_stream_checks_its_arguments_at_the_call(dates_model):
+    translator = Translator.load(dates_model)
+    with pytest.raises(AttnmtError, match="n_best"):
+        translator.translate_stream(iter(SENTENCES), n_best=3, beam_size=2)
+    with pytest.raises(TypeError, match="list of sentences"):
+        translator.translate_stream(SENTENCES[0])
+    assert list(translator.translate_stream(iter([]))) == []
