@@ -68,15 +68,19 @@ def _say_precision(translator: Translator) -> None:
 
 def _demo(args: argparse.Namespace) -> None:
     from .demo import run_demo
+    from .process import set_up_training_process
 
+    set_up_training_process()
     run_demo(args.out, overwrite=args.overwrite)
 
 
 def _train(args: argparse.Namespace) -> None:
     from .config import load_config
+    from .process import set_up_training_process
     from .train import train
 
     config = load_config(args.config, args.overrides)
+    set_up_training_process()
     train(config, resume=args.resume, overwrite=args.overwrite)
 
 

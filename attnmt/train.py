@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import math
-import os
-import platform
 import random
 import time
 from dataclasses import dataclass, field
@@ -32,7 +29,6 @@ from .vocab import Vocabulary
 MODEL_FILE = "model.safetensors"
 CHECKPOINT_FILE = "checkpoint.safetensors"
 OPTIMIZER_PREFIX = "optimizer."
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
 
 
 @dataclass
@@ -184,49 +180,13 @@ def _restore(tensors: dict[str, torch.Tensor], meta: dict, model: Seq2Seq, optim
     return Progress(**meta["progress"])
 
 
-def bound_kernel_caches(shapes: int = 64) -> None:
-    """Keep oneDNN's kernels for at most `shapes` matrix shapes (its default: 1,024).
-
-    bfloat16 matrix products on CPUs run through oneDNN, which builds and keeps a kernel with its
-    buffers (about half a MB) for every new shape. Training batches come in ever new shapes, so a
-    bf16 run grew by hundreds of MB; 64 holds a training step's shapes at the same speed. Decoding
-    cycles through more shapes and runs faster with the default, so only training sets this.
-    It takes effect if set before the process's first bfloat16 product; a user's own setting wins.
-    """
-    for name in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY"):
-        os.environ.setdefault(name, str(shapes))
-
-
-def keep_freed_blocks(limit_mb: int = 1024) -> bool:
-    """Have glibc's malloc keep freed blocks of up to `limit_mb` for reuse; True if it took.
-
-    A training step allocates its largest tensors anew: the float32 logits, their log-softmax and
-    its gradient, 20-45 MB each here. glibc maps blocks over 32 MB (the most its adaptive threshold
-    reaches) fresh from the kernel and unmaps them when freed, and hands the free top of its heap
-    back, so each step paid page faults to map and zero them again: a log-softmax over 1,500 x
-    5,898 took 17 ms, 5 ms in held memory. Held, they take no more than the step's peak.
-    Does nothing where malloc is not glibc's or the user tuned it (MALLOC_*_THRESHOLD_, GLIBC_TUNABLES).
-    """
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
-        return False
-    tunables = os.environ.get("GLIBC_TUNABLES", "")
-    if any(name in os.environ for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")) or any(
-            name in tunables for name in ("glibc.malloc.mmap_threshold", "glibc.malloc.trim_threshold")):
-        return False
-    libc, limit = ctypes.CDLL(None), limit_mb << 20
-    return bool(libc.mallopt(M_MMAP_THRESHOLD, limit)) and bool(libc.mallopt(M_TRIM_THRESHOLD, limit))
-
-
-def set_up_training_process() -> None:
-    """The process-wide memory settings training runs best with (bench/speed.py's training uses them too)."""
-    bound_kernel_caches()
-    keep_freed_blocks()
-
-
 def train(config: Config, resume: bool = False, overwrite: bool = False,
           log: Callable[[str], None] = print) -> TrainResult:
-    """Train the model the config describes; the best model by `train.select_by` goes to out_dir."""
-    set_up_training_process()
+    """Train the model the config describes; the best model by `train.select_by` goes to out_dir.
+
+    Training runs fastest in a process set up by `process.set_up_training_process()`, which entry
+    points (the CLI, the bench) call; a library function leaves its caller's process alone.
+    """
     tc = config.train
     out_dir = Path(tc.out_dir)
     model_path, checkpoint_path = out_dir / MODEL_FILE, out_dir / CHECKPOINT_FILE

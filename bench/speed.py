@@ -36,7 +36,8 @@ from attnmt.batch import collate
 from attnmt.config import Config, load_config
 from attnmt.data import find_split_file, read_lines
 from attnmt.model import Seq2Seq
-from attnmt.train import epoch_batches, make_optimizer, prepare_data, set_up_training_process, train_step
+from attnmt.process import set_up_training_process
+from attnmt.train import epoch_batches, make_optimizer, prepare_data, train_step
 from attnmt.translate import Translator
 from attnmt.vocab import PAD_ID
 
@@ -99,7 +100,7 @@ def matmul_peak_gflops(threads: int, dtype: torch.dtype = torch.float32, size: i
 
 def train_phase(args: argparse.Namespace) -> None:
     """In the child process: train `--steps` updates, print a JSON record of the timing."""
-    set_up_training_process()  # as attnmt.train.train does
+    set_up_training_process()  # as `attnmt train` does
     torch.set_num_threads(args.threads)
     config = bench_config(args)
     torch.manual_seed(config.train.seed)

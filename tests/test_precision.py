@@ -191,7 +191,7 @@ libc.mallinfo2.restype = MallInfo2
 
 MANY_SHAPES = MALLINFO + """
 import torch
-from attnmt.train import bound_kernel_caches
+from attnmt.process import bound_kernel_caches
 if BOUND:
     bound_kernel_caches()
 
@@ -230,7 +230,7 @@ def test_training_bounds_the_kernel_caches_of_bf16_products():
 
 FREED_BLOCK = MALLINFO + """
 import torch
-from attnmt.train import keep_freed_blocks
+from attnmt.process import keep_freed_blocks
 took = keep_freed_blocks() if KEEP else False
 size = 48 * 2**20                                       # over glibc's largest adaptive threshold, 32 MB
 block = torch.ones(size, dtype=torch.uint8)
@@ -317,3 +317,23 @@ def test_lstm_decoder_trains_in_fp32_under_bf16_where_onednn_has_no_kernel(monke
     monkeypatch.setattr(precision, "cpu_bf16_features", lambda: ())
     warning = precision.precision_note({"train.precision": "bf16"}, torch.device("cpu"), lstm=True)
     assert "LSTM decoder trains in fp32" in warning
+
+
+def test_train_from_python_leaves_the_callers_process_alone(tmp_path):
+    """train() sets neither oneDNN's cache bound nor malloc's thresholds: `attnmt train` does."""
+    code = f"""
+import os
+from attnmt.config import config_from_dict
+from attnmt.train import train
+from conftest import tiny_dates_config
+settings = tiny_dates_config({str(tmp_path)!r})
+settings["data"].update(num_pairs=300, valid_size=20, test_size=0)
+settings["train"].update(epochs=1)
+train(config_from_dict(settings), log=lambda _: None)
+print(sorted(k for k in os.environ if k in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")))
+"""
+    env = {k: v for k, v in os.environ.items() if k not in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")}
+    tests = os.path.dirname(os.path.abspath(__file__))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          env={**env, "PYTHONPATH": tests + os.pathsep + env.get("PYTHONPATH", "")})
+    assert done.stdout.strip().splitlines()[-1] == "[]"
