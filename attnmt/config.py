@@ -116,6 +116,8 @@ class VocabConfig:
 
 @dataclass
 class ModelConfig:
+    # The model family (model.FAMILIES); files written before families existed are rnn.
+    arch: Literal["rnn"] = "rnn"
     rnn: Literal["gru", "lstm"] = "gru"
     emb_dim: int = ranged(256, "[1, 65536]")
     enc_hidden: int = ranged(256, "[1, 65536]")

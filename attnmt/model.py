@@ -85,3 +85,14 @@ class Seq2Seq(nn.Module):
         """Logits [B, T, V] ([N, V] at `classify_at`, see Decoder.forward) and attention weights [B, T, S]."""
         memory, state = self.encode(src, src_lengths)
         return self.decoder(tgt_in, state, memory, teacher_forcing, classify_at)
+
+
+# The model families, by model.arch: each takes (config, source vocabulary size, target vocabulary
+# size) and offers what search, translate, serve, compile and int8 ask of a model: encode,
+# decoder.step, a teacher-forced forward, returns_attention.
+FAMILIES = {"rnn": Seq2Seq}
+
+
+def build_model(config: ModelConfig, src_vocab_size: int, tgt_vocab_size: int) -> Seq2Seq:
+    """The network of the family `config.arch`."""
+    return FAMILIES[config.arch](config, src_vocab_size, tgt_vocab_size)

@@ -1,5 +1,9 @@
 """One shareable file per model: weights in safetensors, everything else as JSON in its metadata.
 
+The metadata hold the config (whose model.arch names the model family; files written before
+families existed have none and are RNNs), both tokenizers and both vocabularies; the weights
+are the network's state dict, each name prefixed with `model.`.
+
 Nothing here unpickles, so loading a file from a stranger cannot run code. A training
 checkpoint is the same format with the optimizer's tensors and the run's counters added.
 Files are written to a temporary name, flushed to disk, then renamed: a crash never leaves a
@@ -10,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +23,14 @@ from safetensors import SafetensorError
 from safetensors.torch import load as load_safetensors_bytes
 from safetensors.torch import save as save_safetensors_bytes
 
+from .config import Config, config_from_dict
 from .errors import AttnmtError
 from .files import atomic_write
+from .tokenize import Tokenizer, tokenizers_from_dicts
+from .vocab import Vocabulary
 
 MAGIC = "attnmt"
+WEIGHTS_PREFIX = "model."
 FORMAT_VERSION = 1
 # Rejected before reading: far larger than any RNN model here and a sign of a corrupt header.
 MAX_HEADER_BYTES = 100 * 1024 * 1024
@@ -75,3 +84,46 @@ def load_file(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]
     if tensors_digest(tensors) != meta.get("sha256"):
         raise AttnmtError(f"{path}: model file is corrupted (its weights do not match their checksum)")
     return tensors, meta
+
+
+@dataclass
+class ModelDescription:
+    """What a model file says besides its weights: how to build the network and read and write text."""
+
+    config: Config
+    src_tokenizer: Tokenizer
+    tgt_tokenizer: Tokenizer
+    src_vocab: Vocabulary
+    tgt_vocab: Vocabulary
+
+    def metadata(self) -> dict[str, Any]:
+        return {"config": self.config.to_dict(), "src_tokenizer": self.src_tokenizer.to_dict(),
+                "tgt_tokenizer": self.tgt_tokenizer.to_dict(), "src_vocab": self.src_vocab.to_list(),
+                "tgt_vocab": self.tgt_vocab.to_list()}
+
+
+def model_tensors(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A network's weights as a model file stores them."""
+    return {WEIGHTS_PREFIX + name: tensor for name, tensor in state_dict.items()}
+
+
+def network_weights(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The network's state dict among a file's tensors (a checkpoint holds the optimizer's too)."""
+    return {name[len(WEIGHTS_PREFIX):]: t for name, t in tensors.items() if name.startswith(WEIGHTS_PREFIX)}
+
+
+def save_model(path: str | Path, description: ModelDescription, state_dict: dict[str, torch.Tensor]) -> None:
+    """Write a model as one self-contained file (atomically)."""
+    save_file(path, model_tensors(state_dict), {"kind": "model", **description.metadata()})
+
+
+def read_model(path: str | Path) -> tuple[ModelDescription, dict[str, torch.Tensor], dict[str, Any]]:
+    """A model file's (or a checkpoint's) description, its network's weights and all of its metadata."""
+    tensors, meta = load_file(path)
+    try:
+        description = ModelDescription(config_from_dict(meta["config"]),
+                                       *tokenizers_from_dicts(meta["src_tokenizer"], meta["tgt_tokenizer"]),
+                                       Vocabulary.from_list(meta["src_vocab"]), Vocabulary.from_list(meta["tgt_vocab"]))
+    except (KeyError, ValueError, TypeError, AttnmtError) as err:
+        raise AttnmtError(f"{path}: model file metadata is incomplete or invalid ({err})") from None
+    return description, network_weights(tensors), meta

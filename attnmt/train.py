@@ -14,16 +14,16 @@ import torch
 from tqdm import tqdm
 
 from .batch import Batch, Example, batch_indices, collate
-from .config import Config, TokenizerConfig, TrainConfig
+from .config import Config, TokenizerConfig, TrainConfig, config_from_dict
 from .data import Pair, load_corpus
 from .errors import AttnmtError
 from .evaluate import score_translations
 from .loss import sequence_loss
-from .model import Seq2Seq, resolve_device
-from .modelfile import load_file, save_file
+from .model import Seq2Seq, build_model, resolve_device
+from .modelfile import load_file, model_tensors, network_weights, save_file
 from .precision import autocast, precision_note
 from .tokenize import SubwordTokenizer, Tokenizer, make_tokenizer, tokenizers_from_dicts
-from .translate import WEIGHTS_PREFIX, Translator
+from .translate import Translator
 from .vocab import Vocabulary
 
 MODEL_FILE = "model.safetensors"
@@ -140,14 +140,14 @@ def evaluate_loss(model: Seq2Seq, examples: list[Example], batch_size: int, devi
 def _save_checkpoint(path: Path, translator: Translator, optimizer: torch.optim.Optimizer, progress: Progress,
                      data: PreparedData) -> None:
     optim_state = optimizer.state_dict()
-    tensors = translator.weights()
+    tensors = model_tensors(translator.model.state_dict())
     for index, values in optim_state["state"].items():
         for key, value in values.items():
             tensors[f"{OPTIMIZER_PREFIX}{index}.{key}"] = value
     tensors["rng.torch"] = torch.get_rng_state()
     if torch.cuda.is_available():
         tensors["rng.cuda"] = torch.cuda.get_rng_state()
-    meta = {"kind": "checkpoint", **translator.metadata(), "param_groups": optim_state["param_groups"],
+    meta = {"kind": "checkpoint", **translator.description.metadata(), "param_groups": optim_state["param_groups"],
             "progress": progress.__dict__, "data_sha256": data.fingerprint}
     save_file(path, tensors, meta)
 
@@ -156,9 +156,13 @@ def _read_checkpoint(path: Path, config: Config) -> tuple[dict[str, torch.Tensor
     tensors, meta = load_file(path)
     if meta.get("kind") != "checkpoint":
         raise AttnmtError(f"{path}: not a training checkpoint")
-    saved = meta["config"]
+    try:  # parsed, so that keys added since the checkpoint was written (model.arch) take their defaults
+        saved = config_from_dict(meta["config"])
+    except (KeyError, TypeError, AttnmtError) as err:
+        raise AttnmtError(f"{path}: checkpoint metadata is incomplete or invalid ({err})") from None
     for section in ("model", "tokenizer", "vocab"):  # data are checked by their fingerprint
-        changed = [k for k, v in getattr(config, section).__dict__.items() if saved[section].get(k) != v]
+        kept = getattr(saved, section).__dict__
+        changed = [k for k, v in getattr(config, section).__dict__.items() if kept[k] != v]
         if changed:
             keys = ", ".join(f"{section}.{k}" for k in changed)
             raise AttnmtError(f"{path}: cannot resume with different {keys} than the checkpoint was trained with")
@@ -167,7 +171,7 @@ def _read_checkpoint(path: Path, config: Config) -> tuple[dict[str, torch.Tensor
 
 def _restore(tensors: dict[str, torch.Tensor], meta: dict, model: Seq2Seq, optimizer: torch.optim.Optimizer
              ) -> Progress:
-    model.load_state_dict({k[len(WEIGHTS_PREFIX):]: v for k, v in tensors.items() if k.startswith(WEIGHTS_PREFIX)})
+    model.load_state_dict(network_weights(tensors))
     state: dict[int, dict] = {}
     for name, value in tensors.items():
         if name.startswith(OPTIMIZER_PREFIX):
@@ -218,7 +222,7 @@ def train(config: Config, resume: bool = False, overwrite: bool = False,
     log(f"data: {len(data.train)} training pairs ({data.dropped} left out: empty or over {config.data.max_len} "
         f"tokens), {len(data.valid)} valid, {len(data.test_pairs)} test; vocab {len(data.src_vocab)} source, "
         f"{len(data.tgt_vocab)} target")
-    model = Seq2Seq(config.model, len(data.src_vocab), len(data.tgt_vocab)).to(device)
+    model = build_model(config.model, len(data.src_vocab), len(data.tgt_vocab)).to(device)
     optimizer = make_optimizer(model, tc)
     translator = Translator(model, config, data.src_tokenizer, data.tgt_tokenizer, data.src_vocab, data.tgt_vocab)
     progress = _restore(*checkpoint, model, optimizer) if checkpoint else Progress()

@@ -6,24 +6,23 @@ import copy
 import itertools
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Optional
+from typing import Iterable, Iterator, Optional
 
 import numpy as np
 import torch
 
 from .batch import pad
 from .compiled import compiled_step
-from .config import PRECISIONS, Config, config_from_dict
+from .config import PRECISIONS, Config
 from .errors import AttnmtError, first_line
-from .model import Seq2Seq, resolve_device
-from .modelfile import load_file, save_file
+from .model import Seq2Seq, build_model, resolve_device
+from .modelfile import ModelDescription, read_model, save_model
 from .precision import precision_note, resolve as resolve_precision
 from .quantize import int8_decoding_copy
 from .search import Hypothesis, Step, beam_search, greedy
-from .tokenize import Tokenizer, tokenizers_from_dicts
+from .tokenize import Tokenizer
 from .vocab import Vocabulary
 
-WEIGHTS_PREFIX = "model."
 CHUNK = 64  # batches of sentences read, handed to one search call and yielded at a time
 
 
@@ -54,21 +53,13 @@ class Translator:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
-    def metadata(self) -> dict[str, Any]:
-        return {
-            "config": self.config.to_dict(),
-            "src_tokenizer": self.src_tokenizer.to_dict(),
-            "tgt_tokenizer": self.tgt_tokenizer.to_dict(),
-            "src_vocab": self.src_vocab.to_list(),
-            "tgt_vocab": self.tgt_vocab.to_list(),
-        }
-
-    def weights(self) -> dict[str, torch.Tensor]:
-        return {WEIGHTS_PREFIX + name: t for name, t in self.model.state_dict().items()}
+    @property
+    def description(self) -> ModelDescription:
+        return ModelDescription(self.config, self.src_tokenizer, self.tgt_tokenizer, self.src_vocab, self.tgt_vocab)
 
     def save(self, path: str | Path) -> None:
         """Write the model as one self-contained file (atomically)."""
-        save_file(path, self.weights(), {"kind": "model", **self.metadata()})
+        save_model(path, self.description, self.model.state_dict())
 
     @classmethod
     def load(cls, path: str | Path, device: str = "auto", precision: Optional[str] = None,
@@ -76,16 +67,9 @@ class Translator:
         """Load a model file (or a training checkpoint) written by `save`; `precision` (fp32, bf16
         or int8) overrides the decode.precision it was saved with; `compile`: decode with the step
         compiled for this CPU (compiled.py)."""
-        tensors, meta = load_file(path)
-        try:
-            config = config_from_dict(meta["config"])
-            src_vocab = Vocabulary.from_list(meta["src_vocab"])
-            tgt_vocab = Vocabulary.from_list(meta["tgt_vocab"])
-            src_tokenizer, tgt_tokenizer = tokenizers_from_dicts(meta["src_tokenizer"], meta["tgt_tokenizer"])
-        except (KeyError, ValueError, TypeError, AttnmtError) as err:
-            raise AttnmtError(f"{path}: model file metadata is incomplete or invalid ({err})") from None
-        model = Seq2Seq(config.model, len(src_vocab), len(tgt_vocab))
-        weights = {k[len(WEIGHTS_PREFIX):]: v for k, v in tensors.items() if k.startswith(WEIGHTS_PREFIX)}
+        description, weights, _ = read_model(path)
+        config = description.config
+        model = build_model(config.model, len(description.src_vocab), len(description.tgt_vocab))
         try:
             model.load_state_dict(weights)
         except RuntimeError as err:
@@ -95,7 +79,8 @@ class Translator:
                 raise AttnmtError(f"precision {precision!r}: choose {', '.join(PRECISIONS)}")
             config.decode.precision = precision
         model.to(resolve_device(device)).eval()
-        translator = cls(model, config, src_tokenizer, tgt_tokenizer, src_vocab, tgt_vocab, compile)
+        translator = cls(model, config, description.src_tokenizer, description.tgt_tokenizer, description.src_vocab,
+                         description.tgt_vocab, compile)
         if compile:  # compile (or load) the step now, not in the first request of a server
             translator._decoding()
         return translator

@@ -35,7 +35,7 @@ import torch
 from attnmt.batch import collate
 from attnmt.config import Config, load_config
 from attnmt.data import find_split_file, read_lines
-from attnmt.model import Seq2Seq
+from attnmt.model import Seq2Seq, build_model
 from attnmt.process import set_up_training_process
 from attnmt.train import epoch_batches, make_optimizer, prepare_data, train_step
 from attnmt.translate import Translator
@@ -105,7 +105,7 @@ def train_phase(args: argparse.Namespace) -> None:
     config = bench_config(args)
     torch.manual_seed(config.train.seed)
     data = prepare_data(config)
-    model = Seq2Seq(config.model, len(data.src_vocab), len(data.tgt_vocab))
+    model = build_model(config.model, len(data.src_vocab), len(data.tgt_vocab))
     optimizer = make_optimizer(model, config.train)
     batches = epoch_batches(data.train, config.train, epoch=1)
     model.train()

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from attnmt.modelfile import read_model
 from attnmt.translate import Translator
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "models"
@@ -25,3 +26,15 @@ def test_old_model_file_translates_as_when_written(name, beam):
             assert result.attention is None
         else:
             np.testing.assert_allclose(result.attention, np.array(expected["attention"]), atol=1e-5)
+
+
+def test_files_record_the_family_and_old_ones_are_rnns(tmp_path):
+    old = FIXTURES / "gru_bahdanau.safetensors"
+    _, _, meta = read_model(old)
+    assert "arch" not in meta["config"]["model"]  # written before families existed
+    translator = Translator.load(old, device="cpu")
+    assert translator.config.model.arch == "rnn"
+    translator.save(tmp_path / "new.safetensors")
+    description, weights, meta = read_model(tmp_path / "new.safetensors")
+    assert meta["config"]["model"]["arch"] == "rnn" and description.config == translator.config
+    assert weights.keys() == translator.model.state_dict().keys()
