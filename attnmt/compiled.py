@@ -30,50 +30,50 @@ from typing import Callable, Optional
 import torch
 from torch import nn
 
-from .decoder import Decoder, DecoderState, Memory
 from .errors import AttnmtError, first_line
+from .family import Memory, Model, State
 from .files import cache_dir
-from .model import Seq2Seq
 from .vocab import UNK_ID
 
 
 class StepProgram(nn.Module):
-    """Decoder.step for one token over flat tensors, the form torch.export takes.
+    """A model's step for one token over flat tensors, the form torch.export takes.
 
-    Inputs: tokens [B, 1], the memory's tensors, then the state's (`DecoderState.tensors`), shaped as
+    Inputs: tokens [B, 1], the memory's tensors, then the state's (`State.tensors`), shaped as
     those of `memory` and `state`. Outputs: logits [B, V], the new state's tensors, and the
     attention weights [B, S] if the model returns them.
     """
 
-    def __init__(self, decoder: Decoder, memory: Memory, state: DecoderState):
+    def __init__(self, model: Model, memory: Memory, state: State):
         super().__init__()
-        self.decoder, self.memory_fields, self.state_like = decoder, len(memory), state.like
+        self.model, self.memory_fields = model, len(memory.dims())
+        self.memory_like, self.state_like = memory.like, state.like
 
     def forward(self, tokens: torch.Tensor, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        memory = Memory(*tensors[: self.memory_fields])
+        memory = self.memory_like(list(tensors[: self.memory_fields]))
         state = self.state_like(list(tensors[self.memory_fields :]))
-        logits, new_state, weights = self.decoder.step(tokens, state, memory)
+        logits, new_state, weights = self.model.step(tokens, state, memory)
         weights_out = [] if weights is None else [weights[:, -1]]
         return (logits[:, -1], *new_state.tensors(), *weights_out)
 
 
 class CompiledStep:
-    """Called like Decoder.step for one token: (prev_tokens [B, 1], state, memory) -> logits
+    """Called like a model's step for one token: (prev_tokens [B, 1], state, memory) -> logits
     [B, 1, V], the new state and weights [B, 1, S] (None without attention)."""
 
     def __init__(self, program: Callable, returns_attention: bool):
         self.program, self.returns_attention = program, returns_attention
 
-    def __call__(self, prev_tokens: torch.Tensor, state: DecoderState, memory: Memory
-                 ) -> tuple[torch.Tensor, DecoderState, Optional[torch.Tensor]]:
+    def __call__(self, prev_tokens: torch.Tensor, state: State, memory: Memory
+                 ) -> tuple[torch.Tensor, State, Optional[torch.Tensor]]:
         outputs = list(self.program(prev_tokens, *memory, *state.tensors()))
         logits = outputs.pop(0)
         weights = outputs.pop().unsqueeze(1) if self.returns_attention else None
         return logits.unsqueeze(1), state.like(outputs), weights
 
 
-def _program_key(model: Seq2Seq) -> str:
-    """What the compiled program depends on: the decoder's weights and configuration, the code,
+def _program_key(model: Model) -> str:
+    """What the compiled program depends on: the model's weights and configuration, the code,
     the CPU kind, the thread count (compiled into its loops) and the torch version."""
     digest = hashlib.sha256()
     facts = {"config": dataclasses.asdict(model.config), "torch": torch.__version__,
@@ -82,13 +82,13 @@ def _program_key(model: Seq2Seq) -> str:
     digest.update(json.dumps(facts, sort_keys=True).encode())
     for source in sorted(Path(__file__).parent.glob("*.py")):
         digest.update(source.read_bytes())
-    for name, tensor in model.decoder.state_dict().items():
+    for name, tensor in model.state_dict().items():
         digest.update(f"{name} {tensor.dtype} {tuple(tensor.shape)}".encode())
         digest.update(tensor.detach().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()[:32]
 
 
-def _export(model: Seq2Seq) -> torch.export.ExportedProgram:
+def _export(model: Model) -> torch.export.ExportedProgram:
     # Example inputs of two sentences of three and two tokens: export then keeps both sizes
     # symbolic (an example size of 1 would be specialized).
     device = next(model.parameters()).device
@@ -98,11 +98,11 @@ def _export(model: Seq2Seq) -> torch.export.ExportedProgram:
     rows, length = torch.export.Dim("rows", min=1), torch.export.Dim("source_length", min=1)
     memory_shapes = tuple({row: rows, position: length} for row, position in memory.dims())
     state_shapes = tuple({dim: rows} for dim in state.row_dims())
-    return torch.export.export(StepProgram(model.decoder, memory, state), (tokens, *memory, *state.tensors()),
+    return torch.export.export(StepProgram(model, memory, state), (tokens, *memory, *state.tensors()),
                                dynamic_shapes=({0: rows}, (*memory_shapes, *state_shapes)))
 
 
-def compiled_step(model: Seq2Seq) -> CompiledStep:
+def compiled_step(model: Model) -> CompiledStep:
     """`model`'s decoding step, compiled for this CPU: loaded from the cache, or compiled and cached."""
     import torch._inductor  # noqa: F401  (seconds to import: only here)
 
@@ -110,6 +110,8 @@ def compiled_step(model: Seq2Seq) -> CompiledStep:
         raise AttnmtError(f"--compile needs torch 2.6 or later (this is {torch.__version__})")
     if next(model.parameters()).device.type != "cpu":
         raise AttnmtError("--compile compiles the decoding step for CPUs; on a GPU leave it off")
+    if not model.supports_compile:
+        raise AttnmtError(f"--compile does not support model.arch {model.config.arch} yet; leave it off")
     path = cache_dir() / "compiled" / f"step-{_program_key(model)}.pt2"
     if not path.exists():
         _compile(model, path)
@@ -121,7 +123,7 @@ def compiled_step(model: Seq2Seq) -> CompiledStep:
     return CompiledStep(program, model.returns_attention)
 
 
-def _compile(model: Seq2Seq, path: Path) -> None:
+def _compile(model: Model, path: Path) -> None:
     compiler = os.environ.get("CXX", "g++")  # the compiler torch's inductor calls
     if shutil.which(compiler) is None:
         raise AttnmtError(f"--compile needs a C++ compiler to build the decoding step once, and {compiler} "

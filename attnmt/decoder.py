@@ -42,6 +42,10 @@ class Memory(NamedTuple):
         """For each tensor, the dimensions that index rows and source positions."""
         return [(0, 1)] * len(self)
 
+    def like(self, tensors: list[torch.Tensor]) -> "Memory":
+        """A memory of this one's structure from its tensors, in the order iterating gives them."""
+        return Memory(*tensors)
+
     def select(self, rows: torch.Tensor) -> "Memory":
         """The rows `rows` [n] (repeated as often as listed), e.g. to give each beam its sentence's."""
         return Memory(*(m.index_select(0, rows) for m in self))

@@ -53,10 +53,19 @@ class Seq2Seq(nn.Module):
                 self.encoder.embedding.weight[PAD_ID].zero_()
                 self.decoder.embedding.weight[PAD_ID].zero_()
 
+    # What the rest of attnmt may ask of a model family (family.Model).
+    supports_int8 = True     # quantize.int8_decoding_copy knows the RNN decoder's layers
+    supports_compile = True  # compiled.py exports `step`
+
     @property
     def returns_attention(self) -> bool:
         """Whether decoding steps return attention weights (not for the baseline without attention)."""
         return self.decoder.attention.returns_weights
+
+    def step(self, prev_tokens: torch.Tensor, state: DecoderState, memory: Memory
+             ) -> tuple[torch.Tensor, DecoderState, Optional[torch.Tensor]]:
+        """One decoding step (T > 1 only when the decoder is `parallel`): Decoder.step."""
+        return self.decoder.step(prev_tokens, state, memory)
 
     def encode(self, src: torch.Tensor, src_lengths: torch.Tensor) -> tuple[Memory, DecoderState]:
         """Run the encoder once; return what the decoder attends to and its first state."""
@@ -87,9 +96,8 @@ class Seq2Seq(nn.Module):
         return self.decoder(tgt_in, state, memory, teacher_forcing, classify_at)
 
 
-# The model families, by model.arch: each takes (config, source vocabulary size, target vocabulary
-# size) and offers what search, translate, serve, compile and int8 ask of a model: encode,
-# decoder.step, a teacher-forced forward, returns_attention.
+# The model families, by model.arch: each network is built from (config, source vocabulary size,
+# target vocabulary size) and implements family.Model.
 FAMILIES = {"rnn": Seq2Seq}
 
 

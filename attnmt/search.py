@@ -13,13 +13,12 @@ from typing import Callable, Optional
 import torch
 import torch.nn.functional as F
 
-from .decoder import DecoderState, Memory
-from .model import Seq2Seq
+from .family import Memory, Model, State
 from .vocab import EOS_ID, SOS_ID
 
-# Decoder.step's signature for one token: (prev_tokens [B, 1], state, memory) -> (logits [B, 1, V],
-# state, weights [B, 1, S] or None). The searches take any such step, e.g. a compiled one (compiled.py).
-Step = Callable[[torch.Tensor, DecoderState, Memory], tuple[torch.Tensor, DecoderState, Optional[torch.Tensor]]]
+# A model's step for one token: (prev_tokens [B, 1], state, memory) -> (logits [B, 1, V], state,
+# weights [B, 1, S] or None). The searches take any such step, e.g. a compiled one (compiled.py).
+Step = Callable[[torch.Tensor, State, Memory], tuple[torch.Tensor, State, Optional[torch.Tensor]]]
 
 
 @dataclass
@@ -81,18 +80,18 @@ class Beams:
     of the slots hold ended sentences, waiting sentences take them over; when none wait, ended
     sentences leave the batch (`rows_to_keep`). Per row it keeps the decoder's memory and state,
     the next input token, the log-probability so far and the tokens and attention weights since
-    the row's sentence joined. Each step runs `step` (default: the model's Decoder.step).
+    the row's sentence joined. Each step runs `step` (default: the model's own step).
     """
 
-    def __init__(self, model: Seq2Seq, src: torch.Tensor, src_lengths: torch.Tensor, max_lengths: torch.Tensor,
+    def __init__(self, model: Model, src: torch.Tensor, src_lengths: torch.Tensor, max_lengths: torch.Tensor,
                  width: int, batch_size: Optional[int] = None, step: Optional[Step] = None):
         self.model, self.width = model, width
-        self.step = step or model.decoder.step
+        self.step = step or model.step
         self.src, self.lengths = src, src_lengths.to(src.device)
         self.max_lengths = max_lengths.to(src.device).clamp(min=1)
         self.batch_size = batch_size or src.shape[0]
         self.encoded = 0                                  # sentences encoded so far
-        self.pool: Optional[tuple[torch.Tensor, Memory, DecoderState]] = None  # encoded, not yet joined
+        self.pool: Optional[tuple[torch.Tensor, Memory, State]] = None  # encoded, not yet joined
         sentences, memory, state = self._take(self.batch_size)
         slots, device = sentences.shape[0], src.device
         rows = torch.arange(slots, device=device).repeat_interleave(width)
@@ -116,7 +115,7 @@ class Beams:
     def _waiting(self) -> bool:
         return self.pool is not None or self.encoded < self.src.shape[0]
 
-    def _take(self, count: int) -> tuple[torch.Tensor, Memory, DecoderState]:
+    def _take(self, count: int) -> tuple[torch.Tensor, Memory, State]:
         """Up to `count` waiting sentences, encoded: their indices [n], memory and first decoder state."""
         if self.pool is None:
             start, end = self.encoded, min(self.encoded + self.batch_size, self.src.shape[0])
@@ -217,7 +216,7 @@ class Beams:
             slots, free = free[: sentences.shape[0]], free[sentences.shape[0]:]
             self._put(slots, sentences, memory, state)
 
-    def _put(self, slots: torch.Tensor, sentences: torch.Tensor, memory: Memory, state: DecoderState) -> None:
+    def _put(self, slots: torch.Tensor, sentences: torch.Tensor, memory: Memory, state: State) -> None:
         rows = self._rows(slots)
         source_rows = torch.arange(slots.shape[0], device=slots.device).repeat_interleave(self.width)
         if memory.length > self.memory.length:
@@ -238,7 +237,7 @@ class Beams:
 
 
 @torch.inference_mode()
-def greedy(model: Seq2Seq, src: torch.Tensor, src_lengths: torch.Tensor, max_lengths: torch.Tensor,
+def greedy(model: Model, src: torch.Tensor, src_lengths: torch.Tensor, max_lengths: torch.Tensor,
            batch_size: Optional[int] = None, step: Optional[Step] = None) -> list[Hypothesis]:
     """The most likely token at each step, until EOS or the sentence's own `max_lengths` [N].
 
@@ -279,7 +278,7 @@ def settled(hypotheses: list[Hypothesis], beam_size: int, n_best: int, best_live
 
 
 @torch.inference_mode()
-def beam_search(model: Seq2Seq, src: torch.Tensor, src_lengths: torch.Tensor, max_lengths: torch.Tensor,
+def beam_search(model: Model, src: torch.Tensor, src_lengths: torch.Tensor, max_lengths: torch.Tensor,
                 beam_size: int, alpha: float = 0.0, n_best: int = 1, batch_size: Optional[int] = None,
                 step: Optional[Step] = None) -> list[list[Hypothesis]]:
     """The `n_best` best hypotheses per sentence, best first, by batched beam search.

@@ -173,6 +173,9 @@ class Translator:
         if self._decoding_copy is None or self._decoding_copy[0] != key:
             model = self.model
             if precision == "int8":
+                if not self.model.supports_int8:
+                    raise AttnmtError(f"decode precision int8 does not support model.arch {self.config.model.arch} yet; "
+                                      f"use bf16 or fp32")
                 model = int8_decoding_copy(self.model)
             elif precision == "bf16":
                 model = copy.deepcopy(self.model).to(torch.bfloat16).eval()

@@ -133,3 +133,15 @@ def test_unwritable_cache_is_one_clear_error(dates_model, tmp_path, monkeypatch)
     monkeypatch.setenv("ATTNMT_CACHE", str(blocker))  # a file where the cache folder should be
     with pytest.raises(AttnmtError, match="a-file/compiled: cannot write the compiled decoding step"):
         Translator.load(dates_model, "cpu", compile=True)
+
+
+@pytest.mark.parametrize("precision,compile,capability,refusal", [
+    ("int8", False, "supports_int8", "decode precision int8 does not support model.arch rnn"),
+    ("fp32", True, "supports_compile", "--compile does not support model.arch rnn"),
+])
+def test_a_family_without_a_fast_path_is_refused_in_one_line(dates_model, monkeypatch, precision, compile,
+                                                              capability, refusal):
+    """A model family says what it supports (family.Model); what it does not is one clear error."""
+    monkeypatch.setattr(Seq2Seq, capability, False)
+    with pytest.raises(AttnmtError, match=refusal):
+        Translator.load(dates_model, "cpu", precision, compile=compile).translate(["March 3, 2021"])

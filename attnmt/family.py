@@ -1,0 +1,73 @@
+"""The seam between a model family and the rest of attnmt: what search, translate, serve, compile
+and int8 may ask of a model, its encoder memory and its decoder state. Nothing outside a family
+knows a tensor layout; a second family (model.arch) implements these and registers its network in
+model.FAMILIES.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Protocol
+
+import torch
+
+from .config import ModelConfig
+
+class Memory(Protocol):
+    """What the decoder reads of the source, computed once per sentence; rows are sentences or beams."""
+
+    @property
+    def length(self) -> int: ...                            # source positions held
+
+    @property
+    def dtype(self) -> torch.dtype: ...
+
+    def select(self, rows: torch.Tensor) -> "Memory": ...       # rows `rows` [n], repeated as listed
+
+    def rows(self, start: int, end: Optional[int] = None) -> "Memory": ...
+
+    def narrow(self, length: int) -> "Memory": ...              # the first `length` source positions
+
+    def pad(self, length: int) -> "Memory": ...                 # padded to `length` positions, masked
+
+    def put(self, rows: torch.Tensor, source: "Memory") -> None: ...  # in place
+
+    def dims(self) -> list[tuple[int, int]]: ...            # per tensor: (row dim, source dim)
+
+    def __iter__(self): ...                                  # its tensors, in a fixed order
+
+    def like(self, tensors: list[torch.Tensor]) -> "Memory": ...  # this structure, from its tensors
+
+
+class State(Protocol):
+    """The decoder's state between steps; rows are sentences or beams."""
+
+    def select(self, index: torch.Tensor) -> "State": ...
+
+    def put(self, index: torch.Tensor, source: "State") -> None: ...  # in place
+
+    def tensors(self) -> list[torch.Tensor]: ...
+
+    def like(self, tensors: list[torch.Tensor]) -> "State": ...  # this structure, from tensors()
+
+    def row_dims(self) -> list[int]: ...                    # per tensor of tensors()
+
+
+class Model(Protocol):
+    """A model family's network (an nn.Module)."""
+
+    config: ModelConfig
+
+    returns_attention: bool  # decoding steps return weights over the source
+    supports_int8: bool      # decode.precision int8 (quantize.py) knows its layers
+    supports_compile: bool   # `--compile` (compiled.py) can export its step
+
+    def encode(self, src: torch.Tensor, src_lengths: torch.Tensor) -> tuple[Memory, State]: ...
+
+    def step(self, prev_tokens: torch.Tensor, state: State, memory: Memory
+             ) -> tuple[torch.Tensor, State, Optional[torch.Tensor]]:
+        """prev_tokens [B, T] -> logits [B, T, V], the new state, weights [B, T, S] (or None)."""
+        ...
+
+    def forward(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor,
+                teacher_forcing: float = 1.0, classify_at: Optional[torch.Tensor] = None
+                ) -> tuple[torch.Tensor, Optional[torch.Tensor]]: ...
