@@ -12,7 +12,7 @@ import traceback
 import typing
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Optional
 
 from .config import PRECISIONS, DecodeConfig, Range, ServeConfig, field_range
 from .errors import AttnmtError
@@ -41,8 +41,9 @@ class Number:
             value = self.kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected {self.__name__}, got {text!r}") from None
-        if value not in self.range:
-            raise argparse.ArgumentTypeError(f"{value!r} is out of range; allowed: {self.range}")
+        refusal = self.range.refusal(value)
+        if refusal:
+            raise argparse.ArgumentTypeError(refusal)
         return value
 
 
@@ -58,11 +59,10 @@ def _load_translator(args: argparse.Namespace, path: str) -> Translator:
     return Translator.load(path, args.device, args.precision, args.compile)
 
 
-def _say_precision(translator: Translator) -> None:
-    """What `auto` chose, or a warning, on stderr; said at the end of a run that went well, so that a
-    bad input found on the way still gets exactly one line."""
-    note = translator.precision_note()
-    if note:
+def _say_precision(*notes: Optional[str]) -> None:
+    """What `auto` chose, or a warning (Translator.precision_note), on stderr; said at the end of a
+    run that went well, so that a bad input found on the way still gets exactly one line."""
+    for note in filter(None, notes):
         print(f"attnmt: {note}", file=sys.stderr)
 
 
@@ -132,7 +132,7 @@ def _translate(args: argparse.Namespace) -> None:
                 outputs = [f"{number + i} ||| {h.text} ||| {h.log_prob:.4f}" for i, hyps in enumerate(nbest) for h in hyps]
             write("".join(line + "\n" for line in outputs))
             number += len(nbest)
-    _say_precision(translator)
+    _say_precision(translator.precision_note())
 
 
 def _evaluate(args: argparse.Namespace) -> None:
@@ -145,7 +145,7 @@ def _evaluate(args: argparse.Namespace) -> None:
     if args.chart:
         check_parent_dir(args.chart)
     by_length: dict[str, list[dict]] = {}
-    translators = []
+    notes = []  # one per model; not the models themselves, which would all stay in memory
     for model_path in args.models:
         translator = _load_translator(args, model_path)
         if args.split:
@@ -159,7 +159,7 @@ def _evaluate(args: argparse.Namespace) -> None:
             source = f"the {args.split} split of {args.data or translator.config.data.path}" if args.split else args.src
             raise AttnmtError(f"nothing to score: {source} has no sentences")
         sources, references = [s for s, _ in pairs], [r for _, r in pairs]
-        translators.append(translator)
+        notes.append(translator.precision_note())
         hypotheses = [t.text for t in translator.translate(sources, args.beam, args.alpha)]
         if len(args.models) > 1:
             print(f"== {model_path}")
@@ -180,8 +180,7 @@ def _evaluate(args: argparse.Namespace) -> None:
                             [r["sentences"] for r in first], args.chart,
                             title="BLEU by source length" + (" (lowercased tokens)" if args.lc_tok else ""))
         print(f"chart written to {args.chart}")
-    for translator in translators:
-        _say_precision(translator)
+    _say_precision(*notes)
 
 
 def _model_label(model_path: str, taken: dict) -> str:
@@ -208,7 +207,7 @@ def _plot(args: argparse.Namespace) -> None:
               "Install a font for this script (Debian: fonts-noto-core)", file=sys.stderr)
     plot_attention(result.attention, result.source_tokens, result.tokens, args.out, title=title)
     print(f"{result.text}\nheatmap written to {args.out}")
-    _say_precision(translator)
+    _say_precision(translator.precision_note())
 
 
 def _serve(args: argparse.Namespace) -> None:

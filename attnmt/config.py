@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 import types
@@ -43,17 +44,22 @@ class Range:
 
     text: str
 
+    @functools.cached_property
     def bounds(self) -> tuple[float, float, bool, bool]:
-        """(low, high, low included, high included)."""
+        """(low, high, low included, high included), parsed once."""
         match = re.fullmatch(r"([\[(])\s*(-?[\w.]+)\s*,\s*(-?[\w.]+)\s*([\])])", self.text)
         if not match:
             raise ValueError(f"not an interval: {self.text!r}")
         return float(match[2]), float(match[3]), match[1] == "[", match[4] == "]"
 
     def __contains__(self, value: float) -> bool:
-        low, high, low_in, high_in = self.bounds()
+        low, high, low_in, high_in = self.bounds
         return (math.isfinite(value) and (low < value or (low_in and value == low))
                 and (value < high or (high_in and value == high)))
+
+    def refusal(self, value: float) -> Optional[str]:
+        """Why `value` is not allowed, or None if it is."""
+        return None if value in self else f"{value!r} is out of range; allowed: {self.text}"
 
     def __str__(self) -> str:
         return self.text
@@ -225,8 +231,9 @@ def validate_serve(config: ServeConfig) -> None:
 
 
 def check_range(value: float, allowed: Range, where: str) -> None:
-    if value not in allowed:
-        raise AttnmtError(f"{where}: {value!r} is out of range; allowed: {allowed}")
+    refusal = allowed.refusal(value)
+    if refusal:
+        raise AttnmtError(f"{where}: {refusal}")
 
 
 @dataclass

@@ -38,7 +38,7 @@ def assert_refused(code: int, err: str, *named: str) -> None:
 
 def out_of_range(kind: type, allowed: Range) -> list:
     """Values just outside `allowed` at each finite end, and a non-finite one for floats."""
-    low, high, low_in, high_in = allowed.bounds()
+    low, high, low_in, high_in = allowed.bounds
     step = 1 if kind is int else 1e-3
     values = []
     if low != float("-inf"):
