@@ -1,9 +1,16 @@
-"""Attention: score each source position against a query, softmax over the real positions, mix.
+"""Attention: score every source position against a query, softmax over the real ones, mix.
+
+For a query q (the decoder's state) and the encoder's outputs h_1 .. h_S:
+    e_j = score(q, h_j)                        how well source position j matches the query
+    α_j = exp(e_j) / Σ_k exp(e_k)              the attention weights, over real positions only
+    c   = Σ_j α_j h_j                          the context vector the decoder reads
+Bahdanau et al. (2015) score with a small feed-forward net (AdditiveAttention), Luong et al.
+(2015) also with products: dot qᵀh_j, general qᵀ W h_j, and concat (additive with a bias).
 
 Every kind follows one protocol:
     keys = attention.project_keys(memory)          # once per sentence: [B, S, K] -> [B, S, A]
     context, weights = attention(query, keys, values, mask)
-with query [B, T, Q], values [B, S, V] (the encoder outputs), mask [B, S] (True = real token);
+with query [B, T, Q], values [B, S, V] (the encoder outputs h), mask [B, S] (True = real token);
 context is [B, T, V] and weights [B, T, S]. T is 1 when decoding step by step and the whole
 target when the decoder can attend for all steps at once. Nothing is stored on the module
 between calls, so one model can serve concurrent requests.
@@ -31,67 +38,33 @@ class Attention(nn.Module):
     def forward(
         self, query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor
     ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-        scores = self.score(query, keys)                             # [B, T, S]
+        scores = self.score(query, keys)                             # [B, T, S]  e_j
         scores = scores.masked_fill(~mask[:, None, :], float("-inf"))  # pads: exp(-inf) = exactly 0
-        weights = torch.softmax(scores, dim=-1)                      # [B, T, S]
-        context = torch.bmm(weights, values)                         # [B, T, V]
+        weights = torch.softmax(scores, dim=-1)                      # [B, T, S]  α_j
+        context = torch.bmm(weights, values)                         # [B, T, V]  c = Σ α_j h_j
         return context, weights
 
 
 class AdditiveAttention(Attention):
-    """score = vᵀ tanh(W_q q + W_k h): Bahdanau's (no bias) and Luong's `concat` (W_a[q; h] + b).
+    """Bahdanau's score, also Luong's `concat`: score(q, h_j) = vᵀ tanh(W_q q + W_k h_j).
 
-    Computed as 2 vᵀ σ(2 W_q q + 2 W_k h), since tanh(x) = 2σ(2x) - 1: the two differ by Σv, the
-    same at every source position, so the softmax weights are the same. On CPUs the sigmoid over
-    the [B, T, S, A] tensor, the largest elementwise step of decoding, is 3-7 times cheaper.
+    W_k h_j is computed once per sentence (`project_keys`); Bahdanau's W_q has no bias, concat's
+    W_a [q; h_j] + b does (its W_q part carries b). fast/additive.py computes the same weights faster.
     """
 
     def __init__(self, query_dim: int, key_dim: int, attn_dim: int, bias: bool):
         super().__init__()
-        self.key_proj = nn.Linear(key_dim, attn_dim, bias=False)
-        self.query_proj = nn.Linear(query_dim, attn_dim, bias=bias)
-        self.v = nn.Linear(attn_dim, 1, bias=False)
+        self.key_proj = nn.Linear(key_dim, attn_dim, bias=False)          # W_k
+        self.query_proj = nn.Linear(query_dim, attn_dim, bias=bias)       # W_q (+ b)
+        self.v = nn.Linear(attn_dim, 1, bias=False)                       # vᵀ
 
     def project_keys(self, memory: torch.Tensor) -> torch.Tensor:
-        return 2 * self.key_proj(memory)                             # [B, S, A] = 2 W_k h
+        return self.key_proj(memory)                                      # [B, S, A] = W_k h
 
     def score(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-        q = 2 * self.query_proj(query)                               # [B, T, A]
-        return SigmoidScore.apply(q, keys, self.v.weight[0])         # [B, T, S]
-
-
-def sigmoid_hidden(q: torch.Tensor, keys: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """σ(q + k) for every query and key: [B, T, A] x [B, S, A] -> [B, T, S, A]."""
-    return torch.add(q.unsqueeze(2), keys.unsqueeze(1), out=out).sigmoid_()
-
-
-def sigmoid_hidden_grad(hidden: torch.Tensor, v: torch.Tensor, grad_scores: torch.Tensor,
-                        out: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """The gradient of vᵀ σ(x) with respect to x, given hidden = σ(x) and the scores' gradient [..., S]."""
-    grad = torch.addcmul(hidden, hidden, hidden, value=-1, out=out)  # σ(1 - σ), one new [.., S, A] unless out
-    return grad.mul_(v.to(hidden.dtype)).mul_(grad_scores.to(hidden.dtype).unsqueeze(-1))
-
-
-class SigmoidScore(torch.autograd.Function):
-    """2 vᵀ σ(q + k) for every query and key: [B, T, A] x [B, S, A] -> [B, T, S].
-
-    The [B, T, S, A] activations are the largest tensors of an RNN decoder step; forward and
-    backward each allocate one of them and otherwise work in place.
-    """
-
-    @staticmethod
-    def forward(ctx, q: torch.Tensor, keys: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        hidden = sigmoid_hidden(q, keys)                             # [B, T, S, A]
-        ctx.save_for_backward(hidden, v)
-        return 2 * torch.matmul(hidden, v.to(hidden.dtype))          # [B, T, S]
-
-    @staticmethod
-    def backward(ctx, grad_scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        hidden, v = ctx.saved_tensors
-        grad = 2 * grad_scores.to(hidden.dtype)                      # [B, T, S]
-        grad_v = torch.matmul(grad.reshape(1, -1), hidden.reshape(-1, hidden.shape[-1]))[0]  # [A]
-        grad_pre = sigmoid_hidden_grad(hidden, v, grad)              # [B, T, S, A]
-        return grad_pre.sum(2), grad_pre.sum(1), grad_v.to(v.dtype)  # [B, T, A], [B, S, A], [A]
+        q = self.query_proj(query)                                        # [B, T, A] = W_q q
+        hidden = torch.tanh(q.unsqueeze(2) + keys.unsqueeze(1))           # [B, T, S, A]
+        return self.v(hidden).squeeze(-1)                                 # [B, T, S]
 
 
 class DotAttention(Attention):

@@ -56,7 +56,7 @@ def _load_translator(args: argparse.Namespace, path: str) -> Translator:
     """The model at `path` with the device, precision and compile flags."""
     from .translate import Translator  # here, not at the top: `attnmt --help` need not import torch
 
-    return Translator.load(path, args.device, args.precision, args.compile)
+    return Translator.load(path, args.device, args.precision, args.compile, fast_paths=not args.reference)
 
 
 def _say_precision(*notes: Optional[str]) -> None:
@@ -68,7 +68,7 @@ def _say_precision(*notes: Optional[str]) -> None:
 
 def _demo(args: argparse.Namespace) -> None:
     from .demo import run_demo
-    from .process import set_up_training_process
+    from .fast.process import set_up_training_process
 
     set_up_training_process()
     run_demo(args.out, overwrite=args.overwrite)
@@ -76,11 +76,12 @@ def _demo(args: argparse.Namespace) -> None:
 
 def _train(args: argparse.Namespace) -> None:
     from .config import load_config
-    from .process import set_up_training_process
+    from .fast.process import set_up_training_process
     from .train import train
 
     config = load_config(args.config, args.overrides)
-    set_up_training_process()
+    if config.train.fast_paths:
+        set_up_training_process()
     train(config, resume=args.resume, overwrite=args.overwrite)
 
 
@@ -216,7 +217,8 @@ def _serve(args: argparse.Namespace) -> None:
     except ModuleNotFoundError as err:
         raise AttnmtError(f"attnmt serve needs {err.name}: pip install 'attnmt[serve]'") from None
     limits = ServeConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(ServeConfig)})
-    serve(args.model, args.host, args.port, args.device, args.precision, args.compile, limits, log=lambda line: print(line, flush=True))
+    serve(_load_translator(args, args.model), args.host, args.port, limits, log=lambda line: print(line, flush=True),
+          name=args.model)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -245,6 +247,9 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--compile", action="store_true",
                          help="decode with a step compiled for this CPU (int8 greedy about 1.3x as fast); the first use "
                               "per model takes 10-60 s and a C++ compiler, later ones load it from the cache in 2-3 s")
+        sub.add_argument("--reference", action="store_true",
+                         help="decode with the plain reference modules instead of the fast paths (attnmt/fast): "
+                              "slower, the same translations up to rounding")
 
     def add_model(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("model", help="model file (model.safetensors)")

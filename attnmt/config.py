@@ -177,6 +177,9 @@ class TrainConfig:
     # CPUs with AVX512-BF16 or AMX and on recent GPUs, slower than fp32 elsewhere; or auto, which
     # picks bf16 where the device computes it natively and fp32 elsewhere.
     precision: TrainPrecision = "fp32"
+    # Train with the fast paths (attnmt/fast: the fused loops with hand-written backwards, the
+    # sigmoid form of additive attention, ...); false runs the plain reference modules (slower, the same model).
+    fast_paths: bool = True
     # Without a terminal for the progress bar, log a line every this many updates (0 = never).
     log_every: int = ranged(200, "[0, inf)")
     # Also save checkpoint.safetensors every this many updates (0 = only at the end of each epoch).
@@ -204,6 +207,9 @@ class DecodeConfig:
     # (CPUs only; fastest on CPUs with AVX512-VNNI/AMX); or auto: bf16 where the device computes
     # it natively, fp32 elsewhere.
     precision: DecodePrecision = "fp32"
+    # Decode with the fast paths (attnmt/fast); false runs the plain reference modules (slower,
+    # the same translations up to rounding); it rules out int8 and --compile. Flag: --reference.
+    fast_paths: bool = True
 
 
 @dataclass

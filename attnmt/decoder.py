@@ -15,10 +15,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import AdditiveAttention, Attention
-from .encoder import RNN_CLASSES, Dropout, RNNState
+from .attention import Attention
+from .encoder import RNN_CLASSES, RNNState, as_state, as_torch_state
 from .precision import run_rnn
-from .recurrence import InputFedGRUAttention
 from .vocab import PAD_ID
 
 
@@ -116,7 +115,7 @@ class Decoder(nn.Module):
         # The vector the classifier reads (h~_t); as wide as the embeddings when they are tied.
         self.output_size = emb_dim if tie_embeddings else hidden
         self.embedding = nn.Embedding(vocab_size, emb_dim, padding_idx=PAD_ID)
-        self.dropout = Dropout(dropout)
+        self.dropout = nn.Dropout(dropout)
         self.attention = attention
         if order == "bahdanau":
             rnn_input = emb_dim + context_dim
@@ -126,7 +125,6 @@ class Decoder(nn.Module):
             combine_input = context_dim + hidden            # [c_t; h_t]
         self.rnn = RNN_CLASSES[rnn](rnn_input, hidden, layers, batch_first=True,
                                     dropout=dropout if layers > 1 else 0.0)
-        self.lstm = rnn == "lstm"
         self.combine = nn.Linear(combine_input, self.output_size)
         self.classifier = nn.Linear(self.output_size, vocab_size)
         if tie_embeddings:
@@ -140,12 +138,6 @@ class Decoder(nn.Module):
     def initial_state(self, hidden: RNNState, batch_size: int) -> DecoderState:
         attn_vector = top_layer(hidden).new_zeros(batch_size, self.output_size) if self.input_feeding else None
         return DecoderState(hidden, attn_vector)
-
-    @property
-    def fused(self) -> bool:
-        """True when the teacher-forced loop can run as one autograd node (recurrence.py)."""
-        return (self.order == "luong" and self.input_feeding and isinstance(self.rnn, nn.GRU)
-                and self.rnn.num_layers == 1 and self.attention.returns_weights)
 
     def step(self, prev_tokens: torch.Tensor, state: DecoderState, memory: Memory
              ) -> tuple[torch.Tensor, DecoderState, Optional[torch.Tensor]]:
@@ -167,27 +159,32 @@ class Decoder(nn.Module):
 
     def _features(self, embedded: torch.Tensor, state: DecoderState, memory: Memory
                   ) -> tuple[torch.Tensor, DecoderState, Optional[torch.Tensor]]:
-        """The vector the classifier reads, [B, T, O], for T steps given their input embeddings [B, T, E]."""
+        """The decoding step of either paper: the vector the classifier reads, [B, T, O], for T steps
+        given their input embeddings y [B, T, E] (T > 1 only when `parallel`); h_j are the encoder's outputs."""
         if self.order == "bahdanau":
-            query = top_layer(state.hidden).unsqueeze(1)                     # [B, 1, H] = s_{t-1}
-            context, weights = self.attention(query, memory.keys, memory.values, memory.mask)  # [B, 1, D]
-            output, hidden = self._recur(torch.cat([embedded, context], dim=-1), state.hidden)  # [B, 1, H]
+            # c_i = Σ_j α_ij h_j, α_i = attention(s_{i-1}, h);  s_i = RNN([y_{i-1}; c_i], s_{i-1});
+            # t_i = tanh(W_o [s_i; c_i; y_{i-1}])  (the deep output, before the classifier)
+            query = top_layer(state.hidden).unsqueeze(1)                     # [B, 1, H] = s_{i-1}
+            context, weights = self.attention(query, memory.keys, memory.values, memory.mask)  # [B, 1, D] = c_i
+            output, hidden = self._recur(torch.cat([embedded, context], dim=-1), state.hidden)  # [B, 1, H] = s_i
             combined = torch.cat([output, context, embedded], dim=-1)       # [B, 1, H + D + E]
         else:
+            # h_t = RNN([y_{t-1}; h~_{t-1}], h_{t-1})  (h~_{t-1} only with input feeding);
+            # c_t = Σ_j α_tj h_j, α_t = attention(h_t, h);  h~_t = tanh(W_c [c_t; h_t])
             rnn_input = embedded
             if self.input_feeding:
                 rnn_input = torch.cat([embedded, state.attn_vector.unsqueeze(1)], dim=-1)  # [B, 1, E + O]
             output, hidden = self._recur(rnn_input, state.hidden)           # [B, T, H] = h_t
-            context, weights = self.attention(output, memory.keys, memory.values, memory.mask)  # [B, T, D]
+            context, weights = self.attention(output, memory.keys, memory.values, memory.mask)  # [B, T, D] = c_t
             combined = torch.cat([context, output], dim=-1)                 # [B, T, D + H]
-        features = torch.tanh(self.combine(combined))                       # [B, T, O]
+        features = torch.tanh(self.combine(combined))                       # [B, T, O] = t_i or h~_t
         attn_vector = features[:, -1] if self.input_feeding else None
         return features, DecoderState(hidden, attn_vector), weights
 
     def _recur(self, inputs: torch.Tensor, hidden: RNNState) -> tuple[torch.Tensor, RNNState]:
         """The RNN over inputs [B, T, I]: its outputs [B, T, H] and the new hidden state."""
-        output, new = run_rnn(self.rnn, inputs, hidden if self.lstm else hidden[0])
-        return output, tuple(new) if self.lstm else (new,)
+        output, new = run_rnn(self.rnn, inputs, as_torch_state(self.rnn, hidden))
+        return output, as_state(self.rnn, new)
 
     def forward(self, tgt_in: torch.Tensor, state: DecoderState, memory: Memory, teacher_forcing: float = 1.0,
                 classify_at: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
@@ -201,8 +198,6 @@ class Decoder(nn.Module):
         if teacher_forcing >= 1.0 and self.parallel:
             features, _, weights = self._features(self.embed(tgt_in), state, memory)
             return self.classify(features, classify_at), weights
-        if teacher_forcing >= 1.0 and self.fused:
-            return self._fused_forward(tgt_in, state, memory, classify_at)
         return self.forward_step_by_step(tgt_in, state, memory, teacher_forcing, classify_at)
 
     def forward_step_by_step(self, tgt_in: torch.Tensor, state: DecoderState, memory: Memory,
@@ -235,14 +230,3 @@ class Decoder(nn.Module):
             logits = stacked if classify_at is None else stacked[classify_at]
         weights = None if all_weights[0] is None else torch.cat(all_weights, dim=1)
         return logits, weights
-
-    def _fused_forward(self, tgt_in: torch.Tensor, state: DecoderState, memory: Memory,
-                       classify_at: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        rnn, attention = self.rnn, self.attention
-        additive = isinstance(attention, AdditiveAttention)
-        features, weights = InputFedGRUAttention.apply(
-            self.embed(tgt_in), state.hidden[0][0], memory.keys, memory.values, memory.mask,
-            rnn.weight_ih_l0, rnn.bias_ih_l0, rnn.weight_hh_l0, rnn.bias_hh_l0,
-            attention.query_proj.weight if additive else None, attention.query_proj.bias if additive else None,
-            attention.v.weight[0] if additive else None, self.combine.weight, self.combine.bias)
-        return self.classify(features, classify_at), weights

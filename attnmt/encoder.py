@@ -1,4 +1,9 @@
-"""The encoder: embeddings and a (bidirectional, multi-layer) GRU or LSTM over the source."""
+"""The encoder: embeddings and a (bidirectional, multi-layer) GRU or LSTM over the source.
+
+Bahdanau et al. (2015): a bidirectional RNN reads the sentence forwards and backwards, and each
+position's annotation h_j = [→h_j; ←h_j] joins both directions' states, so it summarises the words
+around x_j on both sides. Those annotations are what attention reads.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,6 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from .recurrence import GRULayer
 from .vocab import PAD_ID
 
 # GRU: (h,); LSTM: (h, c); each [layers, B, H].
@@ -17,18 +21,18 @@ RNNState = tuple[torch.Tensor, ...]
 RNN_CLASSES = {"gru": nn.GRU, "lstm": nn.LSTM}
 
 
-class Dropout(nn.Dropout):
-    """nn.Dropout, with the mask drawn by torch.rand on CPUs, where it is twice as fast as bernoulli_."""
+def as_state(rnn: nn.RNNBase, torch_state: torch.Tensor | tuple[torch.Tensor, torch.Tensor]) -> RNNState:
+    """An RNNState from the state nn.GRU (h) or nn.LSTM ((h, c)) returns."""
+    return tuple(torch_state) if rnn.mode == "LSTM" else (torch_state,)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.training or self.p == 0 or x.device.type != "cpu":
-            return super().forward(x)
-        keep = torch.rand(x.shape, device=x.device) >= self.p
-        return x * keep * (1 / (1 - self.p))
+
+def as_torch_state(rnn: nn.RNNBase, state: RNNState) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """The state as nn.GRU (h) or nn.LSTM ((h, c)) takes it."""
+    return state if rnn.mode == "LSTM" else state[0]
 
 
 class EncoderOutput(NamedTuple):
-    outputs: torch.Tensor  # [B, S, D] every position's state, D = hidden x directions; pads are 0
+    outputs: torch.Tensor  # [B, S, D] every position's annotation h_j, D = hidden x directions; pads are 0
     final: RNNState        # per layer, both directions' last states side by side: (h,) or (h, c), [layers, B, D]
     mask: torch.Tensor     # [B, S] True at real tokens
 
@@ -38,52 +42,30 @@ class Encoder(nn.Module):
                  bidirectional: bool, rnn: str, dropout: float):
         super().__init__()
         self.embedding = nn.Embedding(vocab_size, emb_dim, padding_idx=PAD_ID)
-        self.dropout = Dropout(dropout)
+        self.dropout = nn.Dropout(dropout)
         self.rnn = RNN_CLASSES[rnn](emb_dim, hidden, layers, batch_first=True,
                                     bidirectional=bidirectional, dropout=dropout if layers > 1 else 0.0)
-        self.lstm = rnn == "lstm"
         self.directions = 2 if bidirectional else 1
         self.output_size = hidden * self.directions
 
     def forward(self, src: torch.Tensor, lengths: torch.Tensor) -> EncoderOutput:
         """src [B, S] ids, lengths [B] (all >= 1)."""
         embedded = self.dropout(self.embedding(src))                        # [B, S, E]
-        if isinstance(self.rnn, nn.GRU) and torch.is_grad_enabled() and src.device.type == "cpu":
-            # On CPUs nn.GRU's backward runs autograd through every step's small products; on
-            # GPUs cuDNN's fused kernels are faster still.
-            outputs, final = self._gru_layers(embedded, lengths.cpu())
-        else:
-            outputs, final = self._packed_rnn(embedded, lengths.cpu())
-        outputs = self.dropout(outputs)                                     # [B, S, D]
-        final = tuple(map(self._join_directions, final if self.lstm else (final,)))
+        outputs, final = self.run_rnn(embedded, lengths.cpu())             # [B, S, D]
+        outputs = self.dropout(outputs)
+        final = tuple(map(self._join_directions, final))
         positions = torch.arange(src.shape[1], device=src.device)
         mask = positions.unsqueeze(0) < lengths.to(src.device).unsqueeze(1)  # [B, S], from lengths like packing
         return EncoderOutput(outputs, final, mask)
 
-    def _packed_rnn(self, x: torch.Tensor, lengths: torch.Tensor
-                    ) -> tuple[torch.Tensor, torch.Tensor | tuple[torch.Tensor, torch.Tensor]]:
-        """self.rnn over x [B, S, E]: outputs [B, S, D], zeros at pads, and its final state (h, or (h, c))."""
+    def run_rnn(self, x: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, RNNState]:
+        """The RNN over x [B, S, E]: outputs [B, S, D], zeros at pads, and its final state, (h,) or
+        (h, c), each [layers x directions, B, H]."""
         # Packing keeps pads out of the states; the backward direction starts at the real end.
         packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
         packed_out, final = self.rnn(packed)
         outputs, _ = pad_packed_sequence(packed_out, batch_first=True, total_length=x.shape[1])
-        return outputs, final
-
-    def _gru_layers(self, x: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """What _packed_rnn returns for a GRU, layer by layer through GRULayer (recurrence.py)."""
-        finals = []
-        for layer in range(self.rnn.num_layers):
-            if layer > 0:
-                x = self.dropout(x)                                         # nn.GRU's dropout between layers
-            names = [f"l{layer}", f"l{layer}_reverse"][: self.directions]
-
-            def stacked(kind: str) -> torch.Tensor:
-                return torch.stack([getattr(self.rnn, f"{kind}_{name}") for name in names])
-
-            x, final = GRULayer.apply(x, lengths, stacked("weight_ih"), stacked("bias_ih"),
-                                      stacked("weight_hh"), stacked("bias_hh"))
-            finals.append(final)
-        return x, torch.cat(finals)
+        return outputs, as_state(self.rnn, final)
 
     def _join_directions(self, state: torch.Tensor) -> torch.Tensor:
         layers_x_dirs, batch, hidden = state.shape                          # [layers*dirs, B, H]

@@ -58,8 +58,12 @@ class Model(Protocol):
     config: ModelConfig
 
     returns_attention: bool  # decoding steps return weights over the source
-    supports_int8: bool      # decode.precision int8 (quantize.py) knows its layers
-    supports_compile: bool   # `--compile` (compiled.py) can export its step
+    supports_compile: bool   # `--compile` (fast/compiled.py) can export its step
+
+    def int8_layers(self) -> list[tuple[torch.nn.Module, torch.dtype]]:
+        """The nn.Linear, nn.GRU and nn.LSTM layers of a decoding step, each with the dtype its output
+        keeps, for decode.precision int8 (fast/int8.py); empty: the family does not support int8."""
+        ...
 
     def encode(self, src: torch.Tensor, src_lengths: torch.Tensor) -> tuple[Memory, State]: ...
 

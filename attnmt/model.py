@@ -7,11 +7,12 @@ from typing import Optional
 import torch
 from torch import nn
 
-from .attention import make_attention
+from .attention import AdditiveAttention, make_attention
 from .config import ModelConfig
 from .decoder import Decoder, DecoderState, Memory
 from .encoder import Encoder, EncoderOutput, RNNState
 from .errors import AttnmtError
+from .fast import use_fast_paths
 from .vocab import PAD_ID
 
 
@@ -54,8 +55,16 @@ class Seq2Seq(nn.Module):
                 self.decoder.embedding.weight[PAD_ID].zero_()
 
     # What the rest of attnmt may ask of a model family (family.Model).
-    supports_int8 = True     # quantize.int8_decoding_copy knows the RNN decoder's layers
-    supports_compile = True  # compiled.py exports `step`
+    supports_compile = True  # fast/compiled.py exports `step`
+
+    def int8_layers(self) -> list[tuple[nn.Module, torch.dtype]]:
+        """The layers whose products run at every decoding step, each with the dtype of its output
+        in int8 decoding (fast/int8.py): the decoder's RNN, the attention's query projection, the
+        combine layer and the classifier (float32 logits)."""
+        decoder, attention = self.decoder, self.decoder.attention
+        query = [(attention.query_proj, torch.bfloat16)] if isinstance(attention, AdditiveAttention) else []
+        return [(decoder.rnn, torch.bfloat16), *query, (decoder.combine, torch.bfloat16),
+                (decoder.classifier, torch.float32)]
 
     @property
     def returns_attention(self) -> bool:
@@ -101,6 +110,6 @@ class Seq2Seq(nn.Module):
 FAMILIES = {"rnn": Seq2Seq}
 
 
-def build_model(config: ModelConfig, src_vocab_size: int, tgt_vocab_size: int) -> Seq2Seq:
-    """The network of the family `config.arch`."""
-    return FAMILIES[config.arch](config, src_vocab_size, tgt_vocab_size)
+def build_model(config: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, fast_paths: bool = True) -> Seq2Seq:
+    """The network of the family `config.arch`, with its fast paths (fast/) or the reference modules only."""
+    return use_fast_paths(FAMILIES[config.arch](config, src_vocab_size, tgt_vocab_size), fast_paths)

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from .family import Memory, Model, State
+from .fast.topk import TopK, block_top_k
 from .vocab import EOS_ID, SOS_ID
 
 # A model's step for one token: (prev_tokens [B, 1], state, memory) -> (logits [B, 1, V], state,
@@ -32,30 +33,6 @@ class Hypothesis:
 def length_penalty(length: int, alpha: float) -> float:
     """GNMT's lp(Y) = ((5 + |Y|) / 6)^alpha (Wu et al. 2016); alpha 0 ranks by plain log-probability."""
     return ((5.0 + length) / 6.0) ** alpha
-
-
-def top_k(x: torch.Tensor, k: int, block: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
-    """x.topk(k, dim=1) for a wide x [b, n], through block maxima: the same values, and positions up to ties.
-
-    On CPUs topk and argmax are slow scalar passes while amax is vectorized, so: the maximum of
-    every block of `block` entries, the k blocks with the highest maxima (they hold the k highest
-    entries: each of those lies in a block whose maximum is at least as high), then topk over
-    those k blocks' entries only.
-    """
-    b, n = x.shape
-    blocks = n // block
-    if blocks < 4 * k:
-        return x.topk(k, dim=1)
-    maxima = x[:, : blocks * block].view(b, blocks, block).amax(2)             # [b, blocks]
-    if blocks * block < n:                                                     # the short last block
-        maxima = torch.cat([maxima, x[:, blocks * block :].amax(1, keepdim=True)], dim=1)
-    best_blocks = maxima.topk(k, dim=1).indices                                # [b, k]
-    positions = (best_blocks.unsqueeze(2) * block + torch.arange(block, device=x.device)).view(b, -1)  # [b, k*block]
-    outside = positions >= n                                                   # past the short last block
-    positions.clamp_(max=n - 1)
-    values = x.gather(1, positions).masked_fill_(outside, float("-inf"))
-    top_values, top = values.topk(k, dim=1)                                    # [b, k]
-    return top_values, positions.gather(1, top)
 
 
 def rows_to_keep(live: torch.Tensor) -> Optional[torch.Tensor]:
@@ -238,11 +215,13 @@ class Beams:
 
 @torch.inference_mode()
 def greedy(model: Model, src: torch.Tensor, src_lengths: torch.Tensor, max_lengths: torch.Tensor,
-           batch_size: Optional[int] = None, step: Optional[Step] = None) -> list[Hypothesis]:
+           batch_size: Optional[int] = None, step: Optional[Step] = None, top_k: TopK = block_top_k
+           ) -> list[Hypothesis]:
     """The most likely token at each step, until EOS or the sentence's own `max_lengths` [N].
 
     src [N, S] and src_lengths [N] hold all the sentences; at most `batch_size` (default: all)
-    decode at once; `step` replaces the model's decoder step. Returns one hypothesis per sentence.
+    decode at once; `step` replaces the model's decoder step and `top_k` torch.topk (fast/topk.py).
+    Returns one hypothesis per sentence.
     """
     beams = Beams(model, src, src_lengths, max_lengths, 1, batch_size, step)
     results: list[Optional[Hypothesis]] = [None] * src.shape[0]
@@ -280,7 +259,7 @@ def settled(hypotheses: list[Hypothesis], beam_size: int, n_best: int, best_live
 @torch.inference_mode()
 def beam_search(model: Model, src: torch.Tensor, src_lengths: torch.Tensor, max_lengths: torch.Tensor,
                 beam_size: int, alpha: float = 0.0, n_best: int = 1, batch_size: Optional[int] = None,
-                step: Optional[Step] = None) -> list[list[Hypothesis]]:
+                step: Optional[Step] = None, top_k: TopK = block_top_k) -> list[list[Hypothesis]]:
     """The `n_best` best hypotheses per sentence, best first, by batched beam search.
 
     Each sentence keeps `beam_size` live hypotheses. At every step the best 2 x beam_size
@@ -288,7 +267,7 @@ def beam_search(model: Model, src: torch.Tensor, src_lengths: torch.Tensor, max_
     beam_size others live on. A sentence is done when it has beam_size finished hypotheses or
     reaches its max length (where only EOS is allowed), or as soon as no live hypothesis can
     still enter its n-best (`settled`). At most `batch_size` sentences (default: all) decode at once;
-    `step` replaces the model's decoder step.
+    `step` replaces the model's decoder step and `top_k` torch.topk (fast/topk.py).
     """
     k = beam_size
     beams = Beams(model, src, src_lengths, max_lengths, k, batch_size, step)

@@ -339,11 +339,10 @@ def create_app(translator: Translator, limits: Optional[ServeConfig] = None) -> 
     return app
 
 
-def serve(model_path: str, host: str, port: int, device: str, precision: Optional[str], compile: bool,
-          limits: ServeConfig, log: Callable[[str], None] = print) -> None:
-    """Load the model and serve it until interrupted; port 0 picks a free port (printed)."""
+def serve(translator: Translator, host: str, port: int, limits: ServeConfig,
+          log: Callable[[str], None] = print, name: str = "the model") -> None:
+    """Serve the translator's model (`name` in the log) until interrupted; port 0 picks a free port (printed)."""
     validate_serve(limits)
-    translator = Translator.load(model_path, device, precision, compile)
     note = translator.precision_note()
     if note:
         log(f"attnmt serve: {note}")
@@ -356,7 +355,7 @@ def serve(model_path: str, host: str, port: int, device: str, precision: Optiona
         sock.close()
         raise AttnmtError(f"cannot listen on {host}:{port}: {getattr(err, 'strerror', None) or err}") from None
     shown = f"[{host}]" if ":" in host else host
-    log(f"attnmt serve: {model_path} on http://{shown}:{sock.getsockname()[1]}/ (Ctrl-C stops)")
+    log(f"attnmt serve: {name} on http://{shown}:{sock.getsockname()[1]}/ (Ctrl-C stops)")
     # Idle connections stay open longer than clients keep them (httpx: 5 s), so the client is the one
     # that closes them: otherwise a request sent as the server closes its connection fails.
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, timeout_keep_alive=75))

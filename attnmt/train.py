@@ -222,7 +222,7 @@ def train(config: Config, resume: bool = False, overwrite: bool = False,
     log(f"data: {len(data.train)} training pairs ({data.dropped} left out: empty or over {config.data.max_len} "
         f"tokens), {len(data.valid)} valid, {len(data.test_pairs)} test; vocab {len(data.src_vocab)} source, "
         f"{len(data.tgt_vocab)} target")
-    model = build_model(config.model, len(data.src_vocab), len(data.tgt_vocab)).to(device)
+    model = build_model(config.model, len(data.src_vocab), len(data.tgt_vocab), tc.fast_paths).to(device)
     optimizer = make_optimizer(model, tc)
     translator = Translator(model, config, data.src_tokenizer, data.tgt_tokenizer, data.src_vocab, data.tgt_vocab)
     progress = _restore(*checkpoint, model, optimizer) if checkpoint else Progress()

@@ -12,13 +12,15 @@ import numpy as np
 import torch
 
 from .batch import pad
-from .compiled import compiled_step
 from .config import PRECISIONS, Config
 from .errors import AttnmtError, first_line
-from .model import Seq2Seq, build_model, resolve_device
+from .family import Model
+from .fast import top_k
+from .fast.compiled import compiled_step
+from .fast.int8 import int8_decoding_copy
+from .model import build_model, resolve_device
 from .modelfile import ModelDescription, read_model, save_model
 from .precision import precision_note, resolve as resolve_precision
-from .quantize import int8_decoding_copy
 from .search import Hypothesis, Step, beam_search, greedy
 from .tokenize import Tokenizer
 from .vocab import Vocabulary
@@ -36,7 +38,7 @@ class Translation:
 
 
 class Translator:
-    def __init__(self, model: Seq2Seq, config: Config, src_tokenizer: Tokenizer, tgt_tokenizer: Tokenizer,
+    def __init__(self, model: Model, config: Config, src_tokenizer: Tokenizer, tgt_tokenizer: Tokenizer,
                  src_vocab: Vocabulary, tgt_vocab: Vocabulary, compile: bool = False):
         self.model = model
         # Decode with the step compiled for this CPU (compiled.py). Like the device, a choice of
@@ -47,7 +49,7 @@ class Translator:
         self.tgt_tokenizer = tgt_tokenizer
         self.src_vocab = src_vocab
         self.tgt_vocab = tgt_vocab
-        self._decoding_copy: Optional[tuple[tuple, Seq2Seq, Optional[Step]]] = None
+        self._decoding_copy: Optional[tuple[tuple, Model, Optional[Step]]] = None
 
     @property
     def device(self) -> torch.device:
@@ -63,13 +65,16 @@ class Translator:
 
     @classmethod
     def load(cls, path: str | Path, device: str = "auto", precision: Optional[str] = None,
-             compile: bool = False) -> "Translator":
-        """Load a model file (or a training checkpoint) written by `save`; `precision` (fp32, bf16
-        or int8) overrides the decode.precision it was saved with; `compile`: decode with the step
-        compiled for this CPU (compiled.py)."""
+             compile: bool = False, fast_paths: Optional[bool] = None) -> "Translator":
+        """Load a model file (or a training checkpoint) written by `save`; `precision` (fp32, bf16,
+        int8 or auto) and `fast_paths` override the decode.precision and decode.fast_paths it was
+        saved with; `compile`: decode with the step compiled for this CPU (fast/compiled.py)."""
         description, weights, _ = read_model(path)
         config = description.config
-        model = build_model(config.model, len(description.src_vocab), len(description.tgt_vocab))
+        if fast_paths is not None:
+            config.decode.fast_paths = fast_paths
+        model = build_model(config.model, len(description.src_vocab), len(description.tgt_vocab),
+                            config.decode.fast_paths)
         try:
             model.load_state_dict(weights)
         except RuntimeError as err:
@@ -150,32 +155,34 @@ class Translator:
         src = pad([self.src_vocab.encode(sources[i]) for i in ids]).to(self.device)  # [len(ids), longest source]
         lengths = torch.tensor([len(sources[i]) for i in ids])
         max_lengths = (lengths.float() * decode.max_len_ratio).long() + decode.max_len_extra + 1
+        fast_top_k = top_k(decode.fast_paths)
         if beam_size == 1:
-            nbests = [[h] for h in greedy(model, src, lengths, max_lengths, batch_size, step)]
+            nbests = [[h] for h in greedy(model, src, lengths, max_lengths, batch_size, step, fast_top_k)]
         else:
-            nbests = beam_search(model, src, lengths, max_lengths, beam_size, alpha, n_best, batch_size, step)
+            nbests = beam_search(model, src, lengths, max_lengths, beam_size, alpha, n_best, batch_size, step,
+                                 fast_top_k)
         for i, hypotheses in zip(ids, nbests):
             results[i] = [self._translation(sources[i], h) for h in hypotheses]
         return results
 
-    def _decoding(self) -> tuple[Seq2Seq, Optional[Step]]:
+    def _decoding(self) -> tuple[Model, Optional[Step]]:
         """The model in the decoding precision and, with `compile`, its compiled decoding step
-        (`compiled.py`; None: the searches run the model's own).
+        (fast/compiled.py; None: the searches run the model's own).
 
         For bf16 the model is a bfloat16 copy (casting once beats autocast's cast of every weight
         at every step), for int8 that copy with every product of a decoding step in int8
-        (`quantize.py`), for fp32 the model itself.
+        (fast/int8.py), for fp32 the model itself.
         """
         precision = self.precision
+        if not self.config.decode.fast_paths and (precision == "int8" or self.compile):
+            raise AttnmtError("int8 and --compile are fast paths: leave them off to decode with the reference "
+                              "modules (--reference, decode.fast_paths false)")
         # Every in-place change of a weight (an optimizer step, load_state_dict) bumps its version
         # counter, so the copy is made again only when the weights have changed since.
         key = (precision, self.compile, tuple(p._version for p in self.model.parameters()))
         if self._decoding_copy is None or self._decoding_copy[0] != key:
             model = self.model
             if precision == "int8":
-                if not self.model.supports_int8:
-                    raise AttnmtError(f"decode precision int8 does not support model.arch {self.config.model.arch} yet; "
-                                      f"use bf16 or fp32")
                 model = int8_decoding_copy(self.model)
             elif precision == "bf16":
                 model = copy.deepcopy(self.model).to(torch.bfloat16).eval()

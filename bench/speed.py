@@ -36,7 +36,7 @@ from attnmt.batch import collate
 from attnmt.config import Config, load_config
 from attnmt.data import find_split_file, read_lines
 from attnmt.model import Seq2Seq, build_model
-from attnmt.process import set_up_training_process
+from attnmt.fast.process import set_up_training_process
 from attnmt.train import epoch_batches, make_optimizer, prepare_data, train_step
 from attnmt.translate import Translator
 from attnmt.vocab import PAD_ID

@@ -8,8 +8,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from attnmt.attention import (AdditiveAttention, DotAttention, GeneralAttention, NoAttention,
-                              SigmoidScore, make_attention)
+from attnmt.attention import AdditiveAttention, DotAttention, GeneralAttention, NoAttention, make_attention
 from attnmt.config import ModelConfig
 from attnmt.model import Seq2Seq
 from attnmt.search import greedy
@@ -134,8 +133,8 @@ def test_bahdanau_attention_by_hand():
     # W_q = I, W_k = 0.5 I, v = [1, -1]
     set_additive(attention, [[1.0, 0.0], [0.0, 1.0]], [[0.5, 0.0], [0.0, 0.5]], [1.0, -1.0])
     keys = attention.project_keys(H)
-    # W_k h_j = [0.5, 0], [0, 0.5], [1, 0]; the keys hold it doubled, for the sigmoid form of tanh
-    assert_close(keys, 2 * torch.tensor([[[0.5, 0.0], [0.0, 0.5], [1.0, 0.0]]]))
+    # W_k h_j = [0.5, 0], [0, 0.5], [1, 0]
+    assert_close(keys, torch.tensor([[[0.5, 0.0], [0.0, 0.5], [1.0, 0.0]]]))
     context, weights = attention(Q, keys, H, MASK)
     # W_q q + W_k h_j = [1.5, 0], [1, 0.5], [2, 0]
     # score_j = tanh(a) - tanh(b) = tanh(1.5), tanh(1) - tanh(0.5), tanh(2)
@@ -323,22 +322,6 @@ def test_gradients_reach_every_parameter(kind):
     assert memory.grad is not None and memory.grad.abs().sum() > 0
     # No gradient flows into padded memory rows.
     assert (memory.grad[1, 3] == 0).all()
-
-
-@pytest.mark.parametrize("T", [1, 3])
-def test_sigmoid_score_gradients(T):
-    """The hand-written backward of the sigmoid form, against finite differences and the tanh form."""
-    torch.manual_seed(5)
-    q = torch.randn(2, T, 5, dtype=torch.float64, requires_grad=True)
-    keys = torch.randn(2, 4, 5, dtype=torch.float64, requires_grad=True)
-    v = torch.randn(5, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(SigmoidScore.apply, (q, keys, v))
-    # 2 vᵀ σ(2x) = vᵀ tanh(x) + Σv, so the gradients equal those of the tanh form.
-    upstream = torch.randn(2, T, 4, dtype=torch.float64)
-    grads = torch.autograd.grad((SigmoidScore.apply(2 * q, 2 * keys, v) * upstream).sum(), (q, keys, v))
-    tanh_form = (torch.tanh(q.unsqueeze(2) + keys.unsqueeze(1)) @ v + v.sum()) * upstream
-    for ours, reference in zip(grads, torch.autograd.grad(tanh_form.sum(), (q, keys, v))):
-        assert_close(ours, reference)
 
 
 # ---------------------------------------------------------------- the key protocol

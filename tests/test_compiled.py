@@ -1,4 +1,4 @@
-"""The compiled decoding step (compiled.py) computes what Decoder.step computes, and is cached."""
+"""The compiled decoding step (fast/compiled.py) computes what Decoder.step computes, and is cached."""
 
 import os
 import shutil
@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from attnmt import AttnmtError, Translator, cli
-from attnmt.compiled import _program_key, compiled_step
+from attnmt.fast.compiled import _program_key, compiled_step
 from attnmt.config import config_from_dict
 from attnmt.files import cache_dir
 from attnmt.model import Seq2Seq
-from attnmt.quantize import int8_decoding_copy
+from attnmt.fast.int8 import int8_decoding_copy
 from conftest import tiny_dates_config
 
 needs_compiler = pytest.mark.skipif(shutil.which(os.environ.get("CXX", "g++")) is None,
@@ -135,13 +135,13 @@ def test_unwritable_cache_is_one_clear_error(dates_model, tmp_path, monkeypatch)
         Translator.load(dates_model, "cpu", compile=True)
 
 
-@pytest.mark.parametrize("precision,compile,capability,refusal", [
-    ("int8", False, "supports_int8", "decode precision int8 does not support model.arch rnn"),
-    ("fp32", True, "supports_compile", "--compile does not support model.arch rnn"),
+@pytest.mark.parametrize("precision,compile,capability,lacking,refusal", [
+    ("int8", False, "int8_layers", lambda self: [], "decode precision int8 does not support model.arch rnn"),
+    ("fp32", True, "supports_compile", False, "--compile does not support model.arch rnn"),
 ])
 def test_a_family_without_a_fast_path_is_refused_in_one_line(dates_model, monkeypatch, precision, compile,
-                                                              capability, refusal):
+                                                              capability, lacking, refusal):
     """A model family says what it supports (family.Model); what it does not is one clear error."""
-    monkeypatch.setattr(Seq2Seq, capability, False)
+    monkeypatch.setattr(Seq2Seq, capability, lacking)
     with pytest.raises(AttnmtError, match=refusal):
         Translator.load(dates_model, "cpu", precision, compile=compile).translate(["March 3, 2021"])

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import random
-from dataclasses import replace
 
 import pytest
 import torch
@@ -12,11 +11,10 @@ from torch.testing import assert_close
 
 from attnmt.batch import collate, pad
 from attnmt.config import Config, DataConfig, ModelConfig, validate
-from attnmt.encoder import Dropout, Encoder
+from attnmt.encoder import Encoder
 from attnmt.errors import AttnmtError
 from attnmt.loss import sequence_loss
 from attnmt.model import Seq2Seq
-from attnmt.precision import autocast
 from attnmt.search import greedy
 from attnmt.vocab import EOS_ID, PAD_ID, SOS_ID
 
@@ -165,7 +163,7 @@ def test_architecture_overfits_tiny_corpus(case):
 
 # ---------------------------------------------------------------- padding never enters the encoder
 
-@pytest.mark.parametrize("grad", [True, False])  # a GRU trains through GRULayer, decodes through nn.GRU
+@pytest.mark.parametrize("grad", [True, False])
 @pytest.mark.parametrize("layers", [1, 2])
 @pytest.mark.parametrize("bidirectional", [True, False])
 @pytest.mark.parametrize("rnn", ["gru", "lstm"])
@@ -199,55 +197,6 @@ def test_encoder_ignores_padding(rnn, bidirectional, layers, grad):
         # The long sentence is unaffected by being batched with a short one as well.
         long_alone = encoder(torch.tensor([longer]), torch.tensor([7]))
         assert_close(batched.outputs[1], long_alone.outputs[0], atol=1e-6, rtol=0)
-
-
-def encoder_runs(encoder, precision="fp32"):
-    """Outputs, final states and every gradient from GRULayer and from nn.GRU on the packed batch."""
-    src = pad([[5, 6, 7], [8, 9, 10, 11, 4, 5, 6], [7], [4, 5, 6, 7, 8, 9, 10], [11, 10, 9, 8, 7]])
-    lengths = torch.tensor([3, 7, 1, 7, 5])                      # unsorted, a one-token sentence
-    results = []
-    for run in (encoder._gru_layers, encoder._packed_rnn):
-        encoder.zero_grad()
-        with autocast(precision, torch.device("cpu")):
-            outputs, final = run(encoder.embedding(src), lengths)
-        outputs, final = outputs.double(), final.double()
-        probes = [torch.linspace(-1, 1, x.numel(), dtype=torch.float64).view_as(x) for x in (outputs, final)]
-        ((outputs * probes[0]).sum() + (final * probes[1]).sum()).backward()
-        results.append((outputs.detach(), final.detach(), {n: p.grad.clone() for n, p in encoder.named_parameters()}))
-    return results
-
-
-@pytest.mark.parametrize("layers", [1, 2])
-@pytest.mark.parametrize("bidirectional", [True, False])
-def test_fused_gru_encoder_equals_packed_gru(layers, bidirectional):
-    """GRULayer's forward and backward against autograd through nn.GRU, in float64."""
-    torch.manual_seed(0)
-    encoder = Encoder(VOCAB, 8, 6, layers, bidirectional, "gru", dropout=0.0).double()
-    (outputs, final, grads), (ref_outputs, ref_final, ref_grads) = encoder_runs(encoder)
-    assert_close(outputs, ref_outputs, atol=1e-12, rtol=1e-10)
-    assert_close(final, ref_final, atol=1e-12, rtol=1e-10)
-    assert set(grads) == {name for name, _ in encoder.named_parameters()}
-    for name in ref_grads:
-        assert_close(grads[name], ref_grads[name], atol=1e-12, rtol=1e-9, msg=name)
-    # Training on a CPU goes through GRULayer, decoding through nn.GRU.
-    calls = []
-    encoder.rnn.register_forward_hook(lambda *_: calls.append(1))
-    encoder(pad([[5, 6], [7]]), torch.tensor([2, 1]))
-    assert calls == []
-    with torch.no_grad():
-        encoder(pad([[5, 6], [7]]), torch.tensor([2, 1]))
-    assert calls == [1]
-
-
-def test_fused_gru_encoder_in_bfloat16_stays_close():
-    """Under bf16 autocast GRULayer's products round, its states and gates stay float32."""
-    torch.manual_seed(0)
-    encoder = Encoder(VOCAB, 32, 48, 2, True, "gru", dropout=0.0)
-    (outputs, final, grads), (ref_outputs, ref_final, ref_grads) = encoder_runs(encoder, "bf16")
-    assert_close(outputs, ref_outputs, atol=0.01, rtol=0)                 # 0.003 measured
-    assert_close(final, ref_final, atol=0.01, rtol=0)
-    for name in ref_grads:                                                 # 0.009 at most, measured
-        assert float((grads[name] - ref_grads[name]).norm() / ref_grads[name].norm()) < 0.03, name
 
 
 @pytest.mark.parametrize("attention", ATTENTIONS)
@@ -394,81 +343,6 @@ def test_logits_at_the_real_tokens_only(order, feeding, attention, ratio):
     assert kept.shape == (13, VOCAB)
     assert_close(kept, full[at], atol=1e-12, rtol=0)
     assert_close(sequence_loss(kept, batch.tgt_out[at]), sequence_loss(full, batch.tgt_out), atol=1e-10, rtol=0)
-
-
-# ---------------------------------------------------------------- the fused input-feeding loop
-
-@pytest.mark.parametrize("rnn,order,feeding,dec_layers,attention,fused", [
-    ("gru", "luong", True, 1, "bahdanau", True), ("gru", "luong", True, 1, "dot", True),
-    ("gru", "luong", True, 1, "none", False), ("gru", "luong", True, 2, "bahdanau", False),
-    ("lstm", "luong", True, 1, "bahdanau", False), ("gru", "luong", False, 1, "bahdanau", False),
-    ("gru", "bahdanau", False, 1, "bahdanau", False)])
-def test_fused_flag(rnn, order, feeding, dec_layers, attention, fused):
-    model = make_model(rnn=rnn, order=order, input_feeding=feeding, dec_layers=dec_layers, attention=attention)
-    assert model.decoder.fused is fused
-
-
-def fused_and_stepped(model, dtype=torch.float64, precision="fp32", read_weights=True):
-    """Logits, weights and every parameter's gradient, from the fused loop and from the plain one.
-
-    With read_weights the loss reads the attention weights too, so their gradient path is checked
-    as well; without, their gradient is None (as in training).
-    """
-    model = model.to(dtype).train()
-    batch = collate([([5, 6, 7, 8, 9], [9, 10, 11]), ([4, 5], [6, 7, 8, 9, 10, 11]), ([7, 8, 9], [4, 5])], [0, 1, 2])
-    results = []
-    for fused in (True, False):
-        model.zero_grad()
-        with autocast(precision, torch.device("cpu")):
-            memory, state = model.encode(batch.src, batch.src_lengths)
-            calls = count_rnn_calls(model.decoder) if fused else None
-            if fused:
-                logits, weights = model.decoder(batch.tgt_in, state, memory)
-                assert calls == []                                # nn.GRU is not called at all
-            else:
-                logits, weights = model.decoder.forward_step_by_step(batch.tgt_in, state, memory)
-        probe = torch.linspace(-1, 1, weights.numel(), dtype=dtype).view_as(weights)
-        loss = sequence_loss(logits.to(dtype), batch.tgt_out)
-        if read_weights:
-            loss = loss + (weights.to(dtype) * probe).sum()
-        loss.backward()
-        grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
-        results.append((logits.detach().to(dtype), weights.detach().to(dtype), grads))
-    return results
-
-
-@pytest.mark.parametrize("attention,tie,read_weights", [
-    ("bahdanau", False, True), ("concat", False, True), ("dot", False, True), ("general", False, True),
-    ("bahdanau", True, True), ("bahdanau", False, False), ("dot", False, False)])
-def test_fused_loop_equals_stepping(attention, tie, read_weights):
-    """Forward and backward of recurrence.py against autograd through the plain loop, in float64."""
-    torch.manual_seed(0)
-    config = replace(make_config(order="luong", attention=attention, input_feeding=True, emb=32 if tie else 16),
-                     tie_embeddings=tie)
-    model = Seq2Seq(config, VOCAB, VOCAB)
-    assert model.decoder.fused
-    (logits, weights, grads), (ref_logits, ref_weights, ref_grads) = fused_and_stepped(model, read_weights=read_weights)
-    assert_close(logits, ref_logits, atol=1e-12, rtol=1e-10)
-    assert_close(weights, ref_weights, atol=1e-12, rtol=1e-10)
-    assert set(grads) == set(ref_grads) == {name for name, p in model.named_parameters()}
-    for name in ref_grads:
-        assert_close(grads[name], ref_grads[name], atol=1e-12, rtol=1e-9, msg=name)
-
-
-@pytest.mark.parametrize("attention", ["bahdanau", "general"])
-def test_fused_loop_in_bfloat16_is_as_close_as_the_plain_loop(attention):
-    """Under bf16 autocast both loops round; the fused one must stay as close to float32 as autograd's."""
-    torch.manual_seed(0)
-    model = make_model(order="luong", attention=attention, input_feeding=True, emb=32, dec_hidden=64)
-    (_, _, exact), _ = fused_and_stepped(model, torch.float32)
-    (logits, _, fused), (ref_logits, _, plain) = fused_and_stepped(model, torch.float32, "bf16")
-    assert_close(logits, ref_logits, atol=0.05, rtol=0.05)
-
-    def error(grads):
-        return max(float((grads[n] - exact[n]).norm() / exact[n].norm()) for n in exact)
-
-    assert error(fused) < 0.2
-    assert error(fused) <= 1.5 * error(plain)
 
 
 # ---------------------------------------------------------------- the two decoder orders
@@ -695,18 +569,3 @@ def test_loss_ignores_pad_targets(label_smoothing):
     sequence_loss(leaf, batch.tgt_out, label_smoothing).backward()
     assert (leaf.grad[batch.tgt_out == PAD_ID] == 0).all()
     assert (leaf.grad[batch.tgt_out != PAD_ID].abs().sum(-1) > 0).all()
-
-
-def test_dropout_zeroes_a_fraction_p_and_rescales_the_rest():
-    dropout = Dropout(0.25)
-    x = torch.full((200_000,), 3.0, requires_grad=True)
-    assert dropout.eval()(x) is x
-    torch.manual_seed(0)
-    y = dropout.train()(x)
-    dropped = y == 0
-    assert abs(float(dropped.float().mean()) - 0.25) < 0.005
-    assert_close(y[~dropped], torch.full_like(y[~dropped], 4.0))  # 3 / (1 - 0.25)
-    y.sum().backward()
-    assert_close(x.grad, (~dropped).float() * 4 / 3)
-    torch.manual_seed(0)
-    assert torch.equal(dropout(x), y)                     # the seed decides the mask

@@ -15,7 +15,7 @@ from attnmt import precision
 from attnmt.batch import collate
 from attnmt.config import config_from_dict
 from attnmt.model import Seq2Seq
-from attnmt.quantize import Int8Linear, Int8RNN, int8_decoding_copy
+from attnmt.fast.int8 import Int8Linear, Int8RNN, int8_decoding_copy
 from attnmt.train import make_optimizer, train, train_step
 from attnmt.translate import Translator
 from conftest import tiny_dates_config
@@ -191,7 +191,7 @@ libc.mallinfo2.restype = MallInfo2
 
 MANY_SHAPES = MALLINFO + """
 import torch
-from attnmt.process import bound_kernel_caches
+from attnmt.fast.process import bound_kernel_caches
 if BOUND:
     bound_kernel_caches()
 
@@ -230,7 +230,7 @@ def test_training_bounds_the_kernel_caches_of_bf16_products():
 
 FREED_BLOCK = MALLINFO + """
 import torch
-from attnmt.process import keep_freed_blocks
+from attnmt.fast.process import keep_freed_blocks
 took = keep_freed_blocks() if KEEP else False
 size = 48 * 2**20                                       # over glibc's largest adaptive threshold, 32 MB
 block = torch.ones(size, dtype=torch.uint8)

@@ -1,4 +1,5 @@
-"""int8 decoding on CPUs: every matrix product of a decoding step in int8.
+"""int8 decoding on CPUs: every matrix product of a decoding step in int8 (decode.precision int8;
+replaces the bfloat16 products of those layers).
 
 A decoding step multiplies the batch's vectors by the decoder RNN's input and recurrent weights,
 the attention's query projection, the combine layer and the output layer. The int8 copy runs
@@ -14,9 +15,8 @@ from typing import Optional, Union
 import torch
 from torch import nn
 
-from .attention import AdditiveAttention
-from .errors import AttnmtError
-from .model import Seq2Seq
+from ..errors import AttnmtError
+from ..family import Model
 from .recurrence import gru_cell
 
 TorchRNNState = Union[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]  # as nn.GRU / nn.LSTM take it
@@ -70,7 +70,8 @@ class Int8RNN(nn.Module):
         super().__init__()
         if rnn.bidirectional or not rnn.batch_first:
             raise ValueError("Int8RNN copies one-direction, batch-first RNNs")
-        self.lstm = isinstance(rnn, nn.LSTM)
+        self.mode = rnn.mode                                    # "GRU" or "LSTM", as nn.RNNBase says
+        self.lstm = rnn.mode == "LSTM"
         layers = range(rnn.num_layers)
         self.input_gates = nn.ModuleList(
             Int8Linear(getattr(rnn, f"weight_ih_l{k}"), getattr(rnn, f"bias_ih_l{k}")) for k in layers)
@@ -99,18 +100,30 @@ class Int8RNN(nn.Module):
         return x, ((hidden, torch.stack(final_c).to(dtype)) if self.lstm else hidden)
 
 
-def int8_decoding_copy(model: Seq2Seq) -> Seq2Seq:
+def int8_layer(layer: nn.Module, out_dtype: torch.dtype) -> nn.Module:
+    """The int8 replacement of an nn.Linear, nn.GRU or nn.LSTM."""
+    if isinstance(layer, nn.Linear):
+        return Int8Linear(layer.weight, layer.bias, out_dtype)
+    if isinstance(layer, (nn.GRU, nn.LSTM)):
+        return Int8RNN(layer)
+    raise TypeError(f"no int8 replacement for {type(layer).__name__}")
+
+
+def int8_decoding_copy(model: Model) -> Model:
     """A bfloat16 copy of `model` for decoding on a CPU, the products of each decoding step in int8
-    (module docstring); its logits are float32."""
+    (module docstring): the layers model.int8_layers() names, quantized from their float32 weights."""
     device = next(model.parameters()).device
     if device.type != "cpu":
         raise AttnmtError(f"decode precision int8 runs on CPUs only; use bf16 on {device}")
-    decoding = copy.deepcopy(model).to(torch.bfloat16).eval()
-    source, decoder = model.decoder, decoding.decoder
-    decoder.rnn = Int8RNN(source.rnn)
-    decoder.combine = Int8Linear(source.combine.weight, source.combine.bias, torch.bfloat16)
-    decoder.classifier = Int8Linear(source.classifier.weight, source.classifier.bias)
-    if isinstance(source.attention, AdditiveAttention):
-        query = source.attention.query_proj
-        decoder.attention.query_proj = Int8Linear(query.weight, query.bias, torch.bfloat16)
+    layers = model.int8_layers()
+    if not layers:
+        raise AttnmtError(f"decode precision int8 does not support model.arch {model.config.arch} yet; "
+                          f"use bf16 or fp32")
+    copies: dict[int, nn.Module] = {}                       # deepcopy's memo: id(original) -> its copy
+    decoding = copy.deepcopy(model, copies).to(torch.bfloat16).eval()
+    replacements = {id(copies[id(layer)]): int8_layer(layer, out_dtype) for layer, out_dtype in layers}
+    for parent in list(decoding.modules()):
+        for name, child in parent.named_children():
+            if id(child) in replacements:
+                setattr(parent, name, replacements[id(child)])
     return decoding

@@ -1,4 +1,5 @@
-"""The decoding step compiled ahead of time for this CPU (AOTInductor), cached on disk.
+"""The decoding step compiled ahead of time for this CPU (AOTInductor), cached on disk: replaces
+the model's eager step in the searches (`--compile`).
 
 A decoding step is about a hundred small tensor operations (the RNN cell's gates, the
 attention's scores, softmax and mix, the combine and output layers); run eagerly, each pays
@@ -30,10 +31,10 @@ from typing import Callable, Optional
 import torch
 from torch import nn
 
-from .errors import AttnmtError, first_line
-from .family import Memory, Model, State
-from .files import cache_dir
-from .vocab import UNK_ID
+from ..errors import AttnmtError, first_line
+from ..family import Memory, Model, State
+from ..files import cache_dir
+from ..vocab import UNK_ID
 
 
 class StepProgram(nn.Module):
@@ -80,7 +81,7 @@ def _program_key(model: Model) -> str:
              "cpu": torch.backends.cpu.get_cpu_capability(), "machine": platform.machine(),
              "threads": torch.get_num_threads()}
     digest.update(json.dumps(facts, sort_keys=True).encode())
-    for source in sorted(Path(__file__).parent.glob("*.py")):
+    for source in sorted(Path(__file__).parents[1].rglob("*.py")):   # all of attnmt
         digest.update(source.read_bytes())
     for name, tensor in model.state_dict().items():
         digest.update(f"{name} {tensor.dtype} {tuple(tensor.shape)}".encode())

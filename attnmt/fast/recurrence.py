@@ -1,5 +1,7 @@
-"""Recurrent loops of training as single autograd nodes: the teacher-forced decoder loop of the
-Luong order with input feeding, and the encoder's GRU layers.
+"""Recurrent loops of training as single autograd nodes with hand-written backwards: the
+teacher-forced decoder loop of the Luong order with input feeding (replaces
+Decoder.forward_step_by_step there) and the encoder's GRU layers (replaces nn.GRU over packed
+sequences when training on CPUs).
 
 Through autograd every step of a loop adds dozens of small nodes, and every weight gets a small
 gradient product per step, summed one by one. Here each forward loop keeps what its backward
@@ -11,18 +13,22 @@ the gold target known the decoder runs step by step. Products that read the same
 one call: the new state h_t feeds the query, the combine layer and the next step's recurrent
 gates, so those three weights are stacked. InputFedGRUAttention covers one-layer GRU decoders
 with additive, dot or general attention: the peers' model of the speed benchmark.
-Decoder.forward uses it for them under full teacher forcing, Encoder.forward uses GRULayer when
-it trains on a CPU; tests check both compute what autograd through the plain loops computes.
+FusedDecoder.forward uses it for them under full teacher forcing, GRULayerEncoder uses GRULayer
+when it trains on a CPU; tests/test_fast.py checks both compute what autograd through the
+reference modules computes.
 """
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 from torch.nn import functional as F
 
-from .attention import sigmoid_hidden, sigmoid_hidden_grad
+from ..attention import AdditiveAttention
+from ..decoder import Decoder, DecoderState, Memory
+from ..encoder import Encoder, RNNState
+from .additive import sigmoid_hidden, sigmoid_hidden_grad
 
 
 def product_dtype(device: torch.device, state_dtype: torch.dtype) -> torch.dtype:
@@ -68,21 +74,62 @@ def gru_cell_backward(grad_h: torch.Tensor, h: torch.Tensor, rz: torch.Tensor, n
     return grad_h.mul_(z)
 
 
+class LoopWeights(NamedTuple):
+    """The weights the input-fed decoder loop reads (w: [out, in], b: [out])."""
+
+    w_ih: torch.Tensor                 # [3H, E + O], the GRU's input gates over [embedding; previous h~]
+    b_ih: torch.Tensor
+    w_hh: torch.Tensor                 # [3H, H], its recurrent gates
+    b_hh: torch.Tensor
+    w_query: Optional[torch.Tensor]    # [A, H], additive attention's W_q (else None)
+    b_query: Optional[torch.Tensor]    # [A], concat's bias (else None)
+    v: Optional[torch.Tensor]          # [A], additive attention's v (else None)
+    w_combine: torch.Tensor            # [O, D + H], W_c over [context; h_t]
+    b_combine: torch.Tensor
+
+    @classmethod
+    def of(cls, decoder: Decoder) -> "LoopWeights":
+        rnn, attention = decoder.rnn, decoder.attention
+        additive = isinstance(attention, AdditiveAttention)
+        return cls(rnn.weight_ih_l0, rnn.bias_ih_l0, rnn.weight_hh_l0, rnn.bias_hh_l0,
+                   attention.query_proj.weight if additive else None, attention.query_proj.bias if additive else None,
+                   attention.v.weight[0] if additive else None, decoder.combine.weight, decoder.combine.bias)
+
+
+class LoopKept(NamedTuple):
+    """What the loop's forward keeps for its backward: time-major, per step t."""
+
+    states: torch.Tensor               # [T + 1, B, H], states[t + 1] = h_t
+    projections: torch.Tensor          # [T + 1, B, A + O + G], the products of states[t]
+    gates_rz: torch.Tensor             # [T, B, 2H], σ(r, z)
+    gates_n: torch.Tensor              # [T, B, H]
+    weights: torch.Tensor              # [T, B, S], attention weights
+    contexts: torch.Tensor             # [T, B, D]
+    features: torch.Tensor             # [T, B, O], h~_t
+    hiddens: Optional[torch.Tensor]    # [T, B, S, A], additive: σ(2 W_q h_t + 2 W_k h_j)
+    embedded: torch.Tensor             # the inputs and weights cast to the product dtype
+    w_embedded: torch.Tensor
+    w_state: torch.Tensor
+    w_feed: torch.Tensor
+    w_context: torch.Tensor
+    keys: torch.Tensor
+    values: torch.Tensor
+    v: Optional[torch.Tensor]
+
+
 class InputFedGRUAttention(torch.autograd.Function):
     """Features [B, T, O] and attention weights [B, T, S] for all T steps.
 
     Inputs: embedded [B, T, E], the target's input embeddings; h0 [B, H]; keys [B, S, A]
-    (additive: doubled, see AdditiveAttention; dot/general: [B, S, H]); values [B, S, D]; mask
-    [B, S], True at real tokens; then the weights: w_ih [3H, E + O] and b_ih [3H] (the GRU input
-    weights over [embedding; previous attentional vector]), w_hh [3H, H], b_hh [3H], w_query [A, H] and
-    b_query [A] (additive only, else None), v [A] (additive only), w_combine [O, D + H] over
-    [context; h_t], b_combine [O].
+    (additive: W_k h; dot/general: [B, S, H]); values [B, S, D]; mask [B, S], True at real
+    tokens; then the LoopWeights. Additive scores take the sigmoid form (fast/additive.py).
     State and gate arithmetic is in the weights' precision (at least float32); matrix products run
     in the autocast dtype when autocast is on.
     """
 
     @staticmethod
-    def forward(ctx, embedded, h0, keys, values, mask, w_ih, b_ih, w_hh, b_hh, w_query, b_query, v, w_combine, b_combine):
+    def forward(ctx, embedded, h0, keys, values, mask, *loop_weights):
+        w_ih, b_ih, w_hh, b_hh, w_query, b_query, v, w_combine, b_combine = LoopWeights(*loop_weights)
         state_dtype = torch.promote_types(w_hh.dtype, torch.float32)               # float32 (float64 in tests)
         dtype = product_dtype(embedded.device, state_dtype)
         with torch.autocast(embedded.device.type, enabled=False):
@@ -123,7 +170,7 @@ class InputFedGRUAttention(torch.autograd.Function):
                 projections[t + 1] = F.linear(h.to(dtype), w_state_c, b_state_c)
                 projected = projections[t + 1]                                      # [B, A + O + G]
                 if additive:
-                    hidden = sigmoid_hidden((2 * projected[:, None, :A]).to(dtype), keys_c,
+                    hidden = sigmoid_hidden(projected[:, None, :A].to(dtype), keys_c,
                                             out=hiddens[t].unsqueeze(1))[:, 0]      # [B, S, A]
                     scores = 2 * torch.matmul(hidden, v_c).to(state_dtype)         # [B, S]
                 else:
@@ -135,23 +182,18 @@ class InputFedGRUAttention(torch.autograd.Function):
         ctx.dims = (A, O, D, dtype, query_bias)
         ctx.set_materialize_grads(False)  # no zeros for the weights' gradient when no loss reads them
         ctx.input_dtypes = (embedded.dtype, h0.dtype, keys.dtype, values.dtype)
-        ctx.save_for_backward(states, projections, gates_rz, gates_n, weights, contexts, features,
-                              *([hiddens] if additive else []),
-                              embedded_c, w_embedded_c, w_state_c, w_feed_c, w_context_c, keys_c, values_c,
-                              *([v_c] if additive else []))
+        ctx.save_for_backward(*LoopKept(states, projections, gates_rz, gates_n, weights, contexts, features, hiddens,
+                                        embedded_c, w_embedded_c, w_state_c, w_feed_c, w_context_c, keys_c, values_c,
+                                        v_c))
         return features.transpose(0, 1), weights.transpose(0, 1)                   # [B, T, O], [B, T, S]
 
     @staticmethod
     def backward(ctx, grad_features, grad_weights):
         A, O, D, dtype, query_bias = ctx.dims
         additive = A > 0
-        saved = list(ctx.saved_tensors)
-        states, projections, gates_rz, gates_n, weights, contexts, features = saved[:7]
-        rest = saved[7:]
-        hiddens = rest.pop(0) if additive else None                                 # [T, B, S, A]
-        embedded_c, w_embedded_c, w_state_c, w_feed_c, w_context_c, keys_c, values_c = rest[:7]
-        v_c = rest[7] if additive else None
-        T, B, H = gates_n.shape
+        kept = LoopKept(*ctx.saved_tensors)
+        states, projections, features, weights, hiddens = kept.states, kept.projections, kept.features, kept.weights, kept.hiddens
+        T, B, H = kept.gates_n.shape
         G = 3 * H
         state_dtype = states.dtype
 
@@ -164,57 +206,74 @@ class InputFedGRUAttention(torch.autograd.Function):
         grad_gi = states.new_empty(T, B, G)
         grad_contexts = states.new_empty(T, B, D)
         grad_scores = states.new_empty(T, B, weights.shape[2])
-        grad_keys = torch.zeros_like(keys_c, dtype=state_dtype) if additive else None
+        grad_keys = torch.zeros_like(kept.keys, dtype=state_dtype) if additive else None
         grad_hidden = torch.empty_like(hiddens[0]) if additive else None       # [B, S, A], each step's in turn
         grad_h_carry = states.new_zeros(B, H)     # of h_t through h_{t+1} = n + z (h_t - n)
         grad_feed = states.new_zeros(B, O)        # of the attentional vector through the next step's input
         for t in reversed(range(T)):
             f, w = features[t], weights[t]
             grad_pre = torch.mul(f, f, out=grad_combined[t]).neg_().add_(1).mul_(grad_features[t] + grad_feed)
-            grad_contexts[t] = grad_pre.to(dtype) @ w_context_c                   # [B, D]
-            grad_w = torch.bmm(values_c, grad_contexts[t].to(dtype).unsqueeze(2))[:, :, 0].to(state_dtype)  # [B, S]
+            grad_contexts[t] = grad_pre.to(dtype) @ kept.w_context                # [B, D]
+            grad_w = torch.bmm(kept.values, grad_contexts[t].to(dtype).unsqueeze(2))[:, :, 0].to(state_dtype)  # [B, S]
             if grad_weights is not None:
                 grad_w += grad_weights[t]
             grad_s = torch.mul(w, grad_w - (w * grad_w).sum(-1, keepdim=True), out=grad_scores[t])  # softmax
             row = state_rows[t + 1]
-            if additive:
+            if additive:  # scores 2 vᵀ σ(x), x = 2 W_q h_t + 2 W_k h_j
                 grad_s.mul_(2)
-                sigmoid_hidden_grad(hiddens[t], v_c, grad_s, out=grad_hidden)     # [B, S, A]
+                sigmoid_hidden_grad(hiddens[t], kept.v, grad_s, out=grad_hidden)  # [B, S, A], of x
                 grad_keys += grad_hidden  # per step: all steps' kept for one sum needed as much memory again as hiddens
                 row[:, :A] = grad_hidden.sum(1)
                 row[:, :A] *= 2
-            grad_h = (row.to(dtype) @ w_state_c).to(state_dtype).add_(grad_h_carry)  # [B, H]
+            grad_h = (row.to(dtype) @ kept.w_state).to(state_dtype).add_(grad_h_carry)  # [B, H]
             if not additive:
-                grad_h += torch.bmm(grad_s.to(dtype).unsqueeze(1), keys_c)[:, 0]
+                grad_h += torch.bmm(grad_s.to(dtype).unsqueeze(1), kept.keys)[:, 0]
             # The gates' input part goes to grad_gi, their recurrent part to the row of projections[t].
-            grad_h_carry = gru_cell_backward(grad_h, states[t], gates_rz[t], gates_n[t], projections[t, :, A + O + 2 * H:],
-                                             grad_gi[t], state_rows[t, :, A + O:])
+            grad_h_carry = gru_cell_backward(grad_h, states[t], kept.gates_rz[t], kept.gates_n[t],
+                                             projections[t, :, A + O + 2 * H:], grad_gi[t], state_rows[t, :, A + O:])
             if t > 0:
-                grad_feed = (grad_gi[t].to(dtype) @ w_feed_c).to(state_dtype)
-        grad_h0 = (state_rows[0].to(dtype) @ w_state_c).to(state_dtype).add_(grad_h_carry)
+                grad_feed = (grad_gi[t].to(dtype) @ kept.w_feed).to(state_dtype)
+        grad_h0 = (state_rows[0].to(dtype) @ kept.w_state).to(state_dtype).add_(grad_h_carry)
 
         def product(rows: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:     # Σ rowsᵀ inputs over steps
             return (rows.reshape(-1, rows.shape[-1]).T.to(dtype) @ inputs.reshape(-1, inputs.shape[-1]).to(dtype)).to(state_dtype)
 
         grad_w_state = product(state_rows, states)                                # [A + O + G, H]
         grad_b_state = state_rows.sum((0, 1))
-        grad_w_combine = torch.cat([product(grad_combined, contexts), grad_w_state[A:A + O]], dim=1)
-        embedded_steps = embedded_c.transpose(0, 1)                               # [T, B, E]
+        grad_w_combine = torch.cat([product(grad_combined, kept.contexts), grad_w_state[A:A + O]], dim=1)
+        embedded_steps = kept.embedded.transpose(0, 1)                            # [T, B, E]
         grad_w_ih = torch.cat([product(grad_gi, embedded_steps), product(grad_gi[1:], features[:-1])], dim=1)
-        grad_embedded = (grad_gi.to(dtype) @ w_embedded_c).transpose(0, 1)        # [B, T, E]
+        grad_embedded = (grad_gi.to(dtype) @ kept.w_embedded).transpose(0, 1)     # [B, T, E]
         grad_values = torch.bmm(weights.permute(1, 2, 0).to(dtype), grad_contexts.transpose(0, 1).to(dtype))
         if additive:
             grad_v = product(grad_scores.reshape(-1, 1), hiddens)[0]             # [A]
+            grad_keys *= 2                                                        # dx / d(W_k h_j) = 2
             grad_w_query = grad_w_state[:A]
             grad_b_query = grad_b_state[:A] if query_bias else None
         else:
             grad_v = grad_w_query = grad_b_query = None
             grad_keys = torch.bmm(grad_scores.permute(1, 2, 0).to(dtype), states[1:].transpose(0, 1).to(dtype))
         embedded_dtype, h0_dtype, keys_dtype, values_dtype = ctx.input_dtypes
+        grad_loop_weights = LoopWeights(grad_w_ih, grad_gi.sum((0, 1)), grad_w_state[A + O:], grad_b_state[A + O:],
+                                        grad_w_query, grad_b_query, grad_v, grad_w_combine, grad_b_state[A:A + O])
         return (grad_embedded.to(embedded_dtype), grad_h0.to(h0_dtype), grad_keys.to(keys_dtype),
-                grad_values.to(values_dtype), None, grad_w_ih, grad_gi.sum((0, 1)),
-                grad_w_state[A + O:], grad_b_state[A + O:],
-                grad_w_query, grad_b_query, grad_v, grad_w_combine, grad_b_state[A:A + O])
+                grad_values.to(values_dtype), None, *grad_loop_weights)
+
+
+class LayerKept(NamedTuple):
+    """What GRULayer's forward keeps for its backward: time-major, sentences longest first."""
+
+    order: torch.Tensor                # [B], the given rows in the loop's order
+    rows_back: torch.Tensor            # [B], its inverse
+    lengths_sorted: torch.Tensor       # [B]
+    reverse: torch.Tensor              # [S, B], reversal_index
+    inputs: torch.Tensor               # [D, S, B, E], each direction's, in the product dtype
+    states: torch.Tensor               # [D, S + 1, B, H], states[:, t + 1] = h_t
+    gates_rz: torch.Tensor             # [D, S, B, 2H], σ(r, z)
+    gates_n: torch.Tensor              # [D, S, B, H]
+    gh_n: torch.Tensor                 # [D, S, B, H], the recurrent product's n part
+    w_ih: torch.Tensor
+    w_hh: torch.Tensor
 
 
 class GRULayer(torch.autograd.Function):
@@ -264,8 +323,8 @@ class GRULayer(torch.autograd.Function):
 
         rows_back = torch.argsort(order)                                            # sorted -> given order
         ctx.dims = (dtype, x.dtype, running)
-        ctx.save_for_backward(order, rows_back, lengths_sorted, reverse, inputs, states, gates_rz, gates_n, gh_n,
-                              w_ih, w_hh)
+        ctx.save_for_backward(*LayerKept(order, rows_back, lengths_sorted, reverse, inputs, states, gates_rz, gates_n,
+                                         gh_n, w_ih, w_hh))
         outputs = states[:, 1:]                                                     # [D, S, B, H]
         if D == 2:
             outputs = torch.stack([outputs[0], reverse_time(outputs[1], reverse)])
@@ -277,16 +336,17 @@ class GRULayer(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_outputs, grad_final):
         dtype, x_dtype, running = ctx.dims
-        order, rows_back, lengths_sorted, reverse, inputs, states, gates_rz, gates_n, gh_n, w_ih, w_hh = ctx.saved_tensors
-        D, S, B, E = inputs.shape
+        kept = LayerKept(*ctx.saved_tensors)
+        order, states, w_ih, w_hh = kept.order, kept.states, kept.w_ih, kept.w_hh
+        D, S, B, E = kept.inputs.shape
         H = states.shape[-1]
         state_dtype = states.dtype
         # The outputs' gradient, time-major in the loop's order, the final state's added at each row's last step.
         grad_states = grad_outputs[order].to(state_dtype).view(B, S, D, H).permute(2, 1, 0, 3).contiguous()  # [D, S, B, H]
         if D == 2:
-            grad_states[1] = reverse_time(grad_states[1], reverse)
+            grad_states[1] = reverse_time(grad_states[1], kept.reverse)
         batch = torch.arange(B, device=order.device)
-        grad_states[:, lengths_sorted - 1, batch] += grad_final[:, order].to(state_dtype)
+        grad_states[:, kept.lengths_sorted - 1, batch] += grad_final[:, order].to(state_dtype)
         w_hh_c = w_hh.to(dtype)                                                    # [D, 3H, H]
         grad_gi = states.new_zeros(D, S, B, 3 * H)
         grad_gh = states.new_zeros(D, S, B, 3 * H)
@@ -294,20 +354,20 @@ class GRULayer(torch.autograd.Function):
         for t in reversed(range(S)):
             rows = running[t]
             grad_h = grad_carry[:, :rows] + grad_states[:, t, :rows]              # [D, rows, H]
-            through_z = gru_cell_backward(grad_h, states[:, t, :rows], gates_rz[:, t, :rows], gates_n[:, t, :rows],
-                                          gh_n[:, t, :rows], grad_gi[:, t, :rows], grad_gh[:, t, :rows])
+            through_z = gru_cell_backward(grad_h, states[:, t, :rows], kept.gates_rz[:, t, :rows], kept.gates_n[:, t, :rows],
+                                          kept.gh_n[:, t, :rows], grad_gi[:, t, :rows], grad_gh[:, t, :rows])
             grad_carry[:, :rows] = torch.bmm(grad_gh[:, t, :rows].to(dtype), w_hh_c).to(state_dtype).add_(through_z)
 
         def product(grads: torch.Tensor, read: torch.Tensor) -> torch.Tensor:  # Σ gradsᵀ read over steps and rows
             return torch.bmm(grads.view(D, S * B, -1).transpose(1, 2).to(dtype), read.reshape(D, S * B, -1).to(dtype))
 
-        grad_w_ih = product(grad_gi, inputs).to(state_dtype)                       # [D, 3H, E]
+        grad_w_ih = product(grad_gi, kept.inputs).to(state_dtype)                       # [D, 3H, E]
         grad_w_hh = product(grad_gh, states[:, :-1]).to(state_dtype)              # [D, 3H, H]
         grad_inputs = torch.bmm(grad_gi.view(D, S * B, 3 * H).to(dtype), w_ih.to(dtype)).view(D, S, B, E)
         grad_x = grad_inputs[0].to(state_dtype)
         if D == 2:
-            grad_x += reverse_time(grad_inputs[1], reverse)
-        grad_x = grad_x.transpose(0, 1)[rows_back]                                 # [B, S, E], given order
+            grad_x += reverse_time(grad_inputs[1], kept.reverse)
+        grad_x = grad_x.transpose(0, 1)[kept.rows_back]                                 # [B, S, E], given order
         return (grad_x.to(x_dtype), None, grad_w_ih.to(w_ih.dtype), grad_gi.sum((1, 2)).to(w_ih.dtype),
                 grad_w_hh.to(w_hh.dtype), grad_gh.sum((1, 2)).to(w_hh.dtype))
 
@@ -323,3 +383,44 @@ def reversal_index(lengths: torch.Tensor, steps: int) -> torch.Tensor:
 def reverse_time(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """x [S, B, ...] with each sentence's real positions read backwards (reversal_index)."""
     return x.gather(0, index.view(*index.shape, *[1] * (x.dim() - 2)).expand_as(x))
+
+
+class GRULayerEncoder(Encoder):
+    """Encoder whose GRU trains layer by layer through GRULayer on CPUs (replaces nn.GRU over a
+    packed sequence there: on CPUs its backward runs autograd through every step's small products,
+    on GPUs cuDNN's fused kernels are faster still)."""
+
+    def run_rnn(self, x: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, RNNState]:
+        if not (self.rnn.mode == "GRU" and torch.is_grad_enabled() and x.device.type == "cpu"):
+            return super().run_rnn(x, lengths)
+        finals = []
+        for layer in range(self.rnn.num_layers):
+            if layer > 0:
+                x = self.dropout(x)                                         # nn.GRU's dropout between layers
+            names = [f"l{layer}", f"l{layer}_reverse"][: self.directions]
+
+            def stacked(kind: str) -> torch.Tensor:
+                return torch.stack([getattr(self.rnn, f"{kind}_{name}") for name in names])
+
+            x, final = GRULayer.apply(x, lengths, stacked("weight_ih"), stacked("bias_ih"),
+                                      stacked("weight_hh"), stacked("bias_hh"))
+            finals.append(final)
+        return x, (torch.cat(finals),)                                      # [B, S, D], ([layers x D, B, H],)
+
+
+class FusedDecoder(Decoder):
+    """Decoder whose teacher-forced loop runs as one InputFedGRUAttention node when it can (replaces
+    forward_step_by_step for one-layer input-fed GRU decoders of the Luong order with attention)."""
+
+    @property
+    def fused(self) -> bool:
+        return (self.order == "luong" and self.input_feeding and self.rnn.mode == "GRU"
+                and self.rnn.num_layers == 1 and self.attention.returns_weights)
+
+    def forward(self, tgt_in: torch.Tensor, state: DecoderState, memory: Memory, teacher_forcing: float = 1.0,
+                classify_at: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        if teacher_forcing < 1.0 or not self.fused:
+            return super().forward(tgt_in, state, memory, teacher_forcing, classify_at)
+        features, weights = InputFedGRUAttention.apply(self.embed(tgt_in), state.hidden[0][0], memory.keys,
+                                                       memory.values, memory.mask, *LoopWeights.of(self))
+        return self.classify(features, classify_at), weights

@@ -1,0 +1,368 @@
+"""Every fast path (attnmt/fast) against the reference module it replaces: the same outputs and
+gradients (float64 where the arithmetic is exact to rounding), and the switch that picks them."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+from torch import nn
+from torch.testing import assert_close
+
+from attnmt import Translator
+from attnmt.batch import collate, pad
+from attnmt.config import config_from_dict
+from attnmt.decoder import Decoder
+from attnmt.encoder import Encoder
+from attnmt.errors import AttnmtError
+from attnmt.fast import FAST_CLASSES, REFERENCE_CLASSES, top_k, use_fast_paths
+from attnmt.fast.additive import SigmoidAdditiveAttention, SigmoidScore
+from attnmt.fast.dropout import RandDropout
+from attnmt.fast.recurrence import FusedDecoder, GRULayer, GRULayerEncoder
+from attnmt.fast.topk import block_top_k, reference_top_k
+from attnmt.loss import sequence_loss
+from attnmt.model import Seq2Seq, build_model
+from attnmt.precision import autocast
+from attnmt.search import beam_search, greedy
+from attnmt.train import train
+from attnmt.vocab import EOS_ID
+
+from conftest import tiny_dates_config
+from test_model import VOCAB, count_rnn_calls, make_config, make_model
+from test_search import random_batch
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def fast_classes(model: nn.Module) -> set[str]:
+    return {type(m).__name__ for m in model.modules() if type(m) in REFERENCE_CLASSES}
+
+
+# ---------------------------------------------------------------- the switch
+
+def test_build_model_picks_the_fast_paths_or_the_reference():
+    config = make_config(order="luong", input_feeding=True, dropout=0.1)
+    fast = build_model(config, VOCAB, VOCAB)
+    assert fast_classes(fast) == {"SigmoidAdditiveAttention", "FusedDecoder", "GRULayerEncoder", "RandDropout"}
+    reference = build_model(config, VOCAB, VOCAB, fast_paths=False)
+    assert fast_classes(reference) == set()
+    assert type(reference.decoder) is Decoder and type(reference.encoder) is Encoder
+    assert all(type(m) is nn.Dropout for m in reference.modules() if isinstance(m, nn.Dropout))
+    # Switching keeps every weight: the state dicts are the same tensors.
+    state = {k: v.clone() for k, v in fast.state_dict().items()}
+    use_fast_paths(fast, False)
+    assert fast_classes(fast) == set()
+    assert all(torch.equal(state[k], v) for k, v in fast.state_dict().items()) and state.keys() == fast.state_dict().keys()
+    use_fast_paths(fast, True)
+    assert fast_classes(fast) == {"SigmoidAdditiveAttention", "FusedDecoder", "GRULayerEncoder", "RandDropout"}
+
+
+def test_every_fast_class_extends_its_reference_without_new_state():
+    for reference, fast in FAST_CLASSES.items():
+        assert issubclass(fast, reference)
+        assert not set(vars(fast)) & {"__init__", "_parameters", "_buffers"}, fast.__name__
+
+
+@pytest.mark.parametrize("rnn,order,feeding,attention,layers", [
+    ("gru", "bahdanau", False, "bahdanau", 1), ("gru", "luong", True, "bahdanau", 1),
+    ("gru", "luong", True, "concat", 1), ("gru", "luong", True, "dot", 1), ("gru", "luong", False, "general", 2),
+    ("lstm", "luong", True, "bahdanau", 2), ("gru", "bahdanau", False, "none", 2)])
+def test_fast_model_trains_and_decodes_like_the_reference(rnn, order, feeding, attention, layers):
+    """A whole model's loss, every gradient and its greedy outputs, through the fast paths and the
+    reference modules, in float64."""
+    torch.manual_seed(0)
+    config = make_config(rnn=rnn, order=order, input_feeding=feeding, attention=attention,
+                         enc_layers=layers, dec_layers=1 if feeding and rnn == "gru" else layers)
+    model = build_model(config, VOCAB, VOCAB).double().train()
+    batch = collate([([5, 6, 7, 8, 9], [9, 10, 11]), ([4, 5], [6, 7, 8, 9, 10, 11]), ([7, 8, 9], [4, 5])], [0, 1, 2])
+    results = []
+    for fast in (True, False):
+        use_fast_paths(model, fast)
+        model.zero_grad()
+        logits, _ = model(batch.src, batch.src_lengths, batch.tgt_in)
+        loss = sequence_loss(logits, batch.tgt_out)
+        loss.backward()
+        grads = {name: p.grad.clone() for name, p in model.named_parameters()}
+        model.eval()
+        outputs = [h.ids for h in greedy(model, batch.src, batch.src_lengths, torch.tensor([8, 8, 8]))]
+        model.train()
+        results.append((loss.detach(), grads, outputs))
+    (loss, grads, outputs), (ref_loss, ref_grads, ref_outputs) = results
+    assert_close(loss, ref_loss, atol=1e-12, rtol=1e-12)
+    for name in ref_grads:
+        assert_close(grads[name], ref_grads[name], atol=1e-12, rtol=1e-9, msg=name)
+    assert outputs == ref_outputs
+
+
+# ---------------------------------------------------------------- additive attention in the sigmoid form
+
+@pytest.mark.parametrize("T", [1, 3])
+def test_sigmoid_score_gradients(T):
+    """The hand-written backward, against finite differences and against the tanh form."""
+    torch.manual_seed(5)
+    q = torch.randn(2, T, 5, dtype=torch.float64, requires_grad=True)
+    keys = torch.randn(2, 4, 5, dtype=torch.float64, requires_grad=True)
+    v = torch.randn(5, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(SigmoidScore.apply, (q, keys, v))
+    # 2 vᵀ σ(2q + 2k) = vᵀ tanh(q + k) + Σv (a shift the softmax does not see).
+    upstream = torch.randn(2, T, 4, dtype=torch.float64)
+    scores = SigmoidScore.apply(q, keys, v)
+    tanh_form = torch.tanh(q.unsqueeze(2) + keys.unsqueeze(1)) @ v + v.sum()
+    assert_close(scores, tanh_form)
+    grads = torch.autograd.grad((scores * upstream).sum(), (q, keys, v))
+    for ours, reference in zip(grads, torch.autograd.grad((tanh_form * upstream).sum(), (q, keys, v))):
+        assert_close(ours, reference)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_sigmoid_additive_attention_equals_the_tanh_form(bias):
+    torch.manual_seed(1)
+    attention = SigmoidAdditiveAttention(6, 5, 7, bias).double()
+    query = torch.randn(2, 3, 6, dtype=torch.float64, requires_grad=True)
+    memory = torch.randn(2, 4, 5, dtype=torch.float64, requires_grad=True)
+    mask = torch.tensor([[True] * 4, [True, True, False, False]])
+    results = []
+    for fast in (True, False):
+        use_fast_paths(attention, fast)
+        attention.zero_grad()
+        context, weights = attention(query, attention.project_keys(memory), memory, mask)
+        probe = torch.linspace(-1, 1, weights.numel(), dtype=torch.float64).view_as(weights)
+        grads = torch.autograd.grad(context.sum() + (weights * probe).sum(), [query, memory, *attention.parameters()])
+        results.append((context, weights, grads))
+    (context, weights, grads), (ref_context, ref_weights, ref_grads) = results
+    assert_close(context, ref_context)
+    assert_close(weights, ref_weights)
+    for ours, reference in zip(grads, ref_grads):
+        assert_close(ours, reference)
+
+
+# ---------------------------------------------------------------- the encoder's GRU layers
+
+def encoder_runs(encoder: Encoder, precision: str = "fp32"):
+    """Outputs, final states and every gradient from GRULayer and from nn.GRU on the packed batch."""
+    src = pad([[5, 6, 7], [8, 9, 10, 11, 4, 5, 6], [7], [4, 5, 6, 7, 8, 9, 10], [11, 10, 9, 8, 7]])
+    lengths = torch.tensor([3, 7, 1, 7, 5])                      # unsorted, a one-token sentence
+    results = []
+    for fast in (True, False):
+        use_fast_paths(encoder, fast)
+        encoder.zero_grad()
+        with autocast(precision, torch.device("cpu")):
+            outputs, (final,) = encoder.run_rnn(encoder.embedding(src), lengths)
+        outputs, final = outputs.double(), final.double()
+        probes = [torch.linspace(-1, 1, x.numel(), dtype=torch.float64).view_as(x) for x in (outputs, final)]
+        ((outputs * probes[0]).sum() + (final * probes[1]).sum()).backward()
+        results.append((outputs.detach(), final.detach(), {n: p.grad.clone() for n, p in encoder.named_parameters()}))
+    return results
+
+
+@pytest.mark.parametrize("layers", [1, 2])
+@pytest.mark.parametrize("bidirectional", [True, False])
+def test_gru_layer_encoder_equals_packed_gru(layers, bidirectional):
+    """GRULayer's forward and backward against autograd through nn.GRU, in float64."""
+    torch.manual_seed(0)
+    encoder = Encoder(VOCAB, 8, 6, layers, bidirectional, "gru", dropout=0.0).double()
+    (outputs, final, grads), (ref_outputs, ref_final, ref_grads) = encoder_runs(encoder)
+    assert_close(outputs, ref_outputs, atol=1e-12, rtol=1e-10)
+    assert_close(final, ref_final, atol=1e-12, rtol=1e-10)
+    assert set(grads) == {name for name, _ in encoder.named_parameters()}
+    for name in ref_grads:
+        assert_close(grads[name], ref_grads[name], atol=1e-12, rtol=1e-9, msg=name)
+    # Training on a CPU goes through GRULayer, decoding through nn.GRU.
+    use_fast_paths(encoder)
+    calls = []
+    encoder.rnn.register_forward_hook(lambda *_: calls.append(1))
+    encoder(pad([[5, 6], [7]]), torch.tensor([2, 1]))
+    assert calls == []
+    with torch.no_grad():
+        encoder(pad([[5, 6], [7]]), torch.tensor([2, 1]))
+    assert calls == [1]
+
+
+def test_gru_layer_encoder_in_bfloat16_stays_close():
+    """Under bf16 autocast GRULayer's products round, its states and gates stay float32."""
+    torch.manual_seed(0)
+    encoder = Encoder(VOCAB, 32, 48, 2, True, "gru", dropout=0.0)
+    (outputs, final, grads), (ref_outputs, ref_final, ref_grads) = encoder_runs(encoder, "bf16")
+    assert_close(outputs, ref_outputs, atol=0.01, rtol=0)                 # 0.003 measured
+    assert_close(final, ref_final, atol=0.01, rtol=0)
+    for name in ref_grads:                                                 # 0.009 at most, measured
+        assert float((grads[name] - ref_grads[name]).norm() / ref_grads[name].norm()) < 0.03, name
+
+
+@pytest.mark.parametrize("layers", [1, 2])
+def test_gru_layer_encoder_ignores_padding(layers):
+    torch.manual_seed(0)
+    encoder = use_fast_paths(Encoder(VOCAB, 8, 6, layers, True, "gru", dropout=0.3).eval())
+    assert isinstance(encoder, GRULayerEncoder)
+    short, longer = [5, 6, 7], [8, 9, 10, 11, 4, 5, 6]
+    alone = encoder(torch.tensor([short]), torch.tensor([3]))
+    batched = encoder(pad([short, longer]), torch.tensor([3, 7]))
+    assert_close(batched.outputs[0, :3], alone.outputs[0], atol=1e-6, rtol=0)
+    assert (batched.outputs[0, 3:] == 0).all()
+    assert_close(batched.final[0][:, :1], alone.final[0], atol=1e-6, rtol=0)
+
+
+# ---------------------------------------------------------------- the fused input-feeding loop
+
+@pytest.mark.parametrize("rnn,order,feeding,dec_layers,attention,fused", [
+    ("gru", "luong", True, 1, "bahdanau", True), ("gru", "luong", True, 1, "dot", True),
+    ("gru", "luong", True, 1, "none", False), ("gru", "luong", True, 2, "bahdanau", False),
+    ("lstm", "luong", True, 1, "bahdanau", False), ("gru", "luong", False, 1, "bahdanau", False),
+    ("gru", "bahdanau", False, 1, "bahdanau", False)])
+def test_fused_flag(rnn, order, feeding, dec_layers, attention, fused):
+    model = use_fast_paths(make_model(rnn=rnn, order=order, input_feeding=feeding, dec_layers=dec_layers,
+                                      attention=attention))
+    assert isinstance(model.decoder, FusedDecoder)
+    assert model.decoder.fused is fused
+
+
+def fused_and_reference(model: Seq2Seq, dtype=torch.float64, precision="fp32", read_weights=True):
+    """Logits, weights and every parameter's gradient, from the fused loop and from the reference model.
+
+    With read_weights the loss reads the attention weights too, so their gradient path is checked
+    as well; without, their gradient is None (as in training).
+    """
+    model = model.to(dtype).train()
+    batch = collate([([5, 6, 7, 8, 9], [9, 10, 11]), ([4, 5], [6, 7, 8, 9, 10, 11]), ([7, 8, 9], [4, 5])], [0, 1, 2])
+    results = []
+    for fast in (True, False):
+        use_fast_paths(model, fast)
+        model.zero_grad()
+        with autocast(precision, torch.device("cpu")):
+            memory, state = model.encode(batch.src, batch.src_lengths)
+            calls = count_rnn_calls(model.decoder)
+            logits, weights = model.decoder(batch.tgt_in, state, memory)
+            assert (calls == []) is fast                          # fused: nn.GRU is not called at all
+        probe = torch.linspace(-1, 1, weights.numel(), dtype=dtype).view_as(weights)
+        loss = sequence_loss(logits.to(dtype), batch.tgt_out)
+        if read_weights:
+            loss = loss + (weights.to(dtype) * probe).sum()
+        loss.backward()
+        grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+        results.append((logits.detach().to(dtype), weights.detach().to(dtype), grads))
+    return results
+
+
+@pytest.mark.parametrize("attention,tie,read_weights", [
+    ("bahdanau", False, True), ("concat", False, True), ("dot", False, True), ("general", False, True),
+    ("bahdanau", True, True), ("bahdanau", False, False), ("dot", False, False)])
+def test_fused_loop_equals_the_reference(attention, tie, read_weights):
+    """Forward and backward of InputFedGRUAttention against autograd through the reference decoder, in float64."""
+    torch.manual_seed(0)
+    config = replace(make_config(order="luong", attention=attention, input_feeding=True, emb=32 if tie else 16),
+                     tie_embeddings=tie)
+    model = Seq2Seq(config, VOCAB, VOCAB)
+    (logits, weights, grads), (ref_logits, ref_weights, ref_grads) = fused_and_reference(model, read_weights=read_weights)
+    assert_close(logits, ref_logits, atol=1e-12, rtol=1e-10)
+    assert_close(weights, ref_weights, atol=1e-12, rtol=1e-10)
+    assert set(grads) == set(ref_grads) == {name for name, p in model.named_parameters()}
+    for name in ref_grads:
+        assert_close(grads[name], ref_grads[name], atol=1e-12, rtol=1e-9, msg=name)
+
+
+@pytest.mark.parametrize("attention", ["bahdanau", "general"])
+def test_fused_loop_in_bfloat16_is_as_close_as_the_reference(attention):
+    """Under bf16 autocast both loops round; the fused one must stay as close to float32 as autograd's."""
+    torch.manual_seed(0)
+    model = make_model(order="luong", attention=attention, input_feeding=True, emb=32, dec_hidden=64)
+    (_, _, exact), _ = fused_and_reference(model, torch.float32)
+    (logits, _, fused), (ref_logits, _, plain) = fused_and_reference(model, torch.float32, "bf16")
+    assert_close(logits, ref_logits, atol=0.05, rtol=0.05)
+
+    def error(grads):
+        return max(float((grads[n] - exact[n]).norm() / exact[n].norm()) for n in exact)
+
+    assert error(fused) < 0.2
+    assert error(fused) <= 1.5 * error(plain)
+
+
+# ---------------------------------------------------------------- dropout
+
+@pytest.mark.parametrize("cls", [RandDropout, nn.Dropout])
+def test_dropout_zeroes_a_fraction_p_and_rescales_the_rest(cls):
+    dropout = cls(0.25)
+    x = torch.full((200_000,), 3.0, requires_grad=True)
+    assert dropout.eval()(x) is x
+    torch.manual_seed(0)
+    y = dropout.train()(x)
+    dropped = y == 0
+    assert abs(float(dropped.float().mean()) - 0.25) < 0.005
+    assert_close(y[~dropped], torch.full_like(y[~dropped], 4.0))  # 3 / (1 - 0.25)
+    y.sum().backward()
+    assert_close(x.grad, (~dropped).float() * 4 / 3)
+    torch.manual_seed(0)
+    assert torch.equal(dropout(x), y)                     # the seed decides the mask
+
+
+# ---------------------------------------------------------------- top-k through block maxima
+
+@pytest.mark.parametrize("n,k", [(5898, 1), (5 * 5898, 10), (64 * 40, 3), (64 * 40 + 1, 10), (100, 2)])
+def test_top_k_through_block_maxima_equals_topk(n, k):
+    g = torch.Generator().manual_seed(n + k)
+    x = torch.randn(7, n, generator=g) * 3
+    x[1] = float("-inf")                             # a row with nothing finite
+    x[2, :-3] = float("-inf")                        # only the last, short block is finite
+    x[3] = (x[3] / 2).round()                        # ties
+    x[4, -1] = 100.0                                 # the maximum in the short last block
+    values, positions = block_top_k(x, k)
+    expected_values, expected_positions = reference_top_k(x, k)
+    torch.testing.assert_close(values, expected_values, rtol=0, atol=0)
+    assert ((positions >= 0) & (positions < n)).all()
+    finite = torch.isfinite(values)
+    torch.testing.assert_close(x.gather(1, positions)[finite], values[finite], rtol=0, atol=0)
+    untied = [0, 4, 5, 6]
+    assert torch.equal(positions[untied], expected_positions[untied])
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_wide_vocabulary_search_equals_plain_topk(beam_size):
+    """With 700 target words the searches take block_top_k's block path; torch.topk must pick the same."""
+    torch.manual_seed(5)
+    config = replace(make_config(), attention="bahdanau")
+    model = build_model(config, 30, 700).eval()
+    with torch.no_grad():
+        model.decoder.classifier.bias[EOS_ID] += 0.4  # hypotheses end at many lengths, some at the limit
+    src, lengths, max_lengths = random_batch(8, batch=9)
+    assert top_k(True) is block_top_k and top_k(False) is reference_top_k
+    outputs = []
+    for fast in (True, False):
+        beams = beam_search(model, src, lengths, max_lengths, beam_size, n_best=beam_size, batch_size=4, top_k=top_k(fast))
+        greedy_ids = [h.ids for h in greedy(model, src, lengths, max_lengths, batch_size=4, top_k=top_k(fast))]
+        outputs.append(([[h.ids for h in hyps] for hyps in beams], greedy_ids))
+    assert outputs[0] == outputs[1]
+    assert len({len(ids) for hyps in outputs[1][0] for ids in hyps}) >= 4     # hypotheses end at many lengths
+
+
+# ---------------------------------------------------------------- forcing the reference from a run
+
+def test_reference_decoding_gives_the_fast_translations(dates_model):
+    sentences = ["March 3, 2021", "12/24/1999", "the 5th of May 1987"]
+    fast = Translator.load(dates_model, "cpu")
+    reference = Translator.load(dates_model, "cpu", fast_paths=False)
+    assert fast_classes(fast.model) and not fast_classes(reference.model)
+    for beam in (1, 4):
+        assert ([t.text for t in reference.translate(sentences, beam_size=beam)]
+                == [t.text for t in fast.translate(sentences, beam_size=beam)])
+    with pytest.raises(AttnmtError, match="int8 and --compile are fast paths"):
+        Translator.load(dates_model, "cpu", "int8", fast_paths=False).translate(sentences)
+
+
+def test_train_fast_paths_false_trains_the_reference_modules(tmp_path, monkeypatch):
+    def refuse(*args):
+        raise AssertionError("a fast path ran")
+
+    monkeypatch.setattr(GRULayer, "apply", refuse)
+    config = tiny_dates_config(tmp_path / "ref")
+    config["data"]["num_pairs"] = 300
+    config["train"].update(epochs=1, fast_paths=False)
+    assert train(config_from_dict(config), log=lambda _: None).model_path.exists()
+    config["train"].update(fast_paths=True, out_dir=str(tmp_path / "fast"))
+    with pytest.raises(AssertionError, match="a fast path ran"):
+        train(config_from_dict(config), log=lambda _: None)
