@@ -29,16 +29,8 @@ from attnmt.train import train
 from attnmt.vocab import EOS_ID
 
 from conftest import tiny_dates_config
-from test_model import VOCAB, count_rnn_calls, make_config, make_model
+from test_model import VOCAB, count_rnn_calls, make_config, make_model, one_thread  # noqa: F401 (autouse fixture)
 from test_search import random_batch
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def fast_classes(model: nn.Module) -> set[str]:

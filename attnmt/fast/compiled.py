@@ -4,14 +4,13 @@ the model's eager step in the searches (`--compile`).
 A decoding step is about a hundred small tensor operations (the RNN cell's gates, the
 attention's scores, softmax and mix, the combine and output layers); run eagerly, each pays
 Python and dispatch overhead and its own pass over memory. Compiled, the elementwise work fuses
-into a few loops around the matrix products: the int8 step of the speed benchmark's model at 64
-rows takes about a third less time.
+into a few loops around the matrix products (measured in README.md, Speed).
 
 `compiled_step(model)` exports `Decoder.step` for one token with the batch rows and the source
 length left dynamic, so one program serves greedy and beam search at every batch size. Compiling
-takes a C++ compiler and 10-60 s, once per model, precision, CPU kind, thread count and torch
-and attnmt version: the program is kept as $ATTNMT_CACHE/compiled/step-<key>.pt2, and later
-processes load it in 2-3 s, mostly spent importing torch's compiler.
+takes a C++ compiler and tens of seconds, once per model, precision, CPU kind, thread count and
+torch and attnmt version: the program is kept as $ATTNMT_CACHE/compiled/step-<key>.pt2, and later
+processes load it in seconds, mostly spent importing torch's compiler.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Process-wide settings that training runs best with: the allocator and oneDNN's kernel caches.
+"""Process-wide settings that training runs best with: replace glibc malloc's and oneDNN's kernel
+cache's defaults.
 
 They change the whole process, so entry points make them (`attnmt train`, `attnmt demo`,
 bench/speed.py), never library functions such as `train.train`.
@@ -17,8 +18,8 @@ def bound_kernel_caches(shapes: int = 64) -> None:
     """Keep oneDNN's kernels for at most `shapes` matrix shapes (its default: 1,024).
 
     bfloat16 matrix products on CPUs run through oneDNN, which builds and keeps a kernel with its
-    buffers (about half a MB) for every new shape. Training batches come in ever new shapes, so a
-    bf16 run grew by hundreds of MB; 64 holds a training step's shapes at the same speed. Decoding
+    buffers for every new shape. Training batches come in ever new shapes, so a bf16 run grew by
+    hundreds of MB; 64 holds a training step's shapes at the same speed. Decoding
     cycles through more shapes and runs faster with the default, so only training sets this.
     It takes effect if set before the process's first bfloat16 product; a user's own setting wins.
     """
@@ -30,10 +31,10 @@ def keep_freed_blocks(limit_mb: int = 1024) -> bool:
     """Have glibc's malloc keep freed blocks of up to `limit_mb` for reuse; True if it took.
 
     A training step allocates its largest tensors anew: the float32 logits, their log-softmax and
-    its gradient, 20-45 MB each here. glibc maps blocks over 32 MB (the most its adaptive threshold
+    its gradient, tens of MB each. glibc maps blocks over 32 MB (the most its adaptive threshold
     reaches) fresh from the kernel and unmaps them when freed, and hands the free top of its heap
-    back, so each step paid page faults to map and zero them again: a log-softmax over 1,500 x
-    5,898 took 17 ms, 5 ms in held memory. Held, they take no more than the step's peak.
+    back, so each step paid page faults to map and zero them again (a log-softmax took three times
+    as long). Held, they take no more than the step's peak.
     Does nothing where malloc is not glibc's or the user tuned it (MALLOC_*_THRESHOLD_, GLIBC_TUNABLES).
     """
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
