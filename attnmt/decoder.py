@@ -12,61 +12,23 @@ from __future__ import annotations
 from typing import NamedTuple, Optional
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from .attention import Attention
 from .encoder import RNN_CLASSES, RNNState, as_state, as_torch_state
+from .family import SourceMemory
 from .precision import run_rnn
 from .vocab import PAD_ID
 
 
-class Memory(NamedTuple):
+class Memory(SourceMemory):
     """What the decoder attends to, computed once per sentence; rows are sentences (or beams)."""
 
-    keys: torch.Tensor    # [B, S, A] projected for the attention kind
-    values: torch.Tensor  # [B, S, D] encoder outputs
-    mask: torch.Tensor    # [B, S] True at real tokens
-
-    @property
-    def length(self) -> int:
-        """S, the source positions it holds."""
-        return self.mask.shape[1]
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.values.dtype
-
-    def dims(self) -> list[tuple[int, int]]:
-        """For each tensor, the dimensions that index rows and source positions."""
-        return [(0, 1)] * len(self)
-
-    def like(self, tensors: list[torch.Tensor]) -> "Memory":
-        """A memory of this one's structure from its tensors, in the order iterating gives them."""
-        return Memory(*tensors)
-
-    def select(self, rows: torch.Tensor) -> "Memory":
-        """The rows `rows` [n] (repeated as often as listed), e.g. to give each beam its sentence's."""
-        return Memory(*(m.index_select(0, rows) for m in self))
-
-    def rows(self, start: int, end: Optional[int] = None) -> "Memory":
-        """The rows start..end, without a copy."""
-        return Memory(*(m[start:end] for m in self))
-
-    def narrow(self, length: int) -> "Memory":
-        """The first `length` source positions, once no row attends past them."""
-        return Memory(*(m[:, :length].contiguous() for m in self))
-
-    def pad(self, length: int) -> "Memory":
-        """Padded to `length` source positions; the new ones are masked out."""
-        grow = length - self.length
-        return Memory(F.pad(self.keys, (0, 0, 0, grow)), F.pad(self.values, (0, 0, 0, grow)), F.pad(self.mask, (0, grow)))
-
-    def put(self, rows: torch.Tensor, source: "Memory") -> None:
-        """Overwrite the rows `rows` in place with those of `source` (as many, at most as long)."""
-        self.mask.index_fill_(0, rows, False)
-        for mine, theirs in zip(self, source):
-            mine.narrow(1, 0, source.length).index_copy_(0, rows, theirs)
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor):
+        super().__init__(keys, values, mask)
+        self.keys = keys      # [B, S, A] projected for the attention kind
+        self.values = values  # [B, S, D] encoder outputs h_j
+        self.mask = mask      # [B, S] True at real tokens
 
 
 class DecoderState(NamedTuple):

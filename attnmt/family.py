@@ -6,11 +6,12 @@ model.FAMILIES.
 
 from __future__ import annotations
 
-from typing import Optional, Protocol
+from typing import Iterator, Optional, Protocol
 
 import torch
 
 from .config import ModelConfig
+
 
 class Memory(Protocol):
     """What the decoder reads of the source, computed once per sentence; rows are sentences or beams."""
@@ -65,6 +66,8 @@ class Model(Protocol):
         keeps, for decode.precision int8 (fast/int8.py); empty: the family does not support int8."""
         ...
 
+    def describe(self) -> dict[str, int | str | bool]: ...   # the family's sizes and kinds, for /model
+
     def encode(self, src: torch.Tensor, src_lengths: torch.Tensor) -> tuple[Memory, State]: ...
 
     def step(self, prev_tokens: torch.Tensor, state: State, memory: Memory
@@ -75,3 +78,53 @@ class Model(Protocol):
     def forward(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor,
                 teacher_forcing: float = 1.0, classify_at: Optional[torch.Tensor] = None
                 ) -> tuple[torch.Tensor, Optional[torch.Tensor]]: ...
+
+
+class SourceMemory:
+    """A Memory made of tensors laid out [rows, source positions, ...], among them a bool mask
+    [rows, S] (True at real tokens): every Memory operation, for any family whose memory is such
+    tensors. Subclasses name the tensors; the constructor takes them in iteration order."""
+
+    def __init__(self, *tensors: torch.Tensor):
+        self.tensors = tensors
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        return iter(self.tensors)
+
+    @property
+    def length(self) -> int:
+        return self.tensors[0].shape[1]
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(t.dtype for t in self.tensors if t.is_floating_point())
+
+    def dims(self) -> list[tuple[int, int]]:
+        return [(0, 1)] * len(self.tensors)
+
+    def like(self, tensors: list[torch.Tensor]) -> "SourceMemory":
+        return type(self)(*tensors)
+
+    def select(self, rows: torch.Tensor) -> "SourceMemory":
+        return self.like([t.index_select(0, rows) for t in self.tensors])
+
+    def rows(self, start: int, end: Optional[int] = None) -> "SourceMemory":
+        return self.like([t[start:end] for t in self.tensors])
+
+    def narrow(self, length: int) -> "SourceMemory":
+        return self.like([t[:, :length].contiguous() for t in self.tensors])
+
+    def pad(self, length: int) -> "SourceMemory":
+        """New positions are zeros: False in the mask, so nothing attends to them."""
+        padded = []
+        for t in self.tensors:
+            grown = t.new_zeros(t.shape[0], length, *t.shape[2:])
+            grown[:, : t.shape[1]] = t
+            padded.append(grown)
+        return self.like(padded)
+
+    def put(self, rows: torch.Tensor, source: "SourceMemory") -> None:
+        for mine, theirs in zip(self.tensors, source.tensors):
+            if mine.dtype == torch.bool:
+                mine.index_fill_(0, rows, False)  # positions past the source's length: masked
+            mine.narrow(1, 0, source.length).index_copy_(0, rows, theirs)
