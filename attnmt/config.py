@@ -122,28 +122,45 @@ class VocabConfig:
 
 @dataclass
 class ModelConfig:
-    # The model family (model.FAMILIES); files written before families existed are rnn.
-    arch: Literal["rnn"] = "rnn"
-    rnn: Literal["gru", "lstm"] = "gru"
+    # The model family (model.FAMILIES): rnn (encoder-decoder RNN with attention, Bahdanau or
+    # Luong) or transformer (Vaswani et al. 2017); files written before families existed are rnn.
+    arch: Literal["rnn", "transformer"] = "rnn"
+    # Both families: embedding width (the Transformer's model width d), layer counts, dropout
+    # (the Transformer's on embeddings and residuals), tie_embeddings, init_uniform.
     emb_dim: int = ranged(256, "[1, 65536]")
-    enc_hidden: int = ranged(256, "[1, 65536]")
     enc_layers: int = ranged(1, "[1, 64]")
+    dec_layers: int = ranged(1, "[1, 64]")
+    dropout: float = ranged(0.2, "[0, 1)")
+    # Share the target embedding matrix with the output layer (Press & Wolf 2017); the RNN
+    # decoder's output vector then has emb_dim units.
+    tie_embeddings: bool = False
+    # Initialize every weight uniformly in [-x, x] (0.1 in Luong et al. 2015 and OpenNMT);
+    # 0 keeps the family's default (RNN: PyTorch's per-layer; Transformer: Xavier, N(0, d^-1/2) embeddings).
+    init_uniform: float = ranged(0.0, "[0, 10]")
+    # rnn only:
+    rnn: Literal["gru", "lstm"] = "gru"
+    enc_hidden: int = ranged(256, "[1, 65536]")
     bidirectional: bool = True
     dec_hidden: int = ranged(512, "[1, 65536]")
-    dec_layers: int = ranged(1, "[1, 64]")
     attention: Literal["bahdanau", "dot", "general", "concat", "none"] = "bahdanau"
     attn_dim: int = ranged(256, "[1, 65536]")
     # bahdanau: attend with the previous state, then run the RNN; luong: RNN first, then attend.
     decoder: Literal["bahdanau", "luong"] = "bahdanau"
     input_feeding: bool = False
     bridge: Literal["linear", "copy", "zero"] = "linear"
-    dropout: float = ranged(0.2, "[0, 1)")
-    # Share the target embedding matrix with the output layer (Press & Wolf 2017); the
-    # decoder's output vector then has emb_dim units.
-    tie_embeddings: bool = False
-    # Initialize every weight uniformly in [-x, x] (0.1 in Luong et al. 2015 and OpenNMT);
-    # 0 keeps PyTorch's per-layer defaults.
-    init_uniform: float = ranged(0.0, "[0, 10]")
+    # transformer only: attention heads (emb_dim must divide by them), the feed-forward width,
+    # its activation, dropout on attention weights and inside the feed-forward block, where the
+    # LayerNorm goes (pre: each block's input, and the stack's output; post: after each residual
+    # sum, as in the paper), and position encodings (sinusoidal, or learned for max_positions
+    # positions; later ones share the last).
+    heads: int = ranged(4, "[1, 1024]")
+    ff_dim: int = ranged(1024, "[1, 1000000]")
+    activation: Literal["relu", "gelu"] = "relu"
+    attn_dropout: float = ranged(0.0, "[0, 1)")
+    act_dropout: float = ranged(0.0, "[0, 1)")
+    norm: Literal["pre", "post"] = "pre"
+    positions: Literal["sinusoidal", "learned"] = "sinusoidal"
+    max_positions: int = ranged(1024, "[1, 1000000]")
 
 
 @dataclass
@@ -367,15 +384,23 @@ def validate(config: Config) -> None:
             if "range" in f.metadata:
                 check_range(getattr(values, f.name), f.metadata["range"], f"{section.name}.{f.name}")
     m, d = config.model, config.data
-    enc_out = m.enc_hidden * (2 if m.bidirectional else 1)
-    if m.attention == "dot" and enc_out != m.dec_hidden:
-        raise AttnmtError(
-            f"model.attention=dot needs encoder outputs ({enc_out}) as wide as model.dec_hidden ({m.dec_hidden})"
-        )
-    if m.bridge == "copy" and enc_out != m.dec_hidden:
-        raise AttnmtError(f"model.bridge=copy needs encoder outputs ({enc_out}) == model.dec_hidden ({m.dec_hidden})")
-    if m.input_feeding and m.decoder != "luong":
-        raise AttnmtError("model.input_feeding applies to model.decoder=luong only (bahdanau feeds the context already)")
+    if m.arch == "rnn":
+        enc_out = m.enc_hidden * (2 if m.bidirectional else 1)
+        if m.attention == "dot" and enc_out != m.dec_hidden:
+            raise AttnmtError(
+                f"model.attention=dot needs encoder outputs ({enc_out}) as wide as model.dec_hidden ({m.dec_hidden})"
+            )
+        if m.bridge == "copy" and enc_out != m.dec_hidden:
+            raise AttnmtError(f"model.bridge=copy needs encoder outputs ({enc_out}) == model.dec_hidden ({m.dec_hidden})")
+        if m.input_feeding and m.decoder != "luong":
+            raise AttnmtError("model.input_feeding applies to model.decoder=luong only (bahdanau feeds the context already)")
+    else:
+        if m.emb_dim % m.heads:
+            raise AttnmtError(f"model.emb_dim ({m.emb_dim}) must be a multiple of model.heads ({m.heads}): "
+                              f"each head gets emb_dim / heads dimensions")
+        if config.train.teacher_forcing < 1:
+            raise AttnmtError("train.teacher_forcing below 1 is for model.arch rnn; the Transformer trains on "
+                              "the gold prefix (1.0)")
     if d.format != "dates" and not d.path:
         raise AttnmtError("data.path is required: the TSV file or the directory of parallel files")
     if d.format == "tsv" and "en" not in (d.src_lang, d.tgt_lang):

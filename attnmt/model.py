@@ -13,6 +13,8 @@ from .decoder import Decoder, DecoderState, Memory
 from .encoder import Encoder, EncoderOutput, RNNState
 from .errors import AttnmtError
 from .fast import use_fast_paths
+from .family import Model
+from .transformer import Transformer
 from .vocab import PAD_ID
 
 
@@ -56,6 +58,12 @@ class Seq2Seq(nn.Module):
 
     # What the rest of attnmt may ask of a model family (family.Model).
     supports_compile = True  # fast/compiled.py exports `step`
+
+    def describe(self) -> dict[str, int | str | bool]:
+        c = self.config
+        return {"rnn": c.rnn, "decoder": c.decoder, "attention": c.attention, "emb_dim": c.emb_dim,
+                "enc_hidden": c.enc_hidden, "bidirectional": c.bidirectional, "enc_layers": c.enc_layers,
+                "dec_hidden": c.dec_hidden, "dec_layers": c.dec_layers, "input_feeding": c.input_feeding}
 
     def int8_layers(self) -> list[tuple[nn.Module, torch.dtype]]:
         """The layers whose products run at every decoding step, each with the dtype of its output
@@ -107,9 +115,9 @@ class Seq2Seq(nn.Module):
 
 # The model families, by model.arch: each network is built from (config, source vocabulary size,
 # target vocabulary size) and implements family.Model.
-FAMILIES = {"rnn": Seq2Seq}
+FAMILIES: dict[str, type] = {"rnn": Seq2Seq, "transformer": Transformer}
 
 
-def build_model(config: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, fast_paths: bool = True) -> Seq2Seq:
+def build_model(config: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, fast_paths: bool = True) -> Model:
     """The network of the family `config.arch`, with its fast paths (fast/) or the reference modules only."""
     return use_fast_paths(FAMILIES[config.arch](config, src_vocab_size, tgt_vocab_size), fast_paths)

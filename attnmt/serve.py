@@ -80,9 +80,12 @@ class Health(BaseModel):
 class ModelInfo(BaseModel):
     src_lang: str
     tgt_lang: str
-    rnn: str
-    decoder: str
-    attention: str = Field(description="bahdanau, concat, dot, general, or none (no attention weights)")
+    arch: str = Field(description="the model family: rnn or transformer")
+    architecture: dict[str, int | str | bool] = Field(description="the family's sizes and kinds (model.describe())")
+    rnn: Optional[str] = Field(None, description="rnn family: gru or lstm")
+    decoder: Optional[str] = Field(None, description="rnn family: the decoder order, bahdanau or luong")
+    attention: str = Field(description="bahdanau, concat, dot, general, or none (no attention weights); "
+                                       "multihead for the transformer")
     tokenizer: str
     src_vocab_size: int
     tgt_vocab_size: int
@@ -320,8 +323,10 @@ def create_app(translator: Translator, limits: Optional[ServeConfig] = None) -> 
                 "sentences": batcher.sentences}
 
     config = translator.config
-    info = {"src_lang": config.data.src_lang, "tgt_lang": config.data.tgt_lang, "rnn": config.model.rnn,
-            "decoder": config.model.decoder, "attention": config.model.attention,
+    rnn = config.model.arch == "rnn"
+    info = {"src_lang": config.data.src_lang, "tgt_lang": config.data.tgt_lang, "arch": config.model.arch,
+            "architecture": translator.model.describe(), "rnn": config.model.rnn if rnn else None,
+            "decoder": config.model.decoder if rnn else None, "attention": config.model.attention if rnn else "multihead",
             "tokenizer": config.tokenizer.level, "src_vocab_size": len(translator.src_vocab),
             "tgt_vocab_size": len(translator.tgt_vocab), "beam_size": decode.beam_size,
             "precision": translator.precision, "limits": {**asdict(limits), "max_tokens": max_tokens}}

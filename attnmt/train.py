@@ -18,8 +18,9 @@ from .config import Config, TokenizerConfig, TrainConfig, config_from_dict
 from .data import Pair, load_corpus
 from .errors import AttnmtError
 from .evaluate import score_translations
+from .family import Model
 from .loss import sequence_loss
-from .model import Seq2Seq, build_model, resolve_device
+from .model import build_model, resolve_device
 from .modelfile import load_file, model_tensors, network_weights, save_file
 from .precision import autocast, precision_note
 from .tokenize import SubwordTokenizer, Tokenizer, make_tokenizer, tokenizers_from_dicts
@@ -122,7 +123,7 @@ class TrainResult:
     minutes: float
 
 
-def evaluate_loss(model: Seq2Seq, examples: list[Example], batch_size: int, device: torch.device) -> float:
+def evaluate_loss(model: Model, examples: list[Example], batch_size: int, device: torch.device) -> float:
     """Mean cross-entropy per target token, teacher-forced, no dropout."""
     model.eval()
     total, tokens = 0.0, 0
@@ -169,7 +170,7 @@ def _read_checkpoint(path: Path, config: Config) -> tuple[dict[str, torch.Tensor
     return tensors, meta
 
 
-def _restore(tensors: dict[str, torch.Tensor], meta: dict, model: Seq2Seq, optimizer: torch.optim.Optimizer
+def _restore(tensors: dict[str, torch.Tensor], meta: dict, model: Model, optimizer: torch.optim.Optimizer
              ) -> Progress:
     model.load_state_dict(network_weights(tensors))
     state: dict[int, dict] = {}
@@ -209,7 +210,7 @@ def train(config: Config, resume: bool = False, overwrite: bool = False,
     for stale in out_dir.glob(".*.safetensors.*.tmp"):  # half-written files of a run killed while saving
         stale.unlink(missing_ok=True)
     note = precision_note({"train.precision": tc.precision, "decode.precision": config.decode.precision}, device,
-                          lstm=config.model.rnn == "lstm")
+                          lstm=config.model.arch == "rnn" and config.model.rnn == "lstm")
     if note:
         log(note)
 
@@ -293,7 +294,7 @@ def epoch_batches(examples: list[Example], tc: TrainConfig, epoch: int) -> list[
                          rng=random.Random(tc.seed * 1_000_003 + epoch))
 
 
-def make_optimizer(model: Seq2Seq, tc: TrainConfig) -> torch.optim.Optimizer:
+def make_optimizer(model: Model, tc: TrainConfig) -> torch.optim.Optimizer:
     # The fused kernel updates each weight in one pass over memory (5 times faster on this CPU).
     return torch.optim.Adam(model.parameters(), lr=tc.lr, fused=True)
 
@@ -354,7 +355,7 @@ def _try_average(translator: Translator, data: PreparedData, config: Config, dev
         log(f"the average validates better than any single epoch; {model_path} is now the average")
 
 
-def train_step(model: Seq2Seq, optimizer: torch.optim.Optimizer, batch: Batch, config: Config, step: int,
+def train_step(model: Model, optimizer: torch.optim.Optimizer, batch: Batch, config: Config, step: int,
                model_path: Optional[Path] = None) -> float:
     """One update; returns the summed loss. Refuses to go on from a NaN loss or out of memory."""
     tc = config.train

@@ -22,12 +22,19 @@ from conftest import tiny_dates_config
 REPO = Path(__file__).resolve().parents[1]
 
 
-def write_config(path: Path, out_dir: Path) -> Path:
+TRANSFORMER = {"arch": "transformer", "heads": 2, "ff_dim": 64, "enc_layers": 2, "dec_layers": 2,
+               "attn_dropout": 0.1, "act_dropout": 0.1}
+
+
+def write_config(path: Path, out_dir: Path, arch: str = "rnn") -> Path:
     values = tiny_dates_config(out_dir)
     values["data"].update(num_pairs=700, valid_size=50, test_size=50)
     # Dropout and teacher forcing below 1 draw random numbers: resume must restore the generator.
     values["model"].update(dropout=0.2)
     values["train"].update(epochs=3, batch_size=32, checkpoint_every=2, teacher_forcing=0.7)
+    if arch == "transformer":  # trains on the gold prefix, with its warmup schedule
+        values["model"].update(TRANSFORMER)
+        values["train"].update(teacher_forcing=1.0, scheduler="warmup", warmup_steps=20)
     path.write_text(yaml.safe_dump(values), encoding="utf-8")
     return path
 
@@ -48,14 +55,14 @@ def assert_bit_identical(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor])
         assert torch.equal(a[name], b[name]), name
 
 
-@pytest.mark.parametrize("kill_seed", [7, 8])
-def test_killed_and_resumed_run_ends_bit_identical(tmp_path, kill_seed):
+@pytest.mark.parametrize("kill_seed,arch", [(7, "rnn"), (8, "transformer")])
+def test_killed_and_resumed_run_ends_bit_identical(tmp_path, kill_seed, arch):
     reference = tmp_path / "reference"
-    done = run(write_config(tmp_path / "ref.yaml", reference))
+    done = run(write_config(tmp_path / "ref.yaml", reference, arch))
     assert done.wait(timeout=600) == 0, done.stderr.read()
 
     interrupted = tmp_path / "interrupted"
-    config = write_config(tmp_path / "int.yaml", interrupted)
+    config = write_config(tmp_path / "int.yaml", interrupted, arch)
     checkpoint = interrupted / "checkpoint.safetensors"
     rng = random.Random(kill_seed)
     kills = 0

@@ -8,17 +8,26 @@ import torch
 from attnmt import Translator, search
 from attnmt.batch import pad
 from attnmt.config import ModelConfig
-from attnmt.model import Seq2Seq
+from attnmt.model import build_model
 from attnmt.search import beam_search, greedy, length_penalty
 from attnmt.vocab import EOS_ID, SOS_ID
 
 
-def random_model(seed: int = 0, **kwargs) -> Seq2Seq:
+TRANSFORMER = {"arch": "transformer", "enc_layers": 2, "dec_layers": 2, "heads": 2, "ff_dim": 32}
+FAMILIES = [{}, TRANSFORMER]
+
+
+def classifier(model) -> torch.nn.Linear:
+    return model.classifier if model.config.arch == "transformer" else model.decoder.classifier
+
+
+def random_model(seed: int = 0, **kwargs):
     torch.manual_seed(seed)
-    config = ModelConfig(emb_dim=16, enc_hidden=16, dec_hidden=32, attn_dim=16, dropout=0.0, **kwargs)
-    model = Seq2Seq(config, 30, 12).eval()
+    config = ModelConfig(**{"emb_dim": 16, "enc_hidden": 16, "dec_hidden": 32, "attn_dim": 16, "dropout": 0.0,
+                            **kwargs})
+    model = build_model(config, 30, 12).eval()
     with torch.no_grad():  # make EOS likely enough that hypotheses end at different lengths
-        model.decoder.classifier.bias[EOS_ID] += 1.5
+        classifier(model).bias[EOS_ID] += 1.5
     return model
 
 
@@ -29,7 +38,7 @@ def random_batch(seed: int, batch: int = 6) -> tuple[torch.Tensor, torch.Tensor,
     return src, lengths, lengths * 2 + 3
 
 
-def sequence_log_prob(model: Seq2Seq, src: torch.Tensor, length: torch.Tensor, ids: list[int]) -> float:
+def sequence_log_prob(model, src: torch.Tensor, length: torch.Tensor, ids: list[int]) -> float:
     """log P(ids + EOS | src) by teacher forcing: the number beam search should report."""
     with torch.no_grad():
         tgt_in = torch.tensor([[SOS_ID] + ids])
@@ -40,7 +49,7 @@ def sequence_log_prob(model: Seq2Seq, src: torch.Tensor, length: torch.Tensor, i
 
 
 @pytest.mark.parametrize("kind", [{"attention": "bahdanau"}, {"attention": "general", "decoder": "luong"},
-                                  {"attention": "none", "rnn": "lstm"}])
+                                  {"attention": "none", "rnn": "lstm"}, TRANSFORMER])
 def test_beam_one_equals_greedy(kind):
     model = random_model(**kind)
     src, lengths, max_lengths = random_batch(1)
@@ -52,8 +61,9 @@ def test_beam_one_equals_greedy(kind):
             torch.testing.assert_close(hyps[0].attention, expected.attention)
 
 
-def test_scores_are_true_log_probabilities():
-    model = random_model()
+@pytest.mark.parametrize("family", FAMILIES)
+def test_scores_are_true_log_probabilities(family):
+    model = random_model(**family)
     src, lengths, max_lengths = random_batch(2)
     alpha = 0.6
     beams = beam_search(model, src, lengths, max_lengths, beam_size=4, alpha=alpha, n_best=4)
@@ -76,8 +86,9 @@ def test_beam_finds_at_least_as_likely_output_as_greedy():
     assert better >= 9  # beam search is not guaranteed to win, but nearly always does
 
 
-def test_sentence_alone_or_in_a_batch_of_64_gives_the_same_output():
-    model = random_model(4)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_sentence_alone_or_in_a_batch_of_64_gives_the_same_output(family):
+    model = random_model(4, **family)
     src, lengths, max_lengths = random_batch(4, batch=64)
     together = beam_search(model, src, lengths, max_lengths, beam_size=5, alpha=0.6, n_best=3)
     for row in range(0, 64, 7):
@@ -90,7 +101,8 @@ def test_sentence_alone_or_in_a_batch_of_64_gives_the_same_output():
 
 
 @pytest.mark.parametrize("kind", [{"attention": "bahdanau"}, {"attention": "none"},
-                                  {"attention": "general", "decoder": "luong", "input_feeding": True, "rnn": "lstm"}])
+                                  {"attention": "general", "decoder": "luong", "input_feeding": True, "rnn": "lstm"},
+                                  TRANSFORMER])
 @pytest.mark.parametrize("beam_size", [1, 3])
 @pytest.mark.parametrize("batch_size", [1, 5, 16])
 def test_refilled_batch_gives_what_one_batch_gives(kind, beam_size, batch_size):
@@ -113,10 +125,11 @@ def test_refilled_batch_gives_what_one_batch_gives(kind, beam_size, batch_size):
                 torch.testing.assert_close(a.attention, b.attention, atol=1e-6, rtol=0)
 
 
-def test_length_limit_is_respected():
-    model = random_model(5)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_length_limit_is_respected(family):
+    model = random_model(5, **family)
     with torch.no_grad():
-        model.decoder.classifier.bias[EOS_ID] -= 50.0  # never chooses EOS by itself
+        classifier(model).bias[EOS_ID] -= 50.0  # never chooses EOS by itself
     src, lengths, _ = random_batch(5)
     limits = torch.tensor([1, 2, 3, 4, 5, 6])
     for hyps, limit in zip(beam_search(model, src, lengths, limits, beam_size=3, n_best=3), limits):
@@ -145,7 +158,7 @@ def test_early_stop_returns_what_the_full_search_returns(monkeypatch, seed, n_be
     finished hypotheses (the rule without that bound) finds the same n-best."""
     model = random_model(seed)
     with torch.no_grad():  # sharper distributions, as a trained model has, so that the bound bites
-        model.decoder.classifier.weight.mul_(4)
+        classifier(model).weight.mul_(4)
     k, alpha = 4, 0.0
     src, lengths, limits = random_batch(11, batch=24)
     early = beam_search(model, src, lengths, limits, k, alpha, n_best)

@@ -40,9 +40,12 @@
     try {
       const response = await fetch("/model");
       const info = await response.json();
+      const a = info.architecture;
+      const family = info.arch === "transformer"
+        ? `Transformer ${a.enc_layers}+${a.dec_layers} layers, d ${a.d_model}, ${a.heads} heads`
+        : `${info.rnn.toUpperCase()} encoder-decoder, ${info.attention} attention, ${info.decoder} decoder`;
       $("model-info").textContent =
-        `${info.src_lang} \u2192 ${info.tgt_lang} \u00b7 ${info.rnn.toUpperCase()} encoder-decoder, ` +
-        `${info.attention} attention, ${info.decoder} decoder \u00b7 ${info.tokenizer} tokens \u00b7 ` +
+        `${info.src_lang} \u2192 ${info.tgt_lang} \u00b7 ${family} \u00b7 ${info.tokenizer} tokens \u00b7 ` +
         `vocabularies ${info.src_vocab_size} / ${info.tgt_vocab_size}`;
       beamInput.max = info.limits.max_beam;
       source.maxLength = info.limits.max_chars;

@@ -1,0 +1,312 @@
+"""The Transformer (Vaswani et al. 2017): a model built from attention alone, model.arch transformer.
+
+Attention(Q, K, V) = softmax(Q Kᵀ / √d_k) V, computed in h heads side by side:
+    MultiHead(Q, K, V) = [head_1; ..; head_h] W_O,  head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)
+Self-attention takes Q, K and V from one sequence, cross-attention Q from the target and K, V
+from the encoder's output. Each layer adds what a block computes to its input (a residual):
+    encoder layer:  x = x + SelfAttention(x);  x = x + FeedForward(x)
+    decoder layer:  y = y + CausalSelfAttention(y);  y = y + CrossAttention(y, x);  y = y + FeedForward(y)
+with FeedForward(x) = W_2 act(W_1 x + b_1) + b_2. Pre-norm (the default) normalises each block's
+input, LayerNorm inside the residual, and the stack's output once more; post-norm, the paper's,
+normalises after each residual sum. Embeddings are scaled by √d and positions added (sinusoids
+of the paper, or learned). Decoding runs one position at a time: each layer caches the keys and
+values of the positions so far (TransformerState), so a step computes only the new position.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import ModelConfig
+from .family import SourceMemory
+from .vocab import PAD_ID
+
+
+class MultiHeadAttention(nn.Module):
+    """Scaled dot-product attention in `heads` heads of d / heads dimensions each."""
+
+    def __init__(self, dim: int, heads: int, dropout: float):
+        super().__init__()
+        self.heads = heads
+        self.query_proj = nn.Linear(dim, dim)   # W^Q of all heads side by side
+        self.key_proj = nn.Linear(dim, dim)     # W^K
+        self.value_proj = nn.Linear(dim, dim)   # W^V
+        self.out_proj = nn.Linear(dim, dim)     # W_O
+        self.dropout = nn.Dropout(dropout)      # on the weights, as the paper's "attention dropout"
+
+    def split(self, x: torch.Tensor) -> torch.Tensor:
+        batch, length, dim = x.shape                                        # [B, L, D]
+        return x.view(batch, length, self.heads, dim // self.heads).transpose(1, 2)  # [B, h, L, d_k]
+
+    def forward(self, query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, allowed: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """query [B, T, D] (not yet projected); keys and values [B, S, D], projected already by
+        key_proj and value_proj; allowed [B, T or 1, S], True where a query may look.
+        Returns the output [B, T, D] and the weights [B, h, T, S] (before dropout)."""
+        q = self.split(self.query_proj(query))                              # [B, h, T, d_k]
+        k, v = self.split(keys), self.split(values)                        # [B, h, S, d_k]
+        scores = q @ k.transpose(2, 3) / math.sqrt(q.shape[-1])             # [B, h, T, S]
+        scores = scores.masked_fill(~allowed.unsqueeze(1), float("-inf"))   # pads, the future: weight 0
+        weights = torch.softmax(scores, dim=-1)
+        heads = self.dropout(weights) @ v                                   # [B, h, T, d_k]
+        batch, _, length, _ = heads.shape
+        return self.out_proj(heads.transpose(1, 2).reshape(batch, length, -1)), weights  # [B, T, D]
+
+
+class FeedForward(nn.Sequential):
+    """W_2 act(W_1 x + b_1) + b_2, applied at each position alike."""
+
+    def __init__(self, dim: int, ff_dim: int, activation: str, dropout: float):
+        super().__init__(nn.Linear(dim, ff_dim), nn.GELU() if activation == "gelu" else nn.ReLU(),
+                         nn.Dropout(dropout), nn.Linear(ff_dim, dim))
+
+
+class Residual(nn.Module):
+    """x + Dropout(block(LN(x))) for pre-norm, LN(x + Dropout(block(x))) for post-norm."""
+
+    def __init__(self, dim: int, pre_norm: bool, dropout: float):
+        super().__init__()
+        self.norm, self.pre_norm, self.dropout = nn.LayerNorm(dim), pre_norm, nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, block) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """`block` maps its input to (output, attention weights or None)."""
+        out, weights = block(self.norm(x) if self.pre_norm else x)
+        x = x + self.dropout(out)
+        return (x if self.pre_norm else self.norm(x)), weights
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        dim, pre = config.emb_dim, config.norm == "pre"
+        self.self_attention = MultiHeadAttention(dim, config.heads, config.attn_dropout)
+        self.feed_forward = FeedForward(dim, config.ff_dim, config.activation, config.act_dropout)
+        self.attend, self.transform = Residual(dim, pre, config.dropout), Residual(dim, pre, config.dropout)
+
+    def forward(self, x: torch.Tensor, allowed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x [B, S, D], allowed [B, 1, S]: the new x and the self-attention weights [B, h, S, S]."""
+        attention = self.self_attention
+        x, weights = self.attend(x, lambda h: attention(h, attention.key_proj(h), attention.value_proj(h), allowed))
+        x, _ = self.transform(x, lambda h: (self.feed_forward(h), None))
+        return x, weights
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        dim, pre = config.emb_dim, config.norm == "pre"
+        self.self_attention = MultiHeadAttention(dim, config.heads, config.attn_dropout)
+        self.cross_attention = MultiHeadAttention(dim, config.heads, config.attn_dropout)
+        self.feed_forward = FeedForward(dim, config.ff_dim, config.activation, config.act_dropout)
+        self.attend_self, self.attend_source, self.transform = (Residual(dim, pre, config.dropout) for _ in range(3))
+
+    def forward(self, y: torch.Tensor, cache: "LayerCache", causal: torch.Tensor, cross_keys: torch.Tensor,
+                cross_values: torch.Tensor, source_allowed: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """y [B, T, D] at the new positions; `cache` receives their keys and values and attends over
+        all positions so far, as `causal` [B, T, C] allows; cross-attention reads the encoder's
+        projected keys and values [B, S, D] where source_allowed [B, 1, S]. Returns the new y and
+        the self- and cross-attention weights [B, h, T, C] and [B, h, T, S]."""
+        self_attention = self.self_attention
+
+        def attend_self(h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            keys, values = cache.write(self_attention.key_proj(h), self_attention.value_proj(h))
+            return self_attention(h, keys, values, causal)
+
+        y, self_weights = self.attend_self(y, attend_self)
+        y, cross_weights = self.attend_source(y, lambda h: self.cross_attention(h, cross_keys, cross_values,
+                                                                                source_allowed))
+        y, _ = self.transform(y, lambda h: (self.feed_forward(h), None))
+        return y, self_weights, cross_weights
+
+
+class LayerCache:
+    """One decoder layer's self-attention keys and values [B, C, D] for positions 0..C-1, and where
+    the next positions go (`positions` [B, T]); `write` puts the new ones in place."""
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, positions: torch.Tensor):
+        self.keys, self.values, self.positions = keys, values, positions
+
+    def write(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.keys.shape[1] == 0:                  # nothing cached: the new positions are all there is
+            self.keys, self.values = keys, values
+        else:
+            rows = torch.arange(keys.shape[0], device=keys.device).unsqueeze(1)   # [B, 1]
+            self.keys = self.keys.index_put((rows, self.positions), keys)        # [B, C, D]
+            self.values = self.values.index_put((rows, self.positions), values)
+        return self.keys, self.values
+
+
+class TransformerMemory(SourceMemory):
+    """The source as the decoder reads it: the mask [B, S], then each decoder layer's
+    cross-attention keys and values [B, S, D], projected once per sentence."""
+
+    @property
+    def mask(self) -> torch.Tensor:
+        return self.tensors[0]
+
+    def cross(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.tensors[1 + 2 * layer], self.tensors[2 + 2 * layer]
+
+
+class TransformerState:
+    """The decoder's state between steps: `steps` [B], the target positions each row has decoded,
+    and each layer's self-attention cache, keys and values [B, C, D] with C ≥ max(steps) (a row's
+    positions past its steps are stale and masked out). Rows are sentences or beams and may be at
+    different positions: a batch refilled with new sentences mixes them."""
+
+    def __init__(self, steps: torch.Tensor, caches: list[torch.Tensor]):
+        self.steps, self.caches = steps, caches            # caches: keys_1, values_1, keys_2, ...
+
+    def tensors(self) -> list[torch.Tensor]:
+        return [self.steps, *self.caches]
+
+    def row_dims(self) -> list[int]:
+        return [0] * (1 + len(self.caches))
+
+    def like(self, tensors: list[torch.Tensor]) -> "TransformerState":
+        return TransformerState(tensors[0], list(tensors[1:]))
+
+    def select(self, index: torch.Tensor) -> "TransformerState":
+        return self.like([t.index_select(0, index) for t in self.tensors()])
+
+    def put(self, index: torch.Tensor, source: "TransformerState") -> None:
+        """Overwrite the rows `index` in place with the rows of `source`, whose caches may be shorter."""
+        self.steps.index_copy_(0, index, source.steps)
+        for mine, theirs in zip(self.caches, source.caches):
+            mine.narrow(1, 0, theirs.shape[1]).index_copy_(0, index, theirs)
+
+    def layer_caches(self, new_positions: int) -> list[LayerCache]:
+        """Each layer's cache, grown to hold `new_positions` more positions past every row's steps."""
+        positions = self.steps.unsqueeze(1) + torch.arange(new_positions, device=self.steps.device)  # [B, T]
+        capacity = int(positions.max()) + 1 if positions.numel() else 0
+        caches = self.caches
+        if caches and 0 < caches[0].shape[1] < capacity:                   # grow, doubling: few copies
+            grown = max(capacity, 2 * caches[0].shape[1])
+            caches = [F.pad(c, (0, 0, 0, grown - c.shape[1])) for c in caches]
+        return [LayerCache(caches[2 * i], caches[2 * i + 1], positions) for i in range(len(caches) // 2)]
+
+
+def sinusoids(positions: torch.Tensor, dim: int) -> torch.Tensor:
+    """The paper's position encoding: PE(p, 2i) = sin(p / 10000^(2i/d)), PE(p, 2i+1) = cos(..).
+    positions [B, T] -> [B, T, dim]."""
+    rates = torch.exp(torch.arange(0, dim, 2, device=positions.device) * (-math.log(10000.0) / dim))  # [dim/2]
+    angles = positions.unsqueeze(-1).float() * rates                         # [B, T, dim/2]
+    return torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(2)[..., :dim]  # sin, cos interleaved
+
+
+class Transformer(nn.Module):
+    """Encoder and decoder stacks, the embeddings and the output layer: family.Model."""
+
+    supports_compile = False     # fast/compiled.py exports the RNN step only, so far
+    returns_attention = True
+
+    def __init__(self, config: ModelConfig, src_vocab_size: int, tgt_vocab_size: int):
+        super().__init__()
+        self.config = config
+        dim = config.emb_dim
+        self.src_embedding = nn.Embedding(src_vocab_size, dim, padding_idx=PAD_ID)
+        self.tgt_embedding = nn.Embedding(tgt_vocab_size, dim, padding_idx=PAD_ID)
+        self.positions = nn.Embedding(config.max_positions, dim) if config.positions == "learned" else None
+        self.dropout = nn.Dropout(config.dropout)
+        self.encoder_layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.enc_layers))
+        self.decoder_layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.dec_layers))
+        pre = config.norm == "pre"
+        self.encoder_norm = nn.LayerNorm(dim) if pre else nn.Identity()   # pre-norm: the stack's output
+        self.decoder_norm = nn.LayerNorm(dim) if pre else nn.Identity()
+        self.classifier = nn.Linear(dim, tgt_vocab_size)
+        self._initialise()
+        if config.tie_embeddings:
+            self.classifier.weight = self.tgt_embedding.weight
+
+    def _initialise(self) -> None:
+        for name, parameter in self.named_parameters():
+            if self.config.init_uniform > 0:
+                nn.init.uniform_(parameter, -self.config.init_uniform, self.config.init_uniform)
+            elif "embedding" in name or name.startswith("positions"):
+                nn.init.normal_(parameter, std=self.config.emb_dim ** -0.5)
+            elif parameter.dim() > 1:
+                nn.init.xavier_uniform_(parameter)
+        with torch.no_grad():  # padding embeddings stay zero
+            self.src_embedding.weight[PAD_ID].zero_()
+            self.tgt_embedding.weight[PAD_ID].zero_()
+
+    def describe(self) -> dict[str, int | str | bool]:
+        c = self.config
+        return {"d_model": c.emb_dim, "heads": c.heads, "ff_dim": c.ff_dim, "enc_layers": c.enc_layers,
+                "dec_layers": c.dec_layers, "norm": c.norm, "positions": c.positions, "activation": c.activation}
+
+    def int8_layers(self) -> list[tuple[nn.Module, torch.dtype]]:
+        return []                # fast/int8.py quantizes the RNN decoder only, so far
+
+    def embed(self, embedding: nn.Embedding, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """√d-scaled token embeddings plus position encodings, [B, T, D]."""
+        x = embedding(tokens) * math.sqrt(self.config.emb_dim)
+        if self.positions is not None:
+            return self.dropout(x + self.positions(positions.clamp(max=self.config.max_positions - 1)))
+        return self.dropout(x + sinusoids(positions, self.config.emb_dim).to(x.dtype))
+
+    def encode_layers(self, src: torch.Tensor, src_lengths: torch.Tensor
+                      ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+        """The encoder's output [B, S, D], the source mask [B, S] and each layer's self-attention [B, h, S, S]."""
+        positions = torch.arange(src.shape[1], device=src.device).expand(src.shape[0], -1)  # [B, S]
+        mask = positions < src_lengths.to(src.device).unsqueeze(1)                         # [B, S]
+        x = self.embed(self.src_embedding, src, positions)
+        all_weights = []
+        for layer in self.encoder_layers:
+            x, weights = layer(x, mask.unsqueeze(1))
+            all_weights.append(weights)
+        return self.encoder_norm(x), mask, all_weights
+
+    def encode(self, src: torch.Tensor, src_lengths: torch.Tensor) -> tuple[TransformerMemory, TransformerState]:
+        encoded, mask, _ = self.encode_layers(src, src_lengths)
+        cross = [t for layer in self.decoder_layers
+                 for t in (layer.cross_attention.key_proj(encoded), layer.cross_attention.value_proj(encoded))]
+        empty = encoded.new_zeros(src.shape[0], 0, self.config.emb_dim)
+        state = TransformerState(torch.zeros(src.shape[0], dtype=torch.long, device=src.device),
+                                 [empty] * (2 * len(self.decoder_layers)))
+        return TransformerMemory(mask, *cross), state
+
+    def decode_layers(self, prev_tokens: torch.Tensor, state: TransformerState, memory: TransformerMemory
+                      ) -> tuple[torch.Tensor, TransformerState, list[torch.Tensor], list[torch.Tensor]]:
+        """The decoder's output [B, T, D] for the T new positions, the new state, and each layer's
+        self- and cross-attention weights ([B, h, T, C] and [B, h, T, S])."""
+        caches = state.layer_caches(prev_tokens.shape[1])
+        positions = caches[0].positions if caches else state.steps.unsqueeze(1)     # [B, T]
+        y = self.embed(self.tgt_embedding, prev_tokens, positions)
+        source_allowed = memory.mask.unsqueeze(1)                                   # [B, 1, S]
+        self_weights, cross_weights = [], []
+        for i, (layer, cache) in enumerate(zip(self.decoder_layers, caches)):
+            capacity = max(cache.keys.shape[1], positions.shape[1])
+            causal = torch.arange(capacity, device=y.device) <= positions.unsqueeze(-1)  # [B, T, C]
+            y, s, c = layer(y, cache, causal, *memory.cross(i), source_allowed)
+            self_weights.append(s)
+            cross_weights.append(c)
+        new_state = TransformerState(state.steps + prev_tokens.shape[1],
+                                     [t for cache in caches for t in (cache.keys, cache.values)])
+        return self.decoder_norm(y), new_state, self_weights, cross_weights
+
+    def step(self, prev_tokens: torch.Tensor, state: TransformerState, memory: TransformerMemory
+             ) -> tuple[torch.Tensor, TransformerState, torch.Tensor]:
+        """prev_tokens [B, T] at positions steps..steps+T-1 -> logits [B, T, V], the new state and the
+        attention weights [B, T, S] that heatmaps show: the last layer's cross-attention, mean over heads."""
+        y, new_state, _, cross = self.decode_layers(prev_tokens, state, memory)
+        return self.classifier(y), new_state, cross[-1].mean(1)
+
+    def forward(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor,
+                teacher_forcing: float = 1.0, classify_at: Optional[torch.Tensor] = None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits [B, T, V] ([N, V] at `classify_at` [B, T]) and weights [B, T, S] for the whole target
+        `<sos> y1 .. yn` [B, T]: every position at once, each attending to those before it."""
+        if teacher_forcing < 1.0:
+            raise ValueError("the Transformer trains with teacher forcing 1.0 only (config.validate says so)")
+        memory, state = self.encode(src, src_lengths)
+        y, _, _, cross = self.decode_layers(tgt_in, state, memory)
+        if classify_at is not None:
+            y = y[classify_at]                                                      # [N, D]
+        return self.classifier(y), cross[-1].mean(1)

@@ -1,0 +1,197 @@
+"""The Transformer family: attention by hand, masks, incremental decoding with caches equal to the
+teacher-forced forward, the seam (search, model files, serving), and learning."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from attnmt import Translator
+from attnmt.batch import collate, pad
+from attnmt.config import Config, DataConfig, ModelConfig, TrainConfig, config_from_dict, validate
+from attnmt.errors import AttnmtError
+from attnmt.loss import sequence_loss
+from attnmt.model import build_model
+from attnmt.search import greedy
+from attnmt.train import make_optimizer, train
+from attnmt.transformer import MultiHeadAttention, Transformer, TransformerState, sinusoids
+from attnmt.vocab import EOS_ID, SOS_ID
+
+from conftest import tiny_dates_config
+from test_model import one_thread, tiny_corpus  # noqa: F401 (one_thread: an autouse fixture)
+
+VOCAB = 12
+
+
+def make_transformer(seed: int = 0, **kwargs) -> Transformer:
+    torch.manual_seed(seed)
+    values = {"arch": "transformer", "emb_dim": 16, "heads": 2, "ff_dim": 32, "enc_layers": 2, "dec_layers": 2,
+              "dropout": 0.0, **kwargs}
+    config = ModelConfig(**values)
+    validate(Config(data=DataConfig(path="unused"), model=config))
+    return build_model(config, VOCAB, VOCAB).eval()
+
+
+def test_config_refusals_name_the_keys():
+    with pytest.raises(AttnmtError, match=r"model.emb_dim \(30\) must be a multiple of model.heads \(4\)"):
+        validate(Config(data=DataConfig(path="x"), model=ModelConfig(arch="transformer", emb_dim=30, heads=4)))
+    with pytest.raises(AttnmtError, match="train.teacher_forcing below 1 is for model.arch rnn"):
+        validate(Config(data=DataConfig(path="x"), model=ModelConfig(arch="transformer"),
+                        train=TrainConfig(teacher_forcing=0.5)))
+
+
+def test_attention_by_hand():
+    """One head, identity projections: softmax(q kᵀ / √d) v, pads at zero weight."""
+    attention = MultiHeadAttention(2, 1, 0.0)
+    with torch.no_grad():
+        for proj in (attention.query_proj, attention.key_proj, attention.value_proj, attention.out_proj):
+            proj.weight.copy_(torch.eye(2))
+            proj.bias.zero_()
+    query = torch.tensor([[[1.0, 0.0]]])                                   # [1, 1, 2]
+    keys = torch.tensor([[[1.0, 0.0], [0.0, 1.0], [2.0, 2.0]]])             # [1, 3, 2]
+    allowed = torch.tensor([[[True, True, False]]])
+    out, weights = attention(query, keys, keys, allowed)
+    scores = [1 / math.sqrt(2), 0.0]
+    expected = [math.exp(s) / sum(math.exp(t) for t in scores) for s in scores] + [0.0]
+    assert_close(weights[0, 0, 0], torch.tensor(expected))
+    assert_close(out[0, 0], torch.tensor([expected[0], expected[1]]))
+
+
+def test_sinusoids_are_the_papers():
+    pe = sinusoids(torch.tensor([[0, 3]]), 6)[0]
+    for p, row in zip([0, 3], pe):
+        for i in range(3):
+            assert row[2 * i].item() == pytest.approx(math.sin(p / 10000 ** (2 * i / 6)), abs=1e-6)
+            assert row[2 * i + 1].item() == pytest.approx(math.cos(p / 10000 ** (2 * i / 6)), abs=1e-6)
+
+
+@pytest.mark.parametrize("norm,positions", [("pre", "sinusoidal"), ("post", "learned")])
+def test_encoder_ignores_padding_and_decoder_never_sees_the_future(norm, positions):
+    model = make_transformer(norm=norm, positions=positions)
+    short, longer = [5, 6, 7], [8, 9, 10, 11, 4, 5]
+    alone, mask, _ = model.encode_layers(torch.tensor([short]), torch.tensor([3]))
+    batched, _, weights = model.encode_layers(pad([short, longer]), torch.tensor([3, 6]))
+    assert_close(batched[0, :3], alone[0], atol=1e-5, rtol=0)
+    assert all((w[0, :, :, 3:] == 0).all() for w in weights)                 # pads get no weight
+    src, lengths = pad([short, longer]), torch.tensor([3, 6])
+    tgt = torch.tensor([[SOS_ID, 5, 6, 7, 8], [SOS_ID, 9, 10, 11, 4]])
+    logits, _ = model(src, lengths, tgt)
+    changed = tgt.clone()
+    changed[:, 3:] = 11                                                      # another future
+    other, _ = model(src, lengths, changed)
+    assert_close(logits[:, :3], other[:, :3], atol=1e-5, rtol=0)
+    assert not torch.allclose(logits[:, 3:], other[:, 3:])
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"norm": "post", "positions": "learned", "activation": "gelu"},
+                                    {"tie_embeddings": True}])
+def test_incremental_decoding_equals_the_teacher_forced_forward(kwargs):
+    """Step by step with each layer's cache, rows at different positions, the logits of the whole forward."""
+    model = make_transformer(**kwargs)
+    src, lengths = pad([[5, 6, 7, 8], [9, 10]]), torch.tensor([4, 2])
+    tgt = torch.tensor([[SOS_ID, 5, 6, 7, 8, 9], [SOS_ID, 10, 11, 4, 5, 6]])
+    with torch.no_grad():
+        full, full_weights = model(src, lengths, tgt)
+        memory, state = model.encode(src, lengths)
+        steps = []
+        for t in range(tgt.shape[1]):
+            logits, state, weights = model.step(tgt[:, t : t + 1], state, memory)
+            assert_close(weights[:, 0], full_weights[:, t], atol=1e-5, rtol=0)
+            steps.append(logits)
+        assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=0)
+        assert state.steps.tolist() == [6, 6]
+        # Row 1 restarts from a fresh state while row 0 goes on: each as if alone.
+        _, fresh = model.encode(src[1:, :2], lengths[1:])
+        state.put(torch.tensor([1]), fresh)
+        logits, state, _ = model.step(torch.tensor([[7], [SOS_ID]]), state, memory)
+        alone, _ = model(src[1:, :2], lengths[1:], torch.tensor([[SOS_ID]]))
+        assert_close(logits[1, 0], alone[0, 0], atol=1e-5, rtol=0)
+        assert state.steps.tolist() == [7, 1]
+
+
+def test_state_caches_grow_by_doubling():
+    model = make_transformer()
+    memory, state = model.encode(torch.tensor([[5, 6]]), torch.tensor([2]))
+    capacities = []
+    for _ in range(9):
+        _, state, _ = model.step(torch.tensor([[5]]), state, memory)
+        capacities.append(state.caches[0].shape[1])
+    assert capacities == [1, 2, 4, 4, 8, 8, 8, 8, 16]
+    assert isinstance(state, TransformerState) and len(state.caches) == 2 * 2
+
+
+def test_tied_embeddings_share_one_matrix():
+    model = make_transformer(tie_embeddings=True)
+    assert model.classifier.weight is model.tgt_embedding.weight
+
+
+def test_overfits_a_tiny_corpus():
+    model = make_transformer(1, emb_dim=32, heads=4, ff_dim=64).train()
+    examples = tiny_corpus(3)
+    batch = collate(examples, list(range(len(examples))))
+    optimizer = make_optimizer(model, TrainConfig(lr=3e-3))
+    for _ in range(300):
+        optimizer.zero_grad()
+        logits, _ = model(batch.src, batch.src_lengths, batch.tgt_in)
+        loss = sequence_loss(logits, batch.tgt_out)
+        loss.backward()
+        optimizer.step()
+    model.eval()
+    hypotheses = greedy(model, batch.src, batch.src_lengths, torch.full((len(examples),), 12))
+    assert [h.ids for h in hypotheses] == [target for _, target in examples]
+
+
+@pytest.fixture(scope="module")
+def transformer_dates_model(tmp_path_factory):
+    values = tiny_dates_config(tmp_path_factory.mktemp("transformer"), arch="transformer", emb_dim=32, heads=4,
+                               ff_dim=64, enc_layers=2, dec_layers=2)
+    values["train"].update(epochs=3, lr=0.003, scheduler="warmup", warmup_steps=40)
+    return train(config_from_dict(values), log=lambda _: None).model_path
+
+
+def test_trains_saves_loads_and_translates(transformer_dates_model):
+    translator = Translator.load(transformer_dates_model, "cpu")
+    assert translator.model.config.arch == "transformer"
+    sentences = ["March 3, 2021", "", "12/24/1999"]
+    greedy_out = translator.translate(sentences)
+    assert greedy_out[1].text == ""
+    for t in (greedy_out[0], greedy_out[2]):
+        assert t.attention.shape == (len(t.tokens), len(t.source_tokens))
+        assert_close(torch.tensor(t.attention).sum(-1), torch.ones(len(t.tokens)), atol=1e-4, rtol=0)
+    nbest = translator.translate_nbest(sentences, n_best=2, beam_size=3)
+    assert [len(n) for n in nbest] == [2, 1, 2]
+    again = Translator.load(transformer_dates_model, "cpu")
+    assert [t.text for t in again.translate(sentences)] == [t.text for t in greedy_out]
+
+
+@pytest.mark.parametrize("precision,compile,refusal", [
+    ("int8", False, "decode precision int8 does not support model.arch transformer"),
+    ("fp32", True, "--compile does not support model.arch transformer")])
+def test_fast_paths_it_lacks_are_refused_in_one_line(transformer_dates_model, precision, compile, refusal):
+    with pytest.raises(AttnmtError, match=refusal):
+        Translator.load(transformer_dates_model, "cpu", precision, compile=compile).translate(["May 5, 2001"])
+
+
+def test_serving_reports_the_family(transformer_dates_model):
+    from fastapi.testclient import TestClient
+
+    from attnmt.serve import create_app
+
+    with TestClient(create_app(Translator.load(transformer_dates_model, "cpu"))) as client:
+        info = client.get("/model").json()
+        assert info["arch"] == "transformer" and info["attention"] == "multihead" and info["rnn"] is None
+        assert info["architecture"]["d_model"] == 32 and info["architecture"]["heads"] == 4
+        result = client.post("/translate", json={"text": "May 5, 2001", "attention": True}).json()["results"][0]
+        assert len(result["attention"]) == len(result["tokens"])
+        assert all(len(row) == len(result["source_tokens"]) for row in result["attention"])
+
+
+def test_eos_ends_decoding():
+    model = make_transformer(3)
+    with torch.no_grad():
+        model.classifier.bias[EOS_ID] += 100.0
+    hypotheses = greedy(model, torch.tensor([[5, 6]]), torch.tensor([2]), torch.tensor([9]))
+    assert hypotheses[0].ids == []
