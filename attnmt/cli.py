@@ -191,8 +191,12 @@ def _model_label(model_path: str, taken: dict) -> str:
     return label if label not in taken else model_path
 
 
+MAP_AXES = {"cross": ("source", "output"), "encoder": ("source", "source"),
+            "decoder": ("output so far (<sos> first)", "output")}
+
+
 def _plot(args: argparse.Namespace) -> None:
-    from .plot import missing_glyphs, plot_attention
+    from .plot import missing_glyphs, plot_attention, plot_attention_grid
 
     check_parent_dir(args.out)
     translator = _load_translator(args, args.model)
@@ -201,12 +205,30 @@ def _plot(args: argparse.Namespace) -> None:
         raise AttnmtError(f"{args.model}: this model has no attention (model.attention=none); nothing to plot")
     if not result.tokens or not result.source_tokens:
         raise AttnmtError("nothing to plot: the sentence or its translation is empty")
+    maps = translator.attention_maps(result)
+    if args.attention not in maps:
+        raise AttnmtError(f"--attention {args.attention}: this model has no such attention; it has "
+                          f"{', '.join(maps)}")
+    chosen = maps[args.attention]                                           # [layers, heads, queries, keys]
+    layers, heads = chosen.shape[:2]
+    if args.layer is not None and args.layer > layers:
+        raise AttnmtError(f"--layer {args.layer}: this model's {args.attention} attention has layers 1 to {layers}")
+    if args.head != "mean" and not (args.head.isdigit() and 1 <= int(args.head) <= heads):
+        raise AttnmtError(f"--head {args.head}: allowed: mean, or a head from 1 to {heads}")
+    keys = result.source_tokens if args.attention != "decoder" else ["<sos>", *result.tokens[:-1]]
+    queries = result.tokens if args.attention != "encoder" else result.source_tokens
     title = f"{args.sentence} -> {result.text}"
     missing = missing_glyphs(result.source_tokens + result.tokens + [title])
     if missing:
         print(f"attnmt: warning: no installed font draws {''.join(missing[:10])!r}; they will show as boxes. "
               "Install a font for this script (Debian: fonts-noto-core)", file=sys.stderr)
-    plot_attention(result.attention, result.source_tokens, result.tokens, args.out, title=title)
+    if args.grid:
+        plot_attention_grid(chosen, keys, queries, args.out, title=f"{args.attention} attention: {title}",
+                            axes=MAP_AXES[args.attention])
+    else:
+        layer = chosen[(args.layer or layers) - 1]                          # [heads, queries, keys]
+        weights = layer.mean(0) if args.head == "mean" else layer[int(args.head) - 1]
+        plot_attention(weights, keys, queries, args.out, title=title, axes=MAP_AXES[args.attention])
     print(f"{result.text}\nheatmap written to {args.out}")
     _say_precision(translator.precision_note())
 
@@ -294,6 +316,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_model(plot)
     plot.add_argument("sentence", help="the sentence to translate")
     plot.add_argument("--out", required=True, help="PNG file to write")
+    plot.add_argument("--attention", choices=list(MAP_AXES), default="cross",
+                      help="which attention: cross (output over source, the default), or the Transformer's "
+                           "encoder or decoder self-attention")
+    plot.add_argument("--layer", type=Number(int, Range("[1, 1024]")), default=None,
+                      help="the layer to draw, from 1 (default: the last)")
+    plot.add_argument("--head", default="mean", help="the head to draw, from 1, or mean: their average (default)")
+    plot.add_argument("--grid", action="store_true", help="draw every layer and head, a row per layer")
     plot.set_defaults(run=_plot)
 
     serve = commands.add_parser("serve", help="translate over HTTP, with the attention explorer page at /")

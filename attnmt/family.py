@@ -79,6 +79,12 @@ class Model(Protocol):
                 teacher_forcing: float = 1.0, classify_at: Optional[torch.Tensor] = None
                 ) -> tuple[torch.Tensor, Optional[torch.Tensor]]: ...
 
+    def attention_maps(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor
+                       ) -> dict[str, torch.Tensor]:
+        """Every attention map of the teacher-forced pass, name -> [B, layers, heads, queries, keys]:
+        "cross" (target over source), and "encoder" / "decoder" self-attention where the family has them."""
+        ...
+
 
 class SourceMemory:
     """A Memory made of tensors laid out [rows, source positions, ...], among them a bool mask

@@ -105,6 +105,13 @@ class Seq2Seq(nn.Module):
 
         return tuple(map(convert, encoded.final))
 
+    def attention_maps(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor
+                       ) -> dict[str, torch.Tensor]:
+        """The attention of the teacher-forced pass over tgt_in [B, T]: cross [B, 1, 1, T, S] (one
+        layer, one head); none without attention."""
+        _, weights = self(src, src_lengths, tgt_in)
+        return {} if weights is None else {"cross": weights[:, None, None]}
+
     def forward(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor,
                 teacher_forcing: float = 1.0, classify_at: Optional[torch.Tensor] = None
                 ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:

@@ -69,8 +69,9 @@ def _every_kth(tokens: list[str], inches: float) -> tuple[list[int], list[str]]:
 
 
 def plot_attention(weights: np.ndarray, source_tokens: list[str], output_tokens: list[str],
-                   path: str | Path, title: str = "") -> None:
-    """Write a PNG heatmap of `weights` [len(output_tokens), len(source_tokens)] to `path`."""
+                   path: str | Path, title: str = "", axes: tuple[str, str] = ("source", "output")) -> None:
+    """Write a PNG heatmap of `weights` [len(output_tokens), len(source_tokens)] to `path`; `axes`
+    names the keys (across) and the queries (down)."""
     weights = np.asarray(weights, dtype=np.float32)
     if weights.shape != (len(output_tokens), len(source_tokens)):
         raise ValueError(f"weights {weights.shape} do not match {len(output_tokens)} x {len(source_tokens)} tokens")
@@ -83,13 +84,37 @@ def plot_attention(weights: np.ndarray, source_tokens: list[str], output_tokens:
         long_labels = any(len(t) > 2 for t in source_tokens)
         ax.set_xticks(*_every_kth(source_tokens, width), rotation=90 if long_labels else 0)
         ax.set_yticks(*_every_kth(output_tokens, height))
-        ax.set_xlabel("source")
-        ax.set_ylabel("output")
+        ax.set_xlabel(axes[0])
+        ax.set_ylabel(axes[1])
         ax.xaxis.set_ticks_position("top")
         ax.xaxis.set_label_position("top")
         if title:  # a long sentence's title is cut to the figure's width
             ax.set_title(textwrap.shorten(title, int(width * 12), placeholder=" ..."), fontsize=9, pad=12)
         fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02)
+        fig.tight_layout()
+        _save(fig, path)
+
+
+def plot_attention_grid(maps: np.ndarray, key_tokens: list[str], query_tokens: list[str], path: str | Path,
+                        title: str = "", axes: tuple[str, str] = ("source", "output")) -> None:
+    """Write a PNG of every layer's and head's map, maps [layers, heads, len(query_tokens),
+    len(key_tokens)]: one row of heatmaps per layer, one column per head."""
+    maps = np.asarray(maps, dtype=np.float32)
+    layers, heads = maps.shape[:2]
+    cell = min(0.6 + 0.2 * max(len(key_tokens), len(query_tokens)), MAX_INCHES / max(layers, heads))
+    with plt.rc_context({"font.family": available_fonts(), "font.size": 7}), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fig, grid = plt.subplots(layers, heads, figsize=(1.0 + cell * heads, 1.0 + cell * layers), dpi=110,
+                                 squeeze=False)
+        for (layer, head), ax in np.ndenumerate(grid):
+            ax.imshow(maps[layer, head], cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
+            ax.set_xticks(*_every_kth(key_tokens, cell) if layer == 0 else ([], []), rotation=90)
+            ax.set_yticks(*_every_kth(query_tokens, cell) if head == 0 else ([], []))
+            ax.xaxis.set_ticks_position("top")
+            ax.set_xlabel(f"layer {layer + 1}, head {head + 1}", fontsize=7)
+        fig.supxlabel(f"{axes[0]} (across) by {axes[1]} (down)", fontsize=8)
+        if title:
+            fig.suptitle(textwrap.shorten(title, int((1.0 + cell * heads) * 12), placeholder=" ..."), fontsize=9)
         fig.tight_layout()
         _save(fig, path)
 

@@ -265,12 +265,19 @@ class Transformer(nn.Module):
 
     def encode(self, src: torch.Tensor, src_lengths: torch.Tensor) -> tuple[TransformerMemory, TransformerState]:
         encoded, mask, _ = self.encode_layers(src, src_lengths)
+        return self.memory(encoded, mask), self.initial_state(src.shape[0], encoded)
+
+    def memory(self, encoded: torch.Tensor, mask: torch.Tensor) -> TransformerMemory:
+        """The mask and each decoder layer's cross-attention keys and values of the encoder's output."""
         cross = [t for layer in self.decoder_layers
                  for t in (layer.cross_attention.key_proj(encoded), layer.cross_attention.value_proj(encoded))]
-        empty = encoded.new_zeros(src.shape[0], 0, self.config.emb_dim)
-        state = TransformerState(torch.zeros(src.shape[0], dtype=torch.long, device=src.device),
-                                 [empty] * (2 * len(self.decoder_layers)))
-        return TransformerMemory(mask, *cross), state
+        return TransformerMemory(mask, *cross)
+
+    def initial_state(self, rows: int, like: torch.Tensor) -> TransformerState:
+        """Nothing decoded yet: steps 0 and empty caches."""
+        empty = like.new_zeros(rows, 0, self.config.emb_dim)
+        return TransformerState(torch.zeros(rows, dtype=torch.long, device=like.device),
+                                [empty] * (2 * len(self.decoder_layers)))
 
     def decode_layers(self, prev_tokens: torch.Tensor, state: TransformerState, memory: TransformerMemory
                       ) -> tuple[torch.Tensor, TransformerState, list[torch.Tensor], list[torch.Tensor]]:
@@ -297,6 +304,16 @@ class Transformer(nn.Module):
         attention weights [B, T, S] that heatmaps show: the last layer's cross-attention, mean over heads."""
         y, new_state, _, cross = self.decode_layers(prev_tokens, state, memory)
         return self.classifier(y), new_state, cross[-1].mean(1)
+
+    def attention_maps(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor
+                       ) -> dict[str, torch.Tensor]:
+        """Every attention map of the teacher-forced pass over tgt_in [B, T], each [B, layers, heads,
+        queries, keys]: cross [.., T, S], encoder self-attention [.., S, S], decoder self-attention [.., T, T]."""
+        encoded, mask, encoder_weights = self.encode_layers(src, src_lengths)
+        _, _, decoder_weights, cross_weights = self.decode_layers(
+            tgt_in, self.initial_state(src.shape[0], encoded), self.memory(encoded, mask))
+        return {"cross": torch.stack(cross_weights, 1), "encoder": torch.stack(encoder_weights, 1),
+                "decoder": torch.stack(decoder_weights, 1)}
 
     def forward(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor,
                 teacher_forcing: float = 1.0, classify_at: Optional[torch.Tensor] = None

@@ -23,7 +23,7 @@ from .modelfile import ModelDescription, read_model, save_model
 from .precision import precision_note, resolve as resolve_precision
 from .search import Hypothesis, Step, beam_search, greedy
 from .tokenize import Tokenizer
-from .vocab import Vocabulary
+from .vocab import SOS_ID, Vocabulary
 
 CHUNK = 64  # batches of sentences read, handed to one search call and yielded at a time
 
@@ -189,6 +189,27 @@ class Translator:
             step = compiled_step(model) if self.compile else None
             self._decoding_copy = (key, model, step)
         return self._decoding_copy[1:]
+
+    @torch.inference_mode()
+    def attention_maps(self, translation: Translation) -> dict[str, np.ndarray]:
+        """Every attention map of the model for one translation, recomputed by one teacher-forced
+        pass over its output, name -> [layers, heads, queries, keys]:
+            cross    [.., len(tokens), len(source_tokens)]: output over source
+            encoder  [.., len(source_tokens), len(source_tokens)]: source over source (Transformer)
+            decoder  [.., len(tokens), len(tokens)]: output over the output so far (Transformer);
+                     row i, which produced tokens[i], read <sos>, tokens[0], .., tokens[i-1]
+        `translation.attention`, the matrix heatmaps show by default, is the last layer's cross
+        attention averaged over its heads (for an RNN model, its one map).
+        """
+        if not translation.tokens or not translation.source_tokens:
+            raise AttnmtError("no attention to show: the sentence or its translation is empty")
+        model, _ = self._decoding()
+        model.eval()
+        src = torch.tensor([self.src_vocab.encode(translation.source_tokens)], device=self.device)
+        output = self.tgt_vocab.encode(translation.tokens)
+        tgt_in = torch.tensor([[SOS_ID] + output[:-1]], device=self.device)    # the inputs that produced `output`
+        maps = model.attention_maps(src, torch.tensor([src.shape[1]]), tgt_in)
+        return {name: weights[0].float().cpu().numpy() for name, weights in maps.items()}
 
     def _translation(self, source_tokens: list[str], hypothesis: Hypothesis) -> Translation:
         tokens = self.tgt_vocab.decode(hypothesis.ids)

@@ -195,3 +195,62 @@ def test_eos_ends_decoding():
         model.classifier.bias[EOS_ID] += 100.0
     hypotheses = greedy(model, torch.tensor([[5, 6]]), torch.tensor([2]), torch.tensor([9]))
     assert hypotheses[0].ids == []
+
+
+# ---------------------------------------------------------------- every attention map
+
+def test_attention_maps_of_a_translation(transformer_dates_model):
+    translator = Translator.load(transformer_dates_model, "cpu")
+    result = translator.translate(["12/24/1999"])[0]
+    maps = translator.attention_maps(result)
+    n_out, n_src = len(result.tokens), len(result.source_tokens)
+    assert maps["cross"].shape == (2, 4, n_out, n_src)
+    assert maps["encoder"].shape == (2, 4, n_src, n_src)
+    assert maps["decoder"].shape == (2, 4, n_out, n_out)
+    for weights in maps.values():
+        assert_close(torch.tensor(weights).sum(-1), torch.ones(weights.shape[:-1]), atol=1e-4, rtol=0)
+    causal = torch.tensor(maps["decoder"])
+    assert (causal.triu(1) == 0).all()                                   # no position reads a later one
+    # The heatmap's default matrix: the last layer's cross-attention, averaged over heads.
+    assert_close(torch.tensor(maps["cross"][-1].mean(0)), torch.tensor(result.attention), atol=1e-4, rtol=0)
+
+
+def test_an_rnn_model_has_one_cross_map(dates_model):
+    translator = Translator.load(dates_model, "cpu")
+    result = translator.translate(["12/24/1999"])[0]
+    maps = translator.attention_maps(result)
+    assert list(maps) == ["cross"] and maps["cross"].shape == (1, 1, *result.attention.shape)
+    assert_close(torch.tensor(maps["cross"][0, 0]), torch.tensor(result.attention), atol=1e-4, rtol=0)
+    with pytest.raises(AttnmtError, match="no attention to show"):
+        translator.attention_maps(translator.translate([""])[0])
+
+
+@pytest.mark.parametrize("flags", [[], ["--attention", "encoder", "--layer", "1", "--head", "2"],
+                                   ["--attention", "decoder", "--grid"], ["--grid"]])
+def test_plot_draws_any_map(transformer_dates_model, tmp_path, flags, capsys):
+    from attnmt import cli
+
+    out = tmp_path / "map.png"
+    assert cli.main(["plot", str(transformer_dates_model), "May 5, 2001", "--out", str(out), *flags]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("flags,refusal", [
+    (["--layer", "3"], "--layer 3: this model's cross attention has layers 1 to 2"),
+    (["--head", "5"], "--head 5: allowed: mean, or a head from 1 to 4"),
+    (["--head", "x"], "--head x: allowed: mean, or a head from 1 to 4")])
+def test_plot_refuses_a_map_the_model_lacks(transformer_dates_model, tmp_path, flags, refusal, capsys):
+    from attnmt import cli
+
+    out = tmp_path / "map.png"
+    assert cli.main(["plot", str(transformer_dates_model), "May 5, 2001", "--out", str(out), *flags]) == 2
+    assert capsys.readouterr().err.strip() == f"attnmt: error: {refusal}"
+    assert not out.exists()
+
+
+def test_plot_of_an_rnn_model_has_no_self_attention(dates_model, tmp_path, capsys):
+    from attnmt import cli
+
+    assert cli.main(["plot", str(dates_model), "May 5, 2001", "--out", str(tmp_path / "x.png"),
+                     "--attention", "encoder"]) == 2
+    assert "--attention encoder: this model has no such attention; it has cross" in capsys.readouterr().err
