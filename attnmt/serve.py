@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Optional
 
+import numpy as np
 import torch
 import uvicorn
 from fastapi import FastAPI, Request
@@ -39,6 +40,8 @@ class TranslateRequest(BaseModel):
     beam: Optional[int] = Field(None, ge=1, description="beam size, 1 = greedy (default: the model's decode.beam_size)")
     n_best: int = Field(1, ge=1, description="translations per sentence, best first; at most `beam`")
     attention: bool = Field(False, description="include the attention weights of each translation")
+    maps: bool = Field(False, description="include every attention map of each sentence's best translation: "
+                                          "cross, and the Transformer's encoder and decoder self-attention")
 
     @model_validator(mode="after")
     def _one_input(self) -> "TranslateRequest":
@@ -57,6 +60,11 @@ class Hypothesis(BaseModel):
 
 class SentenceResult(Hypothesis):
     source_tokens: list[str] = Field(description="the tokens the model read")
+    maps: Optional[dict[str, list[list[list[list[float]]]]]] = Field(
+        None, description="when asked for: name -> [layers][heads][queries][keys] (Translator.attention_maps); "
+                          "cross [..][len(tokens)][len(source_tokens)], encoder [..][len(source_tokens)]"
+                          "[len(source_tokens)], decoder [..][len(tokens)][len(tokens)] over <sos> and the "
+                          "tokens before each")
     nbest: Optional[list[Hypothesis]] = Field(None, description="when n_best > 1: the n_best translations, best first")
 
 
@@ -160,6 +168,17 @@ class Batcher:
         except asyncio.TimeoutError:
             raise ServeError(504, f"the translation took longer than {self.limits.timeout_s:g} s") from None
 
+    async def maps(self, translations: list[Translation]) -> list[dict[str, np.ndarray]]:
+        """Every attention map of each translation (none for an empty one), on the model's thread."""
+        def compute() -> list[dict[str, np.ndarray]]:
+            return [self.translator.attention_maps(t) if t.tokens and t.source_tokens else {} for t in translations]
+
+        future = asyncio.get_running_loop().run_in_executor(self.executor, compute)
+        try:
+            return await asyncio.wait_for(future, self.limits.timeout_s)
+        except asyncio.TimeoutError:
+            raise ServeError(504, f"the attention maps took longer than {self.limits.timeout_s:g} s") from None
+
     def _drain(self, jobs: list[_Job]) -> None:
         while sum(len(job.texts) for job in jobs) < self.limits.max_batch and not self.queue.empty():
             jobs.append(self.queue.get_nowait())
@@ -250,10 +269,13 @@ def _hypothesis(translation: Translation, attention: bool) -> dict[str, Any]:
     return result
 
 
-def _sentence(nbest: list[Translation], attention: bool, n_best: int) -> dict[str, Any]:
+def _sentence(nbest: list[Translation], attention: bool, n_best: int,
+              maps: Optional[dict[str, np.ndarray]] = None) -> dict[str, Any]:
     result = {**_hypothesis(nbest[0], attention), "source_tokens": nbest[0].source_tokens}
     if n_best > 1:
         result["nbest"] = [_hypothesis(h, attention) for h in nbest]
+    if maps is not None:
+        result["maps"] = {name: weights.round(ATTENTION_DECIMALS).tolist() for name, weights in maps.items()}
     return result
 
 
@@ -311,9 +333,11 @@ def create_app(translator: Translator, limits: Optional[ServeConfig] = None) -> 
         beam = request.beam or decode.beam_size
         check(texts, beam, request.n_best)
         nbests = await app.state.batcher.translate(texts, beam, request.n_best)
+        maps = await app.state.batcher.maps([nbest[0] for nbest in nbests]) if request.maps else [None] * len(nbests)
         # Built to match TranslateResponse (the tests check it) and sent as is: validating attention
         # matrices again on the way out costs the event loop more than the model call under load.
-        return JSONResponse({"results": [_sentence(nbest, request.attention, request.n_best) for nbest in nbests],
+        return JSONResponse({"results": [_sentence(nbest, request.attention, request.n_best, sentence_maps)
+                                         for nbest, sentence_maps in zip(nbests, maps)],
                              "beam": beam, "n_best": request.n_best})
 
     @app.get("/health", response_model=Health)

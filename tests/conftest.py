@@ -33,6 +33,15 @@ def no_attention_model(tmp_path_factory) -> Path:
     return train(config_from_dict(tiny_dates_config(out, attention="none")), log=lambda _: None).model_path
 
 
+@pytest.fixture(scope="session")
+def transformer_dates_model(tmp_path_factory) -> Path:
+    """A small Transformer trained on the same dates (2 + 2 layers, d 32, 4 heads)."""
+    values = tiny_dates_config(tmp_path_factory.mktemp("transformer"), arch="transformer", emb_dim=32, heads=4,
+                               ff_dim=64, enc_layers=2, dec_layers=2)
+    values["train"].update(epochs=3, lr=0.003, scheduler="warmup", warmup_steps=40)
+    return train(config_from_dict(values), log=lambda _: None).model_path
+
+
 @pytest.fixture
 def shared_data() -> Path:
     if not SHARED_DATA.is_dir():

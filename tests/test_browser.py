@@ -1,5 +1,6 @@
 """The attention explorer in headless Chromium, against `attnmt serve` on 127.0.0.1 with a tiny model."""
 
+import contextlib
 import os
 import re
 import shutil
@@ -20,10 +21,10 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
 
 
-@pytest.fixture(scope="module")
-def server(dates_model: Path) -> Iterator[str]:
-    """`attnmt serve` on a free port; yields its URL."""
-    process = subprocess.Popen([sys.executable, "-m", "attnmt", "serve", str(dates_model), "--port", "0"],
+@contextlib.contextmanager
+def serving(model: Path) -> Iterator[str]:
+    """`attnmt serve MODEL` on a free port; yields its URL."""
+    process = subprocess.Popen([sys.executable, "-m", "attnmt", "serve", str(model), "--port", "0"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                env={**os.environ, "PYTHONIOENCODING": "utf-8"})
     try:
@@ -37,19 +38,38 @@ def server(dates_model: Path) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def page(server: str):
+def browser():
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1000, "height": 760})
-        errors: list[str] = []
-        page.on("pageerror", lambda err: errors.append(str(err)))
-        page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
-        page.goto(server)
-        yield page
+        yield browser
         browser.close()
-        assert not errors, errors
+
+
+@contextlib.contextmanager
+def browsing(browser, url: str):
+    """A page at `url`; fails if the page logged an error."""
+    page = browser.new_page(viewport={"width": 1000, "height": 760})
+    errors: list[str] = []
+    page.on("pageerror", lambda err: errors.append(str(err)))
+    page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+    page.goto(url)
+    yield page
+    page.close()
+    assert not errors, errors
+
+
+@pytest.fixture(scope="module")
+def server(dates_model: Path) -> Iterator[str]:
+    with serving(dates_model) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def page(browser, server: str):
+    with browsing(browser, server) as page:
+        yield page
 
 
 def translate_on_page(page, text: str) -> None:
@@ -107,3 +127,35 @@ def test_beam_nbest_and_a_non_latin_sentence(page):
     page.screenshot(path=str(shot), full_page=True)
     print(f"screenshot: {shot}")
     assert shot.stat().st_size > 10_000
+
+
+def test_every_map_of_a_transformer(browser, transformer_dates_model):
+    """Cross, encoder and decoder self-attention, by layer and head, as the server computes them."""
+    with serving(transformer_dates_model) as url, browsing(browser, url) as page:
+        page.wait_for_function("!document.querySelector('#map-controls').hidden")
+        assert page.locator("#layer option").count() == 2 and page.locator("#head option").count() == 5
+        text = "May 5, 2001"
+        translate_on_page(page, text)
+        result = httpx.post(url + "translate", json={"text": text, "maps": True}).json()["results"][0]
+        rows, cols = len(result["tokens"]), len(result["source_tokens"])
+        assert page.locator("#heatmap .cell").count() == rows * cols             # cross, last layer, mean
+
+        page.select_option("#map", "encoder")
+        page.select_option("#layer", "1")
+        page.select_option("#head", "2")
+        assert page.locator("#heatmap .cell").count() == cols * cols
+        assert page.locator("#heatmap .tok.out").all_inner_texts() == result["source_tokens"]
+        assert "Layer 1, head 2" in page.inner_text("#axes")
+        weight = result["maps"]["encoder"][0][1][0][cols - 1]
+        assert page.get_attribute(f'#heatmap .cell[data-row="0"][data-col="{cols - 1}"]', "title").endswith(
+            f"{weight:.3f}")
+
+        page.select_option("#map", "decoder")
+        assert page.locator("#heatmap .cell").count() == rows * rows
+        assert page.locator("#heatmap .tok.src").all_inner_texts()[0] == "<sos>"
+        page.hover('#heatmap .tok.out[data-row="2"]')
+        ARTIFACTS.mkdir(exist_ok=True)
+        shot = ARTIFACTS / "explorer_transformer.png"
+        page.screenshot(path=str(shot), full_page=True)
+        print(f"screenshot: {shot}")
+        assert shot.stat().st_size > 10_000

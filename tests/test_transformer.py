@@ -11,16 +11,15 @@ from torch.testing import assert_close
 
 from attnmt import Translator
 from attnmt.batch import collate, pad
-from attnmt.config import Config, DataConfig, ModelConfig, TrainConfig, config_from_dict, validate
+from attnmt.config import Config, DataConfig, ModelConfig, TrainConfig, validate
 from attnmt.errors import AttnmtError
 from attnmt.loss import sequence_loss
 from attnmt.model import build_model
 from attnmt.search import greedy
-from attnmt.train import make_optimizer, train
+from attnmt.train import make_optimizer
 from attnmt.transformer import MultiHeadAttention, Transformer, TransformerState, sinusoids
 from attnmt.vocab import EOS_ID, SOS_ID
 
-from conftest import tiny_dates_config
 from test_model import one_thread, tiny_corpus  # noqa: F401 (one_thread: an autouse fixture)
 
 VOCAB = 12
@@ -144,14 +143,6 @@ def test_overfits_a_tiny_corpus():
     assert [h.ids for h in hypotheses] == [target for _, target in examples]
 
 
-@pytest.fixture(scope="module")
-def transformer_dates_model(tmp_path_factory):
-    values = tiny_dates_config(tmp_path_factory.mktemp("transformer"), arch="transformer", emb_dim=32, heads=4,
-                               ff_dim=64, enc_layers=2, dec_layers=2)
-    values["train"].update(epochs=3, lr=0.003, scheduler="warmup", warmup_steps=40)
-    return train(config_from_dict(values), log=lambda _: None).model_path
-
-
 def test_trains_saves_loads_and_translates(transformer_dates_model):
     translator = Translator.load(transformer_dates_model, "cpu")
     assert translator.model.config.arch == "transformer"
@@ -187,6 +178,14 @@ def test_serving_reports_the_family(transformer_dates_model):
         result = client.post("/translate", json={"text": "May 5, 2001", "attention": True}).json()["results"][0]
         assert len(result["attention"]) == len(result["tokens"])
         assert all(len(row) == len(result["source_tokens"]) for row in result["attention"])
+        assert "maps" not in result
+        body = client.post("/translate", json={"texts": ["May 5, 2001", ""], "maps": True}).json()
+        maps, empty = body["results"][0]["maps"], body["results"][1]["maps"]
+        n_out, n_src = len(body["results"][0]["tokens"]), len(body["results"][0]["source_tokens"])
+        assert torch.tensor(maps["cross"]).shape == (2, 4, n_out, n_src)
+        assert torch.tensor(maps["encoder"]).shape == (2, 4, n_src, n_src)
+        assert torch.tensor(maps["decoder"]).shape == (2, 4, n_out, n_out)
+        assert empty == {}
 
 
 def test_eos_ends_decoding():

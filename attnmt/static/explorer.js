@@ -14,6 +14,14 @@
   let pinned = null;        // a token or cell clicked: its highlight stays until the next click
   let inFlight = null;      // AbortController of the request in flight
   let timer = null;
+  let model = null;         // /model: the family and its sizes
+  const mapSelect = $("map"), layerSelect = $("layer"), headSelect = $("head");
+  // What each map's rows and columns are (Translator.attention_maps).
+  const MAPS = {
+    cross: { rows: "output tokens", cols: "source tokens" },
+    encoder: { rows: "source tokens", cols: "source tokens" },
+    decoder: { rows: "output tokens", cols: "the output before each (<sos> first)" },
+  };
 
   function element(tag, className, text) {
     const node = document.createElement(tag);
@@ -49,9 +57,31 @@
         `vocabularies ${info.src_vocab_size} / ${info.tgt_vocab_size}`;
       beamInput.max = info.limits.max_beam;
       source.maxLength = info.limits.max_chars;
+      model = info;
+      if (info.arch === "transformer") {
+        $("map-controls").hidden = false;
+        fillOptions(headSelect, ["mean", ...Array.from({ length: a.heads }, (_, h) => String(h + 1))], "mean");
+        fillLayers();
+      }
     } catch (err) {
       showError(`cannot reach the server: ${err.message}`);
     }
+  }
+
+  function fillOptions(select, values, chosen) {
+    select.replaceChildren(...values.map((value) => {
+      const option = element("option", "", value === "mean" ? "mean of the heads" : value);
+      option.value = value;
+      return option;
+    }));
+    select.value = chosen;
+  }
+
+  // The encoder's layers for its self-attention, the decoder's for the other two; the last by default.
+  function fillLayers() {
+    const a = model.architecture;
+    const layers = mapSelect.value === "encoder" ? a.enc_layers : a.dec_layers;
+    fillOptions(layerSelect, Array.from({ length: layers }, (_, l) => String(l + 1)), String(layers));
   }
 
   function options() {
@@ -73,7 +103,7 @@
       const response = await fetch("/translate", {
         method: "POST",
         headers: { "Content-Type": "application/json" },
-        body: JSON.stringify({ text, beam, n_best, attention: true }),
+        body: JSON.stringify({ text, beam, n_best, attention: true, maps: Boolean(model && model.arch === "transformer") }),
         signal: inFlight.signal,
       });
       const body = await response.json();
@@ -107,12 +137,35 @@
     select(0);
   }
 
+  let selected = 0;
+
   function select(index) {
+    selected = index;
     const hypothesis = (result.nbest || [result])[index];
     $("translation").textContent = hypothesis.translation;
     for (const item of $("nbest-list").children) item.classList.toggle("selected", item.dataset.index === String(index));
-    draw(result.source_tokens, hypothesis.tokens, hypothesis.attention);
+    // The maps are those of the best translation; the others show their heatmap matrix.
+    if (!result.maps || !result.maps.cross || index !== 0) {
+      $("axes").textContent = "Rows: output tokens. Columns: source tokens.";
+      draw(result.source_tokens, hypothesis.tokens, hypothesis.attention);
+      return;
+    }
+    const which = mapSelect.value;
+    const layer = result.maps[which][Number(layerSelect.value) - 1];           // [heads][rows][cols]
+    const weights = headSelect.value === "mean"
+      ? layer[0].map((row, i) => row.map((_, j) => layer.reduce((sum, head) => sum + head[i][j], 0) / layer.length))
+      : layer[Number(headSelect.value) - 1];
+    const tokens = hypothesis.tokens, sources = result.source_tokens;
+    const rows = which === "encoder" ? sources : tokens;
+    const cols = which === "cross" ? sources : which === "encoder" ? sources : ["<sos>", ...tokens.slice(0, -1)];
+    const head = headSelect.value === "mean" ? "mean of the heads" : `head ${headSelect.value}`;
+    $("axes").textContent = `Rows: ${MAPS[which].rows}. Columns: ${MAPS[which].cols}. Layer ${layerSelect.value}, ${head}.`;
+    draw(cols, rows, weights);
   }
+
+  mapSelect.addEventListener("change", () => { fillLayers(); if (result) select(selected); });
+  layerSelect.addEventListener("change", () => { if (result) select(selected); });
+  headSelect.addEventListener("change", () => { if (result) select(selected); });
 
   function draw(sourceTokens, outputTokens, weights) {
     attention = weights || null;
