@@ -72,6 +72,16 @@ def page(browser, server: str):
         yield page
 
 
+def screenshot(page, name: str) -> None:
+    """The page, an output token hovered, into tests/artifacts/ (for people to look at)."""
+    page.hover('#heatmap .tok.out[data-row="2"]')
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / name
+    page.screenshot(path=str(shot), full_page=True)
+    print(f"screenshot: {shot}")
+    assert shot.stat().st_size > 10_000
+
+
 def translate_on_page(page, text: str) -> None:
     page.fill("#source", text)
     page.press("#source", "Enter")
@@ -121,12 +131,7 @@ def test_beam_nbest_and_a_non_latin_sentence(page):
     translate_on_page(page, sentence)
     sources = page.locator("#heatmap .tok.src").all_inner_texts()
     assert "म" in sources and "م" in sources
-    page.hover('#heatmap .tok.out[data-row="2"]')
-    ARTIFACTS.mkdir(exist_ok=True)
-    shot = ARTIFACTS / "explorer.png"
-    page.screenshot(path=str(shot), full_page=True)
-    print(f"screenshot: {shot}")
-    assert shot.stat().st_size > 10_000
+    screenshot(page, "explorer.png")
 
 
 def test_every_map_of_a_transformer(browser, transformer_dates_model):
@@ -153,9 +158,4 @@ def test_every_map_of_a_transformer(browser, transformer_dates_model):
         page.select_option("#map", "decoder")
         assert page.locator("#heatmap .cell").count() == rows * rows
         assert page.locator("#heatmap .tok.src").all_inner_texts()[0] == "<sos>"
-        page.hover('#heatmap .tok.out[data-row="2"]')
-        ARTIFACTS.mkdir(exist_ok=True)
-        shot = ARTIFACTS / "explorer_transformer.png"
-        page.screenshot(path=str(shot), full_page=True)
-        print(f"screenshot: {shot}")
-        assert shot.stat().st_size > 10_000
+        screenshot(page, "explorer_transformer.png")
