@@ -118,6 +118,9 @@ class VocabConfig:
     min_freq: int = ranged(1, "[1, inf)")
     # Including the four special tokens.
     max_size: int = ranged(50000, "[5, 10000000]")
+    # One vocabulary of both languages' tokens for both sides (with a joint subword model), so
+    # that model.share_embeddings can tie the source and target embeddings.
+    joint: bool = False
 
 
 @dataclass
@@ -134,6 +137,9 @@ class ModelConfig:
     # Share the target embedding matrix with the output layer (Press & Wolf 2017); the RNN
     # decoder's output vector then has emb_dim units.
     tie_embeddings: bool = False
+    # The source embeddings are the target embeddings too (needs vocab.joint); with
+    # tie_embeddings, all three matrices are one.
+    share_embeddings: bool = False
     # Initialize every weight uniformly in [-x, x] (0.1 in Luong et al. 2015 and OpenNMT);
     # 0 keeps the family's default (RNN: PyTorch's per-layer; Transformer: Xavier, N(0, d^-1/2) embeddings).
     init_uniform: float = ranged(0.0, "[0, 10]")
@@ -384,6 +390,8 @@ def validate(config: Config) -> None:
             if "range" in f.metadata:
                 check_range(getattr(values, f.name), f.metadata["range"], f"{section.name}.{f.name}")
     m, d = config.model, config.data
+    if m.share_embeddings and not config.vocab.joint:
+        raise AttnmtError("model.share_embeddings needs vocab.joint: true (one vocabulary for both sides)")
     if m.arch == "rnn":
         enc_out = m.enc_hidden * (2 if m.bidirectional else 1)
         if m.attention == "dot" and enc_out != m.dec_hidden:

@@ -49,6 +49,8 @@ class Seq2Seq(nn.Module):
                                config.input_feeding, config.dropout, config.tie_embeddings)
         self.bridge = (nn.Linear(self.encoder.output_size, config.dec_hidden)
                        if config.bridge == "linear" else None)
+        if config.share_embeddings:
+            self.encoder.embedding.weight = self.decoder.embedding.weight
         if config.init_uniform > 0:
             for parameter in self.parameters():
                 nn.init.uniform_(parameter, -config.init_uniform, config.init_uniform)

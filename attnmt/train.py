@@ -84,8 +84,12 @@ def prepare_data(config: Config, saved: Optional[dict] = None) -> PreparedData:
         src_vocab, tgt_vocab = Vocabulary.from_list(saved["src_vocab"]), Vocabulary.from_list(saved["tgt_vocab"])
     else:
         voc = config.vocab
-        src_vocab = Vocabulary.build((s for s, _ in train), voc.min_freq, voc.max_size)
-        tgt_vocab = Vocabulary.build((t for _, t in train), voc.min_freq, voc.max_size)
+        if voc.joint:  # one vocabulary of both sides' tokens, for both
+            src_vocab = tgt_vocab = Vocabulary.build((side for pair in train for side in pair), voc.min_freq,
+                                                     voc.max_size)
+        else:
+            src_vocab = Vocabulary.build((s for s, _ in train), voc.min_freq, voc.max_size)
+            tgt_vocab = Vocabulary.build((t for _, t in train), voc.min_freq, voc.max_size)
 
     def encoded(pairs: list[tuple[list[str], list[str]]]) -> list[Example]:
         return [(src_vocab.encode(s), tgt_vocab.encode(t)) for s, t in pairs]

@@ -221,6 +221,8 @@ class Transformer(nn.Module):
         self.decoder_norm = nn.LayerNorm(dim) if pre else nn.Identity()
         self.classifier = nn.Linear(dim, tgt_vocab_size)
         self._initialise()
+        if config.share_embeddings:
+            self.src_embedding.weight = self.tgt_embedding.weight
         if config.tie_embeddings:
             self.classifier.weight = self.tgt_embedding.weight
 

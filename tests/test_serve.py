@@ -184,9 +184,9 @@ def test_openapi_describes_the_endpoints(client):
     spec = client.get("/openapi.json").json()
     assert {"/translate", "/health", "/model"} <= set(spec["paths"]) and "/" not in spec["paths"]
     schemas = spec["components"]["schemas"]
-    assert set(schemas["TranslateRequest"]["properties"]) == {"text", "texts", "beam", "n_best", "attention"}
+    assert set(schemas["TranslateRequest"]["properties"]) == {"text", "texts", "beam", "n_best", "attention", "maps"}
     assert set(schemas["SentenceResult"]["properties"]) == {"translation", "tokens", "score", "attention",
-                                                            "source_tokens", "nbest"}
+                                                            "source_tokens", "nbest", "maps"}
     responses = spec["paths"]["/translate"]["post"]["responses"]
     assert {"200", "400", "413", "422", "503", "504"} <= set(responses)
     assert responses["422"]["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorResponse")

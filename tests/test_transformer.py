@@ -253,3 +253,29 @@ def test_plot_of_an_rnn_model_has_no_self_attention(dates_model, tmp_path, capsy
     assert cli.main(["plot", str(dates_model), "May 5, 2001", "--out", str(tmp_path / "x.png"),
                      "--attention", "encoder"]) == 2
     assert "--attention encoder: this model has no such attention; it has cross" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("arch", ["transformer", "rnn"])
+def test_a_joint_vocabulary_ties_all_three_matrices(tmp_path, arch):
+    from attnmt.config import config_from_dict
+    from attnmt.train import train
+
+    from conftest import tiny_dates_config
+
+    values = tiny_dates_config(tmp_path, arch=arch, emb_dim=32, heads=4, ff_dim=64, tie_embeddings=True,
+                               share_embeddings=True)
+    values["data"]["num_pairs"] = 300
+    values["train"]["epochs"] = 1
+    values["vocab"] = {"joint": True}
+    result = train(config_from_dict(values), log=lambda _: None)
+    translator = Translator.load(result.model_path, "cpu")
+    assert translator.src_vocab.itos == translator.tgt_vocab.itos
+    model = translator.model
+    source, target = ((model.src_embedding, model.tgt_embedding) if arch == "transformer"
+                      else (model.encoder.embedding, model.decoder.embedding))
+    classifier = model.classifier if arch == "transformer" else model.decoder.classifier
+    assert source.weight is target.weight is classifier.weight
+    assert translator.translate(["May 5, 2001"])[0].tokens
+    values["vocab"] = {"joint": False}
+    with pytest.raises(AttnmtError, match="model.share_embeddings needs vocab.joint: true"):
+        validate(config_from_dict(values))
