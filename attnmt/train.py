@@ -394,6 +394,7 @@ def _validate(translator: Translator, data: PreparedData, config: Config, device
               "valid_ppl": round(math.exp(min(valid_loss, 50)), 2)}
     pairs = data.valid_pairs
     if pairs:
+        translator.weights_changed()  # the fused Adam step leaves no trace in the weights' version counters
         scores = score_translations(translator, pairs)
         record.update(valid_exact=scores["exact"], valid_bleu=scores["bleu"])
     translator.model.train()

@@ -165,6 +165,11 @@ class Translator:
             results[i] = [self._translation(sources[i], h) for h in hypotheses]
         return results
 
+    def weights_changed(self) -> None:
+        """Say that the model's weights changed in a way their version counters do not show (a fused
+        optimizer's step): the next translation makes its decoding copy (bf16, int8, compiled) anew."""
+        self._decoding_copy = None
+
     def _decoding(self) -> tuple[Model, Optional[Step]]:
         """The model in the decoding precision and, with `compile`, its compiled decoding step
         (fast/compiled.py; None: the searches run the model's own).
@@ -177,8 +182,9 @@ class Translator:
         if not self.config.decode.fast_paths and (precision == "int8" or self.compile):
             raise AttnmtError("int8 and --compile are fast paths: leave them off to decode with the reference "
                               "modules (--reference, decode.fast_paths false)")
-        # Every in-place change of a weight (an optimizer step, load_state_dict) bumps its version
-        # counter, so the copy is made again only when the weights have changed since.
+        # An in-place change of a weight through autograd's ops (load_state_dict, a plain optimizer
+        # step) bumps its version counter, so the copy is made again when the weights have changed;
+        # fused optimizers do not bump it: their users call weights_changed().
         key = (precision, self.compile, tuple(p._version for p in self.model.parameters()))
         if self._decoding_copy is None or self._decoding_copy[0] != key:
             model = self.model

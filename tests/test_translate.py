@@ -183,3 +183,45 @@ def test_stream_checks_its_arguments_at_the_call(dates_model):
     with pytest.raises(TypeError, match="list of sentences"):
         translator.translate_stream(SENTENCES[0])
     assert list(translator.translate_stream(iter([]))) == []
+
+
+def test_a_fused_optimizer_step_is_seen_after_weights_changed(dates_model):
+    """Fused Adam updates weights without bumping their version counters: a bfloat16 decoding copy
+    made before would stay stale. weights_changed() makes it anew (training calls it before each
+    validation)."""
+    texts = ["March 3, 2021", "12/24/1999", "5 May 1987", "Oct 1, 2000"]
+    translator = Translator.load(dates_model, "cpu", "bf16")
+    before = [t.text for t in translator.translate(texts)]
+    optimizer = torch.optim.Adam(translator.model.parameters(), lr=0.5, fused=True)
+    for p in translator.model.parameters():
+        p.grad = torch.randn_like(p)
+    optimizer.step()
+    assert [t.text for t in translator.translate(texts)] == before      # stale: what torch gives us
+    translator.weights_changed()
+    after = [t.text for t in translator.translate(texts)]
+    fresh = Translator(translator.model, translator.config, translator.src_tokenizer, translator.tgt_tokenizer,
+                       translator.src_vocab, translator.tgt_vocab)
+    assert after == [t.text for t in fresh.translate(texts)] != before
+
+
+def test_validation_scores_the_weights_of_that_epoch(tmp_path):
+    """With a bf16 decoding copy, each epoch's valid_bleu is that of the epoch's own weights."""
+    from attnmt.config import config_from_dict
+    from attnmt.evaluate import score_translations
+    from attnmt.train import prepare_data, train
+
+    from conftest import tiny_dates_config
+
+    values = tiny_dates_config(tmp_path)
+    values["data"]["num_pairs"] = 600
+    values["train"].update(epochs=3, average_last=3)          # keeps each epoch's weights in a file
+    values["decode"] = {"precision": "bf16"}
+    lines: list[str] = []
+    train(config_from_dict(values), log=lines.append)
+    logged = [float(line.split("valid_bleu ")[1].split()[0]) for line in lines if line.startswith("epoch ")
+              and "valid_bleu" in line]
+    config = config_from_dict(values)
+    pairs = prepare_data(config).valid_pairs
+    rescored = [score_translations(Translator.load(tmp_path / f"epoch{e}.safetensors", "cpu"), pairs)["bleu"]
+                for e in (1, 2, 3)]
+    assert logged == pytest.approx(rescored, abs=0.01)
