@@ -181,12 +181,11 @@ class TransformerState:
         for mine, theirs in zip(self.caches, source.caches):
             mine.narrow(1, 0, theirs.shape[1]).index_copy_(0, index, theirs)
 
-    def layer_caches(self, new_positions: int) -> list[LayerCache]:
-        """Each layer's cache, grown to hold `new_positions` more positions past every row's steps."""
-        positions = self.steps.unsqueeze(1) + torch.arange(new_positions, device=self.steps.device)  # [B, T]
-        capacity = int(positions.max()) + 1 if positions.numel() else 0
+    def layer_caches(self, positions: torch.Tensor) -> list[LayerCache]:
+        """Each layer's cache, grown to hold the new `positions` [B, T] of every row."""
+        capacity = int(positions.max()) + 1
         caches = self.caches
-        if caches and 0 < caches[0].shape[1] < capacity:                   # grow, doubling: few copies
+        if 0 < caches[0].shape[1] < capacity:                               # grow, doubling: few copies
             grown = max(capacity, 2 * caches[0].shape[1])
             caches = [F.pad(c, (0, 0, 0, grown - c.shape[1])) for c in caches]
         return [LayerCache(caches[2 * i], caches[2 * i + 1], positions) for i in range(len(caches) // 2)]
@@ -285,14 +284,15 @@ class Transformer(nn.Module):
                       ) -> tuple[torch.Tensor, TransformerState, list[torch.Tensor], list[torch.Tensor]]:
         """The decoder's output [B, T, D] for the T new positions, the new state, and each layer's
         self- and cross-attention weights ([B, h, T, C] and [B, h, T, S])."""
-        caches = state.layer_caches(prev_tokens.shape[1])
-        positions = caches[0].positions if caches else state.steps.unsqueeze(1)     # [B, T]
+        positions = state.steps.unsqueeze(1) + torch.arange(prev_tokens.shape[1], device=prev_tokens.device)  # [B, T]
+        caches = state.layer_caches(positions)
         y = self.embed(self.tgt_embedding, prev_tokens, positions)
         source_allowed = memory.mask.unsqueeze(1)                                   # [B, 1, S]
+        # Every layer's cache has the same capacity C (T when it starts empty): one mask for all.
+        capacity = caches[0].keys.shape[1] or positions.shape[1]
+        causal = torch.arange(capacity, device=y.device) <= positions.unsqueeze(-1)  # [B, T, C]
         self_weights, cross_weights = [], []
         for i, (layer, cache) in enumerate(zip(self.decoder_layers, caches)):
-            capacity = max(cache.keys.shape[1], positions.shape[1])
-            causal = torch.arange(capacity, device=y.device) <= positions.unsqueeze(-1)  # [B, T, C]
             y, s, c = layer(y, cache, causal, *memory.cross(i), source_allowed)
             self_weights.append(s)
             cross_weights.append(c)
