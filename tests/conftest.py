@@ -3,7 +3,12 @@ from pathlib import Path
 import pytest
 
 from attnmt.config import config_from_dict
+from attnmt.fast.int8 import int8_products_exact
 from attnmt.train import train
+
+# int8 decoding refuses to run where torch._int_mm is not exact (oneDNN without VNNI kernels).
+needs_exact_int8 = pytest.mark.skipif(not int8_products_exact(), reason="this CPU's oneDNN int8 products are not "
+                                      "exact (no VNNI kernels, e.g. under ONEDNN_MAX_CPU_ISA=AVX2)")
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 

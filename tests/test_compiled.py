@@ -13,7 +13,7 @@ from attnmt.config import config_from_dict
 from attnmt.files import cache_dir
 from attnmt.model import Seq2Seq
 from attnmt.fast.int8 import int8_decoding_copy
-from conftest import tiny_dates_config
+from conftest import needs_exact_int8, tiny_dates_config
 
 needs_compiler = pytest.mark.skipif(shutil.which(os.environ.get("CXX", "g++")) is None,
                                     reason="no C++ compiler to compile the step with (.ci/run installs g++)")
@@ -70,6 +70,7 @@ def test_compiled_step_computes_what_the_decoder_step_computes(kind, tmp_path):
 
 
 @needs_compiler
+@needs_exact_int8
 def test_compiled_int8_step_agrees_within_bfloat16_rounding(tmp_path):
     # The compiled program keeps elementwise chains in float32 where eager rounds each op to bfloat16.
     model = int8_decoding_copy(tiny_model(tmp_path, attention="bahdanau", decoder="luong", input_feeding=True))
@@ -93,6 +94,7 @@ def test_translator_with_compile_translates_as_without_and_reuses_the_program(da
     assert not [p for p in folder.iterdir() if p.name.startswith(".")]  # no temporary file left
 
 
+@needs_exact_int8
 def test_program_key_follows_the_weights_and_the_precision(tmp_path):
     model = tiny_model(tmp_path, attention="bahdanau", decoder="luong", input_feeding=True)
     key = _program_key(model)

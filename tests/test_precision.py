@@ -14,11 +14,13 @@ import torch
 from attnmt import precision
 from attnmt.batch import collate
 from attnmt.config import config_from_dict
+from attnmt.errors import AttnmtError
+from attnmt.fast import int8 as int8_module
+from attnmt.fast.int8 import Int8Linear, Int8RNN, int8_decoding_copy, int8_products_exact
 from attnmt.model import Seq2Seq
-from attnmt.fast.int8 import Int8Linear, Int8RNN, int8_decoding_copy
 from attnmt.train import make_optimizer, train, train_step
 from attnmt.translate import Translator
-from conftest import tiny_dates_config
+from conftest import needs_exact_int8, tiny_dates_config
 
 MODELS = [
     {"attention": "bahdanau", "decoder": "bahdanau"},
@@ -57,7 +59,7 @@ def test_bf16_training_step_gives_the_fp32_loss_and_update(model, tmp_path):
     assert agreement > 0.9
 
 
-@pytest.mark.parametrize("precision", ["bf16", "int8"])
+@pytest.mark.parametrize("precision", ["bf16", pytest.param("int8", marks=needs_exact_int8)])
 @pytest.mark.parametrize("beam", [1, 3])
 def test_fast_decoding_translates_like_fp32(dates_model, precision, beam):
     translator = Translator.load(dates_model, "cpu")  # int8 runs on CPUs only
@@ -76,6 +78,13 @@ def test_fast_decoding_translates_like_fp32(dates_model, precision, beam):
             assert abs(b.attention - a.attention).max() < 0.05
 
 
+def test_int8_is_refused_in_one_line_where_int8_products_are_not_exact(dates_model, monkeypatch):
+    monkeypatch.setattr(int8_module, "int8_products_exact", lambda: False)
+    with pytest.raises(AttnmtError, match="int8 matrix products .* are not exact here; use bf16 or fp32"):
+        Translator.load(dates_model, "cpu", "int8").translate(["May 5, 2001"])
+
+
+@needs_exact_int8
 def test_int8_linear_is_exact_on_int8_values_and_close_on_others():
     torch.manual_seed(0)
     linear = torch.nn.Linear(24, 10)
@@ -94,6 +103,7 @@ def test_int8_linear_is_exact_on_int8_values_and_close_on_others():
         assert (int8(x) - reference).norm() / reference.norm() < 0.02
 
 
+@needs_exact_int8
 @pytest.mark.parametrize("rnn", [torch.nn.GRU, torch.nn.LSTM])
 def test_int8_rnn_follows_the_float_rnn(rnn):
     torch.manual_seed(0)
@@ -118,6 +128,7 @@ def test_int8_rnn_follows_the_float_rnn(rnn):
     assert all(torch.equal(a, b) for a, b in zip(*(s if isinstance(s, tuple) else (s,) for s in (state, final))))
 
 
+@needs_exact_int8
 @pytest.mark.parametrize("model", MODELS + [{"attention": "bahdanau", "decoder": "luong", "tie_embeddings": True}])
 def test_int8_decoding_copy_runs_every_product_of_a_step_in_int8(model):
     torch.manual_seed(0)
@@ -160,7 +171,11 @@ def test_decoding_copy_is_reused_until_the_weights_or_the_precision_change(dates
     assert second is not first
     assert torch.equal(next(second.parameters()), next(translator.model.parameters()).to(torch.bfloat16))
     translator.config.decode.precision = "int8"
-    assert isinstance(translator._decoding()[0].decoder.classifier, Int8Linear)
+    if int8_products_exact():
+        assert isinstance(translator._decoding()[0].decoder.classifier, Int8Linear)
+    else:
+        with pytest.raises(AttnmtError, match="int8 matrix products .* are not exact here; use bf16 or fp32"):
+            translator._decoding()
 
 
 def test_precision_flag_of_translate(dates_model):
@@ -170,8 +185,12 @@ def test_precision_flag_of_translate(dates_model):
     fp32 = attnmt("translate", str(dates_model), stdin=lines)
     bf16 = attnmt("translate", str(dates_model), "--precision", "bf16", stdin=lines)
     int8 = attnmt("translate", str(dates_model), "--precision", "int8", stdin=lines)
-    assert fp32.returncode == bf16.returncode == int8.returncode == 0, bf16.stderr + int8.stderr
-    assert len(bf16.stdout.splitlines()) == len(int8.stdout.splitlines()) == 2
+    assert fp32.returncode == bf16.returncode == 0, bf16.stderr
+    assert len(bf16.stdout.splitlines()) == 2
+    if int8_products_exact():
+        assert int8.returncode == 0 and len(int8.stdout.splitlines()) == 2, int8.stderr
+    else:  # refused in one line
+        assert int8.returncode == 2 and int8.stderr.strip().endswith("are not exact here; use bf16 or fp32")
     with pytest.raises(Exception, match="choose fp32, bf16, int8"):
         Translator.load(dates_model, precision="fp16")
 

@@ -10,6 +10,7 @@ attention's own arithmetic stay bfloat16.
 from __future__ import annotations
 
 import copy
+import functools
 from typing import Optional, Union
 
 import torch
@@ -109,6 +110,17 @@ def int8_layer(layer: nn.Module, out_dtype: torch.dtype) -> nn.Module:
     raise TypeError(f"no int8 replacement for {type(layer).__name__}")
 
 
+@functools.lru_cache(maxsize=1)
+def int8_products_exact() -> bool:
+    """Whether torch._int_mm gives the exact int32 product on this CPU. oneDNN's int8 kernels
+    without VNNI (seen with ONEDNN_MAX_CPU_ISA=AVX2 on an AVX-512 CPU) sum pairs in saturating
+    int16 and return wrong products for large values."""
+    generator = torch.Generator().manual_seed(0)
+    a = torch.randint(-INT8_MAX, INT8_MAX + 1, (32, 256), dtype=torch.int8, generator=generator)
+    b = torch.randint(-INT8_MAX, INT8_MAX + 1, (256, 32), dtype=torch.int8, generator=generator)
+    return torch.equal(torch._int_mm(a, b), a.int() @ b.int())
+
+
 def int8_decoding_copy(model: Model) -> Model:
     """A bfloat16 copy of `model` for decoding on a CPU, the products of each decoding step in int8
     (module docstring): the layers model.int8_layers() names, quantized from their float32 weights."""
@@ -119,6 +131,9 @@ def int8_decoding_copy(model: Model) -> Model:
     if not layers:
         raise AttnmtError(f"decode precision int8 does not support model.arch {model.config.arch} yet; "
                           f"use bf16 or fp32")
+    if not int8_products_exact():
+        raise AttnmtError("decode precision int8: this CPU's int8 matrix products (oneDNN without VNNI "
+                          "kernels) are not exact here; use bf16 or fp32")
     copies: dict[int, nn.Module] = {}                       # deepcopy's memo: id(original) -> its copy
     decoding = copy.deepcopy(model, copies).to(torch.bfloat16).eval()
     replacements = {id(copies[id(layer)]): int8_layer(layer, out_dtype) for layer, out_dtype in layers}
