@@ -234,10 +234,7 @@ def _plot(args: argparse.Namespace) -> None:
 
 
 def _serve(args: argparse.Namespace) -> None:
-    try:
-        from .serve import serve
-    except ModuleNotFoundError as err:
-        raise AttnmtError(f"attnmt serve needs {err.name}: pip install 'attnmt[serve]'") from None
+    from .serve import serve  # imported here: FastAPI and uvicorn take a while to import
     limits = ServeConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(ServeConfig)})
     serve(_load_translator(args, args.model), args.host, args.port, limits, log=lambda line: print(line, flush=True),
           name=args.model)

@@ -95,7 +95,8 @@ def read_parallel(src_path: str | Path, tgt_path: str | Path) -> list[Pair]:
     tgt = list(read_lines(tgt_path))
     if len(src) != len(tgt):
         raise AttnmtError(
-            f"{src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}; parallel files must have one line per sentence on both sides"
+            f"{src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}; "
+            "parallel files must have one line per sentence on both sides"
         )
     if not src:
         raise AttnmtError(f"{src_path}: no lines in file")

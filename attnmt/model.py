@@ -12,8 +12,8 @@ from .config import ModelConfig
 from .decoder import Decoder, DecoderState, Memory
 from .encoder import Encoder, EncoderOutput, RNNState
 from .errors import AttnmtError
-from .fast import use_fast_paths
 from .family import Model
+from .fast import use_fast_paths
 from .transformer import Transformer
 from .vocab import PAD_ID
 

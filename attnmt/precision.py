@@ -14,7 +14,6 @@ from typing import Optional
 import torch
 from torch import nn
 
-
 # oneDNN's instruction set caps (ONEDNN_MAX_CPU_ISA) below AVX512_CORE_BF16: under them oneDNN
 # multiplies bf16 without the native instructions, whatever the CPU has.
 ISAS_WITHOUT_BF16 = {"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI"}

@@ -13,7 +13,8 @@ import sentencepiece
 from .errors import AttnmtError
 
 # Spaces that str.split() may or may not treat as such, all made plain spaces.
-_SPACES = dict.fromkeys(map(ord, "\u00a0\u202f\u2007\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2008\u2009\u200a\u3000\t\r\n\x0b\x0c"), " ")
+_SPACES = dict.fromkeys(map(ord, "\u00a0\u202f\u2007\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2008\u2009\u200a"
+                                 "\u3000\t\r\n\x0b\x0c"), " ")
 # Invisible characters that only split or join words by accident: zero-width space, soft hyphen,
 # word joiner, BOM. ZWJ/ZWNJ (U+200D, U+200C) are kept: Devanagari and Persian spell with them.
 _DROP = dict.fromkeys(map(ord, "\u200b\u00ad\u2060\ufeff"), None)

@@ -20,7 +20,8 @@ from .fast.compiled import compiled_step
 from .fast.int8 import int8_decoding_copy
 from .model import build_model, resolve_device
 from .modelfile import ModelDescription, read_model, save_model
-from .precision import precision_note, resolve as resolve_precision
+from .precision import precision_note
+from .precision import resolve as resolve_precision
 from .search import Hypothesis, Step, beam_search, greedy
 from .tokenize import Tokenizer
 from .vocab import SOS_ID, Vocabulary

@@ -22,6 +22,7 @@ import torch
 
 from attnmt.data import read_lines
 from attnmt.translate import Translator
+
 from speed import tokens_bleu
 
 

@@ -35,8 +35,8 @@ import torch
 from attnmt.batch import collate
 from attnmt.config import Config, load_config
 from attnmt.data import find_split_file, read_lines
-from attnmt.model import Seq2Seq, build_model
 from attnmt.fast.process import set_up_training_process
+from attnmt.model import Seq2Seq, build_model
 from attnmt.train import epoch_batches, make_optimizer, prepare_data, train_step
 from attnmt.translate import Translator
 from attnmt.vocab import PAD_ID
@@ -58,7 +58,8 @@ def prepare_tokens(data_dir: Path, out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, prefix in SPLITS.items():
         for lang in ("de", "en"):
-            lines = [" ".join(TOKEN.findall(line.strip().lower())) for line in read_lines(find_split_file(data_dir, prefix, lang))]
+            source = read_lines(find_split_file(data_dir, prefix, lang))
+            lines = [" ".join(TOKEN.findall(line.strip().lower())) for line in source]
             (out_dir / f"{name}.{lang}").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
 
 

@@ -5,7 +5,6 @@ import gzip
 import os
 from pathlib import Path
 
-
 from attnmt import cli, files
 
 TSV_OK = "".join(f"Sentence {i}.\tSatz {i}.\n" for i in range(40))

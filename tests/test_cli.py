@@ -221,8 +221,9 @@ def test_translate_refuses_a_giant_line(dates_model, tmp_path, monkeypatch, caps
 
 
 def test_translate_failing_midway_keeps_the_existing_output(dates_model, tmp_path, monkeypatch, capsys):
-    from attnmt import translate
     from test_bad_input import run_cli
+
+    from attnmt import translate
 
     src, out = tmp_path / "in.txt", tmp_path / "out.txt"
     src.write_bytes(b"March 3, 2021\n12/25/2031\n3. Oktober 1990\nGr\xfc\xdfe\n")

@@ -6,14 +6,14 @@ import shutil
 import numpy as np
 import pytest
 import torch
+from conftest import needs_exact_int8, tiny_dates_config
 
 from attnmt import AttnmtError, Translator, cli
-from attnmt.fast.compiled import _program_key, compiled_step
 from attnmt.config import config_from_dict
+from attnmt.fast.compiled import _program_key, compiled_step
+from attnmt.fast.int8 import int8_decoding_copy
 from attnmt.files import cache_dir
 from attnmt.model import Seq2Seq
-from attnmt.fast.int8 import int8_decoding_copy
-from conftest import needs_exact_int8, tiny_dates_config
 
 needs_compiler = pytest.mark.skipif(shutil.which(os.environ.get("CXX", "g++")) is None,
                                     reason="no C++ compiler to compile the step with (.ci/run installs g++)")

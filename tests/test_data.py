@@ -11,8 +11,17 @@ from pathlib import Path
 import pytest
 
 from attnmt.config import DataConfig
-from attnmt.data import (MAX_LINE_BYTES, Corpus, decode_lines, find_split_file, load_corpus, read_lines, read_parallel,
-                         read_tsv, split_pairs)
+from attnmt.data import (
+    MAX_LINE_BYTES,
+    Corpus,
+    decode_lines,
+    find_split_file,
+    load_corpus,
+    read_lines,
+    read_parallel,
+    read_tsv,
+    split_pairs,
+)
 from attnmt.dates import generate_dates
 from attnmt.errors import AttnmtError
 

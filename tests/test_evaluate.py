@@ -4,13 +4,13 @@ from pathlib import Path
 
 import pytest
 import sacrebleu
+from conftest import tiny_dates_config
+from test_cli import assert_one_line_error, attnmt
 
 from attnmt.config import config_from_dict
 from attnmt.data import load_corpus, load_split
 from attnmt.evaluate import bleu_by_length, bucket_labels, exact_match_any
 from attnmt.plot import missing_glyphs
-from conftest import tiny_dates_config
-from test_cli import assert_one_line_error, attnmt
 
 
 def test_bucket_labels():

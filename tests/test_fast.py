@@ -7,6 +7,9 @@ from dataclasses import replace
 
 import pytest
 import torch
+from conftest import tiny_dates_config
+from test_model import VOCAB, count_rnn_calls, make_config, make_model, one_thread  # noqa: F401 (autouse fixture)
+from test_search import random_batch
 from torch import nn
 from torch.testing import assert_close
 
@@ -27,10 +30,6 @@ from attnmt.precision import autocast
 from attnmt.search import beam_search, greedy
 from attnmt.train import train
 from attnmt.vocab import EOS_ID
-
-from conftest import tiny_dates_config
-from test_model import VOCAB, count_rnn_calls, make_config, make_model, one_thread  # noqa: F401 (autouse fixture)
-from test_search import random_batch
 
 
 def fast_classes(model: nn.Module) -> set[str]:

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 import torch
+from conftest import needs_exact_int8, tiny_dates_config
 
 from attnmt import precision
 from attnmt.batch import collate
@@ -20,7 +21,6 @@ from attnmt.fast.int8 import Int8Linear, Int8RNN, int8_decoding_copy, int8_produ
 from attnmt.model import Seq2Seq
 from attnmt.train import make_optimizer, train, train_step
 from attnmt.translate import Translator
-from conftest import needs_exact_int8, tiny_dates_config
 
 MODELS = [
     {"attention": "bahdanau", "decoder": "bahdanau"},
@@ -45,12 +45,12 @@ def test_bf16_training_step_gives_the_fp32_loss_and_update(model, tmp_path):
     bf16 = copy.deepcopy(fp32)
     batch = random_batch(40, 30)
     losses, updates = {}, {}
-    for precision, model_ in (("fp32", fp32), ("bf16", bf16)):
+    for kind, model_ in (("fp32", fp32), ("bf16", bf16)):
         torch.manual_seed(1)  # the same dropout masks
-        optimizer = make_optimizer(model_, configs[precision].train)
+        optimizer = make_optimizer(model_, configs[kind].train)
         before = {n: p.detach().clone() for n, p in model_.named_parameters()}
-        losses[precision] = train_step(model_, optimizer, batch, configs[precision], step=1)
-        updates[precision] = torch.cat([(p.detach() - before[n]).flatten() for n, p in model_.named_parameters()])
+        losses[kind] = train_step(model_, optimizer, batch, configs[kind], step=1)
+        updates[kind] = torch.cat([(p.detach() - before[n]).flatten() for n, p in model_.named_parameters()])
         assert all(p.dtype == torch.float32 for p in model_.parameters())  # weights stay fp32
     assert not torch.equal(updates["bf16"], updates["fp32"])  # bf16 really ran
     assert losses["bf16"] == pytest.approx(losses["fp32"], rel=2e-2)

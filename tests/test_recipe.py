@@ -4,14 +4,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import tiny_dates_config
 
 import attnmt.train as train_module
 from attnmt import Translator
 from attnmt.config import config_from_dict
 from attnmt.modelfile import load_file
 from attnmt.train import train
-
-from conftest import tiny_dates_config
 
 
 def progress_of(out_dir) -> dict:

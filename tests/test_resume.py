@@ -11,13 +11,12 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from conftest import tiny_dates_config
 
 from attnmt import AttnmtError
 from attnmt.config import config_from_dict
 from attnmt.modelfile import load_file
 from attnmt.train import train
-
-from conftest import tiny_dates_config
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -12,7 +12,6 @@ from attnmt.model import build_model
 from attnmt.search import beam_search, greedy, length_penalty
 from attnmt.vocab import EOS_ID, SOS_ID
 
-
 TRANSFORMER = {"arch": "transformer", "enc_layers": 2, "dec_layers": 2, "heads": 2, "ff_dim": 32}
 FAMILIES = [{}, TRANSFORMER]
 

@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from test_model import one_thread, tiny_corpus  # noqa: F401 (one_thread: an autouse fixture)
 from torch.testing import assert_close
 
 from attnmt import Translator
@@ -19,8 +20,6 @@ from attnmt.search import greedy
 from attnmt.train import make_optimizer
 from attnmt.transformer import MultiHeadAttention, Transformer, TransformerState, sinusoids
 from attnmt.vocab import EOS_ID, SOS_ID
-
-from test_model import one_thread, tiny_corpus  # noqa: F401 (one_thread: an autouse fixture)
 
 VOCAB = 12
 
@@ -257,10 +256,10 @@ def test_plot_of_an_rnn_model_has_no_self_attention(dates_model, tmp_path, capsy
 
 @pytest.mark.parametrize("arch", ["transformer", "rnn"])
 def test_a_joint_vocabulary_ties_all_three_matrices(tmp_path, arch):
+    from conftest import tiny_dates_config
+
     from attnmt.config import config_from_dict
     from attnmt.train import train
-
-    from conftest import tiny_dates_config
 
     values = tiny_dates_config(tmp_path, arch=arch, emb_dim=32, heads=4, ff_dim=64, tie_embeddings=True,
                                share_embeddings=True)

@@ -206,11 +206,11 @@ def test_a_fused_optimizer_step_is_seen_after_weights_changed(dates_model):
 
 def test_validation_scores_the_weights_of_that_epoch(tmp_path):
     """With a bf16 decoding copy, each epoch's valid_bleu is that of the epoch's own weights."""
+    from conftest import tiny_dates_config
+
     from attnmt.config import config_from_dict
     from attnmt.evaluate import score_translations
     from attnmt.train import prepare_data, train
-
-    from conftest import tiny_dates_config
 
     values = tiny_dates_config(tmp_path)
     values["data"]["num_pairs"] = 600
