@@ -82,9 +82,11 @@ MAX_SEED = 2**32 - 1
 class DataConfig:
     """Where the sentence pairs come from and how they are split."""
 
+    # tsv: a manythings/Tatoeba file; parallel: line-aligned files; dates: the built-in demo corpus.
     format: Literal["tsv", "parallel", "dates"] = "tsv"
     # tsv: the manythings file; parallel: the directory holding <prefix>.<lang>[.gz] files.
     path: str = ""
+    # Language codes: the file suffixes of the parallel format; in a tsv file, English is column 1.
     src_lang: str = "de"
     tgt_lang: str = "en"
     # parallel format: file prefixes of the three splits (Multi30k names by default).
@@ -100,6 +102,7 @@ class DataConfig:
     num_pairs: int = ranged(0, "[0, 10000000]")
     # Training pairs with more tokens than this on either side are left out.
     max_len: int = ranged(100, "[1, 100000]")
+    # Seed of the split into train, valid and test (tsv, dates) and of the generated dates.
     seed: int = ranged(1, f"[0, {MAX_SEED}]")
 
 
@@ -107,6 +110,7 @@ class DataConfig:
 class TokenizerConfig:
     # word, char, or sentencepiece subwords (bpe, unigram) trained on the training data.
     level: Literal["word", "char", "bpe", "unigram"] = "word"
+    # Lowercase both sides before tokenizing.
     lowercase: bool = False
     # Subwords only: pieces to learn, and one model for both languages (joint) or one each.
     vocab_size: int = ranged(8000, "[8, 1000000]")
@@ -115,8 +119,9 @@ class TokenizerConfig:
 
 @dataclass
 class VocabConfig:
+    # Tokens seen fewer times in the training data become <unk>.
     min_freq: int = ranged(1, "[1, inf)")
-    # Including the four special tokens.
+    # The largest vocabulary, the four special tokens included (the most frequent tokens are kept).
     max_size: int = ranged(50000, "[5, 10000000]")
     # One vocabulary of both languages' tokens for both sides (with a joint subword model), so
     # that model.share_embeddings can tie the source and target embeddings.
@@ -143,16 +148,24 @@ class ModelConfig:
     # Initialize every weight uniformly in [-x, x] (0.1 in Luong et al. 2015 and OpenNMT);
     # 0 keeps the family's default (RNN: PyTorch's per-layer; Transformer: Xavier, N(0, d^-1/2) embeddings).
     init_uniform: float = ranged(0.0, "[0, 10]")
-    # rnn only:
+    # rnn only: the cell of encoder and decoder.
     rnn: Literal["gru", "lstm"] = "gru"
+    # rnn: the encoder's state width per direction (its outputs are enc_hidden x directions wide).
     enc_hidden: int = ranged(256, "[1, 65536]")
     bidirectional: bool = True
+    # rnn: the decoder's state width.
     dec_hidden: int = ranged(512, "[1, 65536]")
+    # rnn: the score of decoder state s and encoder output h: bahdanau v^T tanh(W_q s + W_k h);
+    # concat v^T tanh(W[s; h] + b); dot s^T h; general s^T W h; none, plain seq2seq.
     attention: Literal["bahdanau", "dot", "general", "concat", "none"] = "bahdanau"
+    # rnn: the width of the additive (bahdanau, concat) score's hidden layer.
     attn_dim: int = ranged(256, "[1, 65536]")
-    # bahdanau: attend with the previous state, then run the RNN; luong: RNN first, then attend.
+    # rnn: bahdanau attends with the previous state, then runs the RNN; luong runs the RNN first,
+    # then attends.
     decoder: Literal["bahdanau", "luong"] = "bahdanau"
+    # rnn, luong order: feed the previous attentional vector into the RNN with the embedding.
     input_feeding: bool = False
+    # rnn: the decoder's first state from the encoder's last: tanh(W h), h as is, or zeros.
     bridge: Literal["linear", "copy", "zero"] = "linear"
     # transformer only: attention heads (emb_dim must divide by them), the feed-forward width,
     # its activation, dropout on attention weights and inside the feed-forward block, where the
@@ -171,15 +184,22 @@ class ModelConfig:
 
 @dataclass
 class TrainConfig:
+    # Where model.safetensors and checkpoint.safetensors are written.
     out_dir: str = "runs/model"
+    # Passes over the training data at most.
     epochs: int = ranged(10, "[1, 1000000]")
     # Stop at the end of the epoch in which this many minutes have passed (0 = no limit).
     max_minutes: float = ranged(0.0, "[0, inf)")
+    # A batch holds batch_size sentences, or sentences of about batch_size target tokens in all.
     batch_size: int = ranged(64, "[1, 10000000]")
     batch_type: Literal["sentences", "tokens"] = "sentences"
+    # Adam's learning rate (the peak, with the warmup scheduler).
     lr: float = ranged(1e-3, "(0, 10]")
+    # The gradients' norm is clipped to this.
     clip: float = ranged(1.0, "(0, inf)")
+    # rnn: the chance that a step is fed the gold previous token rather than the model's own.
     teacher_forcing: float = ranged(1.0, "[0, 1]")
+    # The share of the target probability spread over the whole vocabulary.
     label_smoothing: float = ranged(0.0, "[0, 1)")
     # Learning rate: constant; halved (plateau_factor) when validation stops improving for
     # plateau_patience epochs; or linear warmup over warmup_steps, then inverse square root decay.
@@ -187,6 +207,7 @@ class TrainConfig:
     plateau_factor: float = ranged(0.5, "(0, 1)")
     plateau_patience: int = ranged(1, "[1, inf)")
     warmup_steps: int = ranged(1000, "[1, inf)")
+    # Neither scheduler takes the learning rate below this.
     min_lr: float = ranged(1e-5, "[0, 10]")
     # Which validation figure picks the best model and drives plateau and early stopping.
     select_by: Literal["loss", "bleu"] = "loss"
@@ -194,7 +215,9 @@ class TrainConfig:
     patience: int = ranged(0, "[0, inf)")
     # At the end, average the weights of the last N epochs and keep the average if it validates better.
     average_last: int = ranged(0, "[0, 1000]")
+    # The same seed, config and data give the same weights on a CPU.
     seed: int = ranged(1, f"[0, {MAX_SEED}]")
+    # auto (a GPU when there is one), cpu, cuda, cuda:1, ...
     device: str = "auto"
     # fp32; bf16 mixed precision (matrix products in bfloat16; weights and loss in fp32), fast on
     # CPUs with AVX512-BF16 or AMX and on recent GPUs, slower than fp32 elsewhere; or auto, which
@@ -220,6 +243,7 @@ class DecodeConfig:
     # Outputs stop after max_len_ratio x source tokens + max_len_extra tokens at the latest.
     max_len_ratio: float = ranged(2.0, "[0, 1000]")
     max_len_extra: int = ranged(10, "[0, 100000]")
+    # Sentences decoded at once (flag --batch-size).
     batch_size: int = ranged(64, "[1, 100000]")
     # 1 = greedy decoding; more = beam search with that many hypotheses per sentence.
     beam_size: int = ranged(1, "[1, 1000]")
