@@ -233,6 +233,19 @@ def _plot(args: argparse.Namespace) -> None:
     _say_precision(translator.precision_note())
 
 
+def _plot_curves(args: argparse.Namespace) -> None:
+    from .metrics import read_metrics
+    from .plot import plot_curves
+
+    check_parent_dir(args.out)
+    runs = {}
+    for run in args.runs:
+        name = Path(run).name if Path(run).is_dir() else Path(run).parent.name
+        runs[name if name not in runs else run] = read_metrics(run)
+    plot_curves(runs, args.out)
+    print(f"curves of {len(runs)} run(s) written to {args.out}")
+
+
 def _serve(args: argparse.Namespace) -> None:
     from .serve import serve  # imported here: FastAPI and uvicorn take a while to import
     limits = ServeConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(ServeConfig)})
@@ -321,6 +334,11 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("--head", default="mean", help="the head to draw, from 1, or mean: their average (default)")
     plot.add_argument("--grid", action="store_true", help="draw every layer and head, a row per layer")
     plot.set_defaults(run=_plot)
+
+    curves = commands.add_parser("plot-curves", help="draw training curves of one or more runs on one chart")
+    curves.add_argument("runs", nargs="+", help="train.out_dir folders (or their metrics.jsonl files)")
+    curves.add_argument("--out", required=True, help="PNG file to write")
+    curves.set_defaults(run=_plot_curves)
 
     serve = commands.add_parser("serve", help="translate over HTTP, with the attention explorer page at /")
     add_model(serve)

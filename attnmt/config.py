@@ -230,6 +230,9 @@ class TrainConfig:
     log_every: int = ranged(200, "[0, inf)")
     # Also save checkpoint.safetensors every this many updates (0 = only at the end of each epoch).
     checkpoint_every: int = ranged(500, "[0, inf)")
+    # Also log every validation's figures for TensorBoard into out_dir/tensorboard (needs the
+    # tensorboard package: pip install tensorboard). metrics.jsonl and curves.png are always written.
+    tensorboard: bool = False
     # Stop early once validation exact match reaches this fraction (0 = never).
     target_exact_match: float = ranged(0.0, "[0, 1]")
     # Unused; kept so that model files that carry it still load.

@@ -141,3 +141,27 @@ def plot_bleu_by_length(buckets: list[str], bleu: dict[str, list[Optional[float]
             ax.set_title(title, fontsize=10)
         fig.tight_layout()
         _save(fig, path)
+
+
+def plot_curves(runs: dict[str, list[dict]], path: str | Path) -> None:
+    """Write a PNG of training curves against the update step, one colour per run: training
+    (dashed) and validation loss on the left, validation BLEU (perplexity if no run has BLEU)
+    on the right."""
+    right = "valid_bleu" if any("valid_bleu" in r for records in runs.values() for r in records) else "valid_ppl"
+    with plt.rc_context({"font.family": available_fonts()}):
+        fig, (loss_ax, score_ax) = plt.subplots(1, 2, figsize=(9.6, 3.8), dpi=110)
+        for (name, records), colour in zip(runs.items(), itertools.cycle(plt.rcParams["axes.prop_cycle"].by_key()["color"])):
+            def series(key: str) -> tuple[list[int], list[float]]:
+                points = [(r["step"], r[key]) for r in records if isinstance(r.get(key), (int, float))]
+                return [s for s, _ in points], [v for _, v in points]
+            loss_ax.plot(*series("train_loss"), linestyle="--", color=colour, label=f"{name}: training")
+            loss_ax.plot(*series("valid_loss"), marker=".", color=colour, label=f"{name}: validation")
+            score_ax.plot(*series(right), marker=".", color=colour, label=name)
+        loss_ax.set_ylabel("loss per target token")
+        score_ax.set_ylabel({"valid_bleu": "validation BLEU", "valid_ppl": "validation perplexity"}[right])
+        for ax in (loss_ax, score_ax):
+            ax.set_xlabel("update step")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+        fig.tight_layout()
+        _save(fig, path)

@@ -20,6 +20,7 @@ from .errors import AttnmtError
 from .evaluate import score_translations
 from .family import Model
 from .loss import sequence_loss
+from .metrics import MetricsWriter
 from .model import build_model, resolve_device
 from .modelfile import load_file, model_tensors, network_weights, save_file
 from .precision import autocast, precision_note
@@ -235,6 +236,32 @@ def train(config: Config, resume: bool = False, overwrite: bool = False,
         + (f"; resuming at epoch {progress.epoch}, step {progress.step}" if resume else ""))
 
     started = time.monotonic() - progress.elapsed_s
+    metrics = MetricsWriter(out_dir, progress.step if resume else None, tc.tensorboard)
+    try:
+        stop = _train_epochs(config, data, translator, optimizer, progress, metrics, device, started, log)
+        if stop:
+            log(f"{stop}; stopping")
+        if tc.average_last > 1 and len(progress.epoch_files) > 1:
+            _try_average(translator, data, config, device, progress, metrics, log)
+    finally:
+        metrics.close()
+
+    best = Translator.load(model_path, device=str(device))
+    test_scores = score_translations(best, data.test_pairs) if data.test_pairs else {}
+    if test_scores:
+        log("test: " + " | ".join(f"{k} {v}" for k, v in test_scores.items() if "signature" not in k))
+    return TrainResult(model_path, progress.best_metric, test_scores, len(progress.history),
+                       (time.monotonic() - started) / 60)
+
+
+def _train_epochs(config: Config, data: PreparedData, translator: Translator, optimizer: torch.optim.Optimizer,
+                  progress: Progress, metrics: MetricsWriter, device: torch.device, started: float,
+                  log: Callable[[str], None]) -> str:
+    """Train and validate epoch by epoch until the epochs, the budget or the patience run out; say why it stopped."""
+    tc, model = config.train, translator.model
+    out_dir = Path(tc.out_dir)
+    model_path, checkpoint_path = out_dir / MODEL_FILE, out_dir / CHECKPOINT_FILE
+    segment_started, segment_tokens = time.monotonic(), 0  # training since the last validation, for tokens/s
     stop = ""
     while progress.epoch <= tc.epochs and not stop:
         order = epoch_batches(data.train, tc, progress.epoch)
@@ -249,6 +276,7 @@ def train(config: Config, resume: bool = False, overwrite: bool = False,
             progress.batch_in_epoch += 1
             progress.epoch_loss += loss
             progress.epoch_tokens += batch.num_target_tokens
+            segment_tokens += batch.num_target_tokens
             bar.update()
             bar.set_postfix(loss=f"{progress.epoch_loss / progress.epoch_tokens:.3f}")
             if bar.disable and tc.log_every and progress.step % tc.log_every == 0:  # no terminal: log lines instead
@@ -263,9 +291,12 @@ def train(config: Config, resume: bool = False, overwrite: bool = False,
                 _save_checkpoint(checkpoint_path, translator, optimizer, progress, data)
         bar.close()
         progress.elapsed_s = time.monotonic() - started
+        words_per_s = segment_tokens / max(time.monotonic() - segment_started, 1e-9)
         record = _validate(translator, data, config, device, progress)
         progress.history.append(record)
         log(" | ".join(f"{k} {v}" for k, v in record.items()))
+        metrics.write({**record, "lr": progress.lr, "target_tokens_per_s": round(words_per_s, 1),
+                       "elapsed_min": round(progress.elapsed_s / 60, 2)})
         # Always: a budget that runs out in the first epoch must still keep its model.
         verdict = _after_validation(record, translator, progress, config, model_path, log)
         stop = stop or verdict
@@ -275,17 +306,8 @@ def train(config: Config, resume: bool = False, overwrite: bool = False,
             progress.epoch, progress.batch_in_epoch = progress.epoch + 1, 0
             progress.epoch_loss, progress.epoch_tokens = 0.0, 0
         _save_checkpoint(checkpoint_path, translator, optimizer, progress, data)
-    if stop:
-        log(f"{stop}; stopping")
-    if tc.average_last > 1 and len(progress.epoch_files) > 1:
-        _try_average(translator, data, config, device, progress, out_dir, model_path, log)
-
-    best = Translator.load(model_path, device=str(device))
-    test_scores = score_translations(best, data.test_pairs) if data.test_pairs else {}
-    if test_scores:
-        log("test: " + " | ".join(f"{k} {v}" for k, v in test_scores.items() if "signature" not in k))
-    return TrainResult(model_path, progress.best_metric, test_scores, len(progress.history),
-                       (time.monotonic() - started) / 60)
+        segment_started, segment_tokens = time.monotonic(), 0
+    return stop
 
 
 def epoch_batches(examples: list[Example], tc: TrainConfig, epoch: int) -> list[list[int]]:
@@ -344,14 +366,17 @@ def _keep_epoch_model(translator: Translator, progress: Progress, out_dir: Path,
 
 
 def _try_average(translator: Translator, data: PreparedData, config: Config, device: torch.device,
-                 progress: Progress, out_dir: Path, model_path: Path, log: Callable[[str], None]) -> None:
+                 progress: Progress, metrics: MetricsWriter, log: Callable[[str], None]) -> None:
     """Average the last epochs' weights; keep the average as the model if it validates better."""
+    out_dir = Path(config.train.out_dir)
+    model_path = out_dir / MODEL_FILE
     states = [Translator.load(out_dir / name, device=str(device)).model.state_dict() for name in progress.epoch_files]
     averaged = {k: sum(state[k].float() for state in states) / len(states) for k in states[0]}
     translator.model.load_state_dict({k: v.to(states[0][k].dtype) for k, v in averaged.items()})
     record = _validate(translator, data, config, device, progress)
     log(f"average of the last {len(states)} epochs: " + " | ".join(f"{k} {v}" for k, v in record.items()
                                                                       if k.startswith("valid")))
+    metrics.write({**record, "average_of_last": len(states)})
     metric = -record["valid_loss"] if config.train.select_by == "loss" else record.get("valid_bleu", 0.0)
     if metric > progress.best_metric:
         progress.best_metric = metric

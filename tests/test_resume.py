@@ -15,6 +15,7 @@ from conftest import tiny_dates_config
 
 from attnmt import AttnmtError
 from attnmt.config import config_from_dict
+from attnmt.metrics import read_metrics
 from attnmt.modelfile import load_file
 from attnmt.train import train
 
@@ -88,6 +89,10 @@ def test_killed_and_resumed_run_ends_bit_identical(tmp_path, kill_seed, arch):
     _, int_meta = load_file(interrupted / "checkpoint.safetensors")
     for key in ("step", "epoch", "best_metric", "lr"):
         assert ref_meta["progress"][key] == int_meta["progress"][key]
+    # metrics.jsonl goes on where the checkpoint stopped: every validation once, with the same figures.
+    figures = ("epoch", "step", "train_loss", "valid_loss", "valid_bleu", "lr")
+    assert ([[r[k] for k in figures] for r in read_metrics(interrupted)]
+            == [[r[k] for k in figures] for r in read_metrics(reference)])
     assert not list(interrupted.glob(".*.tmp")), "a killed save left its temporary file behind"
 
 

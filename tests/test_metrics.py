@@ -1,0 +1,90 @@
+"""What a training run leaves to look at: metrics.jsonl, curves.png, TensorBoard, plot-curves."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import tiny_dates_config
+
+from attnmt.cli import main
+from attnmt.config import config_from_dict
+from attnmt.errors import AttnmtError
+from attnmt.metrics import read_metrics
+from attnmt.train import train
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    values = tiny_dates_config(tmp_path_factory.mktemp("run"))
+    values["train"].update(epochs=3, average_last=2)
+    logged = []
+    train(config_from_dict(values), log=logged.append)
+    return values["train"]["out_dir"], logged
+
+
+def test_each_validation_appends_one_record(run_dir):
+    out_dir, logged = run_dir
+    records = read_metrics(out_dir)
+    epochs = [r for r in records if "average_of_last" not in r]
+    assert [r["epoch"] for r in epochs] == [1, 2, 3]
+    assert [r["step"] for r in epochs] == sorted({r["step"] for r in epochs})  # increasing, none twice
+    for record in epochs:
+        for key in ("train_loss", "valid_loss", "valid_ppl", "valid_bleu", "valid_exact", "lr",
+                    "target_tokens_per_s", "elapsed_min"):
+            assert isinstance(record[key], (int, float)), key
+        assert record["lr"] == pytest.approx(0.005) and record["target_tokens_per_s"] > 0
+        # The same figures as the log line of that validation.
+        assert any(line.startswith(f"epoch {record['epoch']} | step {record['step']} | train_loss {record['train_loss']}")
+                   for line in logged)
+    assert records[-1]["average_of_last"] == 2 and records[-1]["step"] == epochs[-1]["step"]
+
+
+def test_curves_are_drawn(run_dir, tmp_path):
+    out_dir, _ = run_dir
+    assert (Path(out_dir) / "curves.png").read_bytes().startswith(PNG)
+    chart = tmp_path / "both.png"
+    assert main(["plot-curves", out_dir, str(Path(out_dir) / "metrics.jsonl"), "--out", str(chart)]) == 0
+    assert chart.read_bytes().startswith(PNG)
+
+
+def test_plot_curves_refuses_what_is_not_a_run_in_one_line(tmp_path, capsys):
+    assert main(["plot-curves", str(tmp_path), "--out", str(tmp_path / "c.png")]) == 2
+    assert capsys.readouterr().err.strip().count("\n") == 0
+    bad = tmp_path / "metrics.jsonl"
+    bad.write_text(json.dumps({"step": 1}) + "\n{oops\n", encoding="utf-8")
+    with pytest.raises(AttnmtError, match=r"metrics.jsonl, line 2: not a JSON record"):
+        read_metrics(bad)
+    assert not (tmp_path / "c.png").exists()
+
+
+def test_a_fresh_run_starts_a_fresh_file(run_dir, tmp_path):
+    values = tiny_dates_config(tmp_path)
+    values["train"].update(epochs=1)
+    (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 999}) + "\n", encoding="utf-8")
+    train(config_from_dict(values), overwrite=True, log=lambda _: None)
+    assert [r["epoch"] for r in read_metrics(tmp_path)] == [1]
+
+
+def test_tensorboard_gets_every_figure(tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    values = tiny_dates_config(tmp_path)
+    values["train"].update(epochs=2, tensorboard=True)
+    train(config_from_dict(values), log=lambda _: None)
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    records = read_metrics(tmp_path)
+    for key in ("valid_loss", "valid_bleu", "lr"):
+        assert [(e.step, pytest.approx(e.value)) for e in events.Scalars(key)] == [(r["step"], r[key]) for r in records]
+
+
+def test_tensorboard_missing_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # as if not installed
+    values = tiny_dates_config(tmp_path)
+    values["train"].update(tensorboard=True)
+    with pytest.raises(AttnmtError, match="train.tensorboard is true but the tensorboard package is not installed"):
+        train(config_from_dict(values), log=lambda _: None)
