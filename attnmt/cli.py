@@ -233,6 +233,32 @@ def _plot(args: argparse.Namespace) -> None:
     _say_precision(translator.precision_note())
 
 
+def _info(args: argparse.Namespace) -> None:
+    import json
+
+    from .translate import model_info
+
+    info = model_info(args.model)
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return
+    sizes = ", ".join(f"{k} {v}" for k, v in info["architecture"].items())
+    tokenizer = ", ".join(f"{k} {v}" for k, v in info["tokenizer"].items())
+    print(f"{info['file']}: attnmt model file, format {info['format_version']}, weights sha256 {info['weights_sha256']}")
+    print(f"family: {info['arch']} ({sizes})")
+    print(f"parameters: {info['parameters']:,}")
+    print(f"translates: {info['src_lang']} -> {info['tgt_lang']}; tokenizer: {tokenizer}; "
+          f"vocabularies: {info['src_vocab_size']:,} source, {info['tgt_vocab_size']:,} target tokens")
+    training = info["training"]
+    if training is None:
+        print("training: not recorded (a file written before attnmt kept it)")
+        return
+    averaged = f", the average of the last {training['average_of_last']} epochs" if "average_of_last" in training else ""
+    print(f"training: {training['training_pairs']:,} pairs, data sha256 {training['data_sha256']}; "
+          f"kept at epoch {training['epoch']}, step {training['step']}{averaged}")
+    print("validation: " + " | ".join(f"{k} {v}" for k, v in training["validation"].items()))
+
+
 def _plot_curves(args: argparse.Namespace) -> None:
     from .metrics import read_metrics
     from .plot import plot_curves
@@ -334,6 +360,11 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("--head", default="mean", help="the head to draw, from 1, or mean: their average (default)")
     plot.add_argument("--grid", action="store_true", help="draw every layer and head, a row per layer")
     plot.set_defaults(run=_plot)
+
+    info = commands.add_parser("info", help="what a model file holds: family, sizes, vocabularies, training")
+    info.add_argument("model", help="model file (.safetensors)")
+    info.add_argument("--json", action="store_true", help="print one JSON document")
+    info.set_defaults(run=_info)
 
     curves = commands.add_parser("plot-curves", help="draw training curves of one or more runs on one chart")
     curves.add_argument("runs", nargs="+", help="train.out_dir folders (or their metrics.jsonl files)")

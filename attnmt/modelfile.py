@@ -16,7 +16,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import torch
 from safetensors import SafetensorError
@@ -112,9 +112,12 @@ def network_weights(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]
     return {name[len(WEIGHTS_PREFIX):]: t for name, t in tensors.items() if name.startswith(WEIGHTS_PREFIX)}
 
 
-def save_model(path: str | Path, description: ModelDescription, state_dict: dict[str, torch.Tensor]) -> None:
-    """Write a model as one self-contained file (atomically)."""
-    save_file(path, model_tensors(state_dict), {"kind": "model", **description.metadata()})
+def save_model(path: str | Path, description: ModelDescription, state_dict: dict[str, torch.Tensor],
+               training: Optional[dict[str, Any]] = None) -> None:
+    """Write a model as one self-contained file (atomically); `training` says how it was trained
+    (the data's digest, steps, its validation figures), for `attnmt info`."""
+    meta = {"kind": "model", **description.metadata(), **({"training": training} if training else {})}
+    save_file(path, model_tensors(state_dict), meta)
 
 
 def read_model(path: str | Path) -> tuple[ModelDescription, dict[str, torch.Tensor], dict[str, Any]]:

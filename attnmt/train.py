@@ -298,7 +298,7 @@ def _train_epochs(config: Config, data: PreparedData, translator: Translator, op
         metrics.write({**record, "lr": progress.lr, "target_tokens_per_s": round(words_per_s, 1),
                        "elapsed_min": round(progress.elapsed_s / 60, 2)})
         # Always: a budget that runs out in the first epoch must still keep its model.
-        verdict = _after_validation(record, translator, progress, config, model_path, log)
+        verdict = _after_validation(record, translator, progress, config, _training_facts(data, record), log)
         stop = stop or verdict
         if progress.batch_in_epoch >= len(order):
             if tc.average_last > 1:
@@ -336,14 +336,21 @@ def _set_lr(optimizer: torch.optim.Optimizer, progress: Progress, tc: TrainConfi
         group["lr"] = progress.lr
 
 
-def _after_validation(record: dict, translator: Translator, progress: Progress, config: Config, model_path: Path,
+def _training_facts(data: PreparedData, record: dict, **extra: int) -> dict:
+    """What a model file says of its training (attnmt info): data digest, step, epoch, validation figures."""
+    return {"data_sha256": data.fingerprint, "training_pairs": len(data.train), "epoch": record["epoch"],
+            "step": record["step"], **extra, "validation": {k: v for k, v in record.items() if k.startswith("valid")}}
+
+
+def _after_validation(record: dict, translator: Translator, progress: Progress, config: Config, training: dict,
                       log: Callable[[str], None]) -> str:
     """Keep the model if it is the best so far; adjust the plateau schedule; say why to stop, if so."""
     tc = config.train
+    model_path = Path(tc.out_dir) / MODEL_FILE
     metric = -record["valid_loss"] if tc.select_by == "loss" else record.get("valid_bleu", 0.0)
     if metric > progress.best_metric:
         progress.best_metric, progress.bad_validations = metric, 0
-        translator.save(model_path)
+        translator.save(model_path, training)
     else:
         progress.bad_validations += 1
         if tc.scheduler == "plateau" and progress.bad_validations % tc.plateau_patience == 0:
@@ -380,7 +387,7 @@ def _try_average(translator: Translator, data: PreparedData, config: Config, dev
     metric = -record["valid_loss"] if config.train.select_by == "loss" else record.get("valid_bleu", 0.0)
     if metric > progress.best_metric:
         progress.best_metric = metric
-        translator.save(model_path)
+        translator.save(model_path, _training_facts(data, record, average_of_last=len(states)))
         log(f"the average validates better than any single epoch; {model_path} is now the average")
 
 

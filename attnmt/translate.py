@@ -60,9 +60,9 @@ class Translator:
     def description(self) -> ModelDescription:
         return ModelDescription(self.config, self.src_tokenizer, self.tgt_tokenizer, self.src_vocab, self.tgt_vocab)
 
-    def save(self, path: str | Path) -> None:
-        """Write the model as one self-contained file (atomically)."""
-        save_model(path, self.description, self.model.state_dict())
+    def save(self, path: str | Path, training: Optional[dict] = None) -> None:
+        """Write the model as one self-contained file (atomically), with how it was trained if given."""
+        save_model(path, self.description, self.model.state_dict(), training)
 
     @classmethod
     def load(cls, path: str | Path, device: str = "auto", precision: Optional[str] = None,
@@ -225,3 +225,20 @@ class Translator:
             attention = hypothesis.attention[:, : len(source_tokens)].float().cpu().numpy()
         return Translation(self.tgt_tokenizer.detokenize(tokens), tokens, source_tokens, attention,
                            hypothesis.log_prob)
+
+
+def model_info(path: str | Path) -> dict:
+    """What a model file holds (`attnmt info`): family and sizes, parameters, languages,
+    tokenizer, vocabularies, how it was trained (older files do not say), format."""
+    description, _, meta = read_model(path)
+    config = description.config
+    network = build_model(config.model, len(description.src_vocab), len(description.tgt_vocab), fast_paths=False)
+    tokenizer = {k: v for k, v in description.src_tokenizer.to_dict().items() if k != "model"}
+    if config.tokenizer.level in ("bpe", "unigram"):
+        tokenizer.update(vocab_size=config.tokenizer.vocab_size, joint=config.tokenizer.joint)
+    return {"file": str(path), "format_version": meta["format_version"], "weights_sha256": meta["sha256"],
+            "arch": config.model.arch, "architecture": network.describe(),
+            "parameters": sum(p.numel() for p in network.parameters()),
+            "src_lang": config.data.src_lang, "tgt_lang": config.data.tgt_lang, "tokenizer": tokenizer,
+            "src_vocab_size": len(description.src_vocab), "tgt_vocab_size": len(description.tgt_vocab),
+            "training": meta.get("training")}

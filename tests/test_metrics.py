@@ -12,6 +12,7 @@ from attnmt.config import config_from_dict
 from attnmt.errors import AttnmtError
 from attnmt.metrics import read_metrics
 from attnmt.train import train
+from attnmt.translate import Translator
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -88,3 +89,29 @@ def test_tensorboard_missing_is_one_line(tmp_path, monkeypatch):
     values["train"].update(tensorboard=True)
     with pytest.raises(AttnmtError, match="train.tensorboard is true but the tensorboard package is not installed"):
         train(config_from_dict(values), log=lambda _: None)
+
+
+def test_info_says_what_the_file_holds_and_how_it_was_trained(run_dir, capsys):
+    out_dir, _ = run_dir
+    model = str(Path(out_dir) / "model.safetensors")
+    assert main(["info", model, "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["arch"] == "rnn" and info["architecture"]["attention"] == "bahdanau"
+    assert info["parameters"] == sum(p.numel() for p in Translator.load(model).model.parameters())
+    assert info["tokenizer"]["level"] == "char" and info["src_vocab_size"] > 10
+    training = info["training"]
+    records = read_metrics(out_dir)
+    assert len(training["data_sha256"]) == 64 and training["training_pairs"] > 1000
+    # The kept model is the one of the record with the best validation loss (select_by: loss).
+    best = min(records, key=lambda r: r["valid_loss"])
+    assert training["step"] == best["step"] and training["validation"]["valid_loss"] == best["valid_loss"]
+    assert ("average_of_last" in training) == ("average_of_last" in best)
+    assert main(["info", model]) == 0
+    text = capsys.readouterr().out
+    assert f"step {training['step']}" in text and f"parameters: {info['parameters']:,}" in text
+
+
+def test_info_of_an_older_file_says_training_was_not_recorded(capsys):
+    fixture = Path(__file__).parent / "fixtures" / "models" / "gru_bahdanau.safetensors"
+    assert main(["info", str(fixture)]) == 0
+    assert "training: not recorded" in capsys.readouterr().out
