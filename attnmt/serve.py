@@ -23,6 +23,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .config import ServeConfig, validate_serve
 from .errors import AttnmtError
+from .libretranslate import LibreTranslateError, RouteLibreTranslate, libretranslate_router
 from .translate import Translation, Translator
 
 STATIC = Path(__file__).parent / "static"
@@ -297,11 +298,16 @@ def create_app(translator: Translator, limits: Optional[ServeConfig] = None) -> 
     # FastAPI's /docs and /redoc pages load scripts from a CDN; the server must work offline.
     app = FastAPI(title="attnmt", description="Attention-based NMT: translations with their attention weights.",
                   lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.add_middleware(RouteLibreTranslate)  # inside BodyLimit (added last, so run first), which bounds the body
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes())
 
     @app.exception_handler(ServeError)
     async def _serve_error(_request: Any, err: ServeError) -> JSONResponse:
         return error_response(err.status, err.message)
+
+    @app.exception_handler(LibreTranslateError)
+    async def _libretranslate_error(_request: Any, err: LibreTranslateError) -> JSONResponse:
+        return error_response(400, str(err))
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, err: RequestValidationError) -> JSONResponse:
@@ -339,6 +345,13 @@ def create_app(translator: Translator, limits: Optional[ServeConfig] = None) -> 
         return JSONResponse({"results": [_sentence(nbest, request.attention, request.n_best, sentence_maps)
                                          for nbest, sentence_maps in zip(nbests, maps)],
                              "beam": beam, "n_best": request.n_best})
+
+    async def decode_nbest(texts: list[str], beam: int, n_best: int) -> list[list[Translation]]:
+        check(texts, beam, n_best)
+        return await app.state.batcher.translate(texts, beam, n_best)
+
+    app.include_router(libretranslate_router(translator, decode_nbest))
+    app.include_router(libretranslate_router(translator, decode_nbest, prefix="", with_translate=False))
 
     @app.get("/health", response_model=Health)
     async def health() -> dict[str, Any]:
@@ -380,6 +393,7 @@ def serve(translator: Translator, host: str, port: int, limits: ServeConfig,
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
+        sock.listen(2048)  # from now on connections wait for uvicorn instead of being refused
     except (OSError, OverflowError) as err:
         sock.close()
         raise AttnmtError(f"cannot listen on {host}:{port}: {getattr(err, 'strerror', None) or err}") from None

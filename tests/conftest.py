@@ -1,4 +1,10 @@
+import contextlib
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -52,3 +58,19 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip("../shared/data is not beside the repository")
     return SHARED_DATA
+
+
+@contextlib.contextmanager
+def serving(model: Path) -> Iterator[str]:
+    """`attnmt serve MODEL` on a free port; yields its URL."""
+    process = subprocess.Popen([sys.executable, "-m", "attnmt", "serve", str(model), "--port", "0"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "PYTHONIOENCODING": "utf-8"})
+    try:
+        line = process.stdout.readline()
+        url = re.search(r"http://127\.0\.0\.1:\d+/", line)
+        assert url, line + process.stderr.read()
+        yield url.group()
+    finally:
+        process.terminate()
+        process.wait(timeout=30)

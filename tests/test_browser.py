@@ -1,16 +1,13 @@
 """The attention explorer in headless Chromium, against `attnmt serve` on 127.0.0.1 with a tiny model."""
 
 import contextlib
-import os
-import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Iterator
 
 import httpx
 import pytest
+from conftest import serving
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
@@ -19,22 +16,6 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-sync", "--no-first-run"]
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
-
-
-@contextlib.contextmanager
-def serving(model: Path) -> Iterator[str]:
-    """`attnmt serve MODEL` on a free port; yields its URL."""
-    process = subprocess.Popen([sys.executable, "-m", "attnmt", "serve", str(model), "--port", "0"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env={**os.environ, "PYTHONIOENCODING": "utf-8"})
-    try:
-        line = process.stdout.readline()
-        url = re.search(r"http://127\.0\.0\.1:\d+/", line)
-        assert url, line + process.stderr.read()
-        yield url.group()
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
 
 
 @pytest.fixture(scope="module")

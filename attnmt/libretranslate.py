@@ -1,0 +1,167 @@
+"""The LibreTranslate API beside attnmt's own, so that its clients can use an `attnmt serve`.
+
+LibreTranslate (libretranslate.com) is the common API of self-hosted machine translation:
+`POST /translate` with `q` (a text or a list of texts), `source`, `target`, `format` and
+`alternatives`, sent as JSON or as a form, answered with `translatedText`; `GET /languages`.
+Both live under /libretranslate/, and at the root: a POST /translate whose body has `q` is
+LibreTranslate's (`RouteLibreTranslate`), any other is attnmt's. A model translates one language
+pair, sentence by sentence, so a text is translated line by line; `source` may be `auto`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, Optional, Union
+from urllib.parse import parse_qs
+
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, Field
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .translate import Translator
+
+PREFIX = "/libretranslate"
+FORM = "application/x-www-form-urlencoded"
+
+# Names for /languages; a code without one is named by its code.
+LANGUAGE_NAMES = {
+    "ar": "Arabic", "cs": "Czech", "da": "Danish", "de": "German", "el": "Greek", "en": "English", "es": "Spanish",
+    "fi": "Finnish", "fr": "French", "hi": "Hindi", "hu": "Hungarian", "it": "Italian", "ja": "Japanese",
+    "ko": "Korean", "mr": "Marathi", "nl": "Dutch", "pl": "Polish", "pt": "Portuguese", "ro": "Romanian",
+    "ru": "Russian", "sv": "Swedish", "tr": "Turkish", "uk": "Ukrainian", "vi": "Vietnamese", "zh": "Chinese",
+}
+
+
+class LibreTranslateError(Exception):
+    """Answered as LibreTranslate answers errors: {"error": "..."} with status 400."""
+
+
+class LibreTranslateResponse(BaseModel):
+    translatedText: Union[str, list[str]] = Field(description="a text for a text, a list for a list, in order")
+    alternatives: Optional[Union[list[str], list[list[str]]]] = Field(
+        None, description="when `alternatives` > 0: the next best translations, per text")
+
+
+class Language(BaseModel):
+    code: str
+    name: str
+    targets: list[str] = Field(description="the languages this server translates it into")
+
+
+class RouteLibreTranslate:
+    """Send a POST /translate that carries LibreTranslate's `q` (JSON or a form) to its handler."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != "/translate":
+            await self.app(scope, receive, send)
+            return
+        body, more = b"", True
+        while more:  # the body limit (BodyLimit) runs before this and bounds it
+            message = await receive()
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+        content_type = dict(scope["headers"]).get(b"content-type", b"").decode("latin-1")
+        if "q" in _fields(content_type, body, strict=False):
+            scope = {**scope, "path": PREFIX + "/translate", "raw_path": (PREFIX + "/translate").encode()}
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+
+def _fields(content_type: str, body: bytes, strict: bool = True) -> dict[str, Any]:
+    """The request's fields from JSON or a form; with strict, what is neither is an error."""
+    if FORM in content_type:
+        try:
+            return {k: v if k == "q" and len(v) > 1 else v[0]
+                    for k, v in parse_qs(body.decode("utf-8"), keep_blank_values=True).items()}
+        except UnicodeDecodeError:
+            if strict:
+                raise LibreTranslateError("the form is not UTF-8") from None
+            return {}
+    try:
+        fields = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        if strict:
+            raise LibreTranslateError("send the fields as JSON or as a form (application/x-www-form-urlencoded)") \
+                from None
+        return {}
+    if not isinstance(fields, dict):
+        if strict:
+            raise LibreTranslateError("the body must be a JSON object")
+        return {}
+    return fields
+
+
+def libretranslate_router(translator: Translator, decode_nbest: Callable[..., Any], prefix: str = PREFIX,
+                          with_translate: bool = True) -> APIRouter:
+    """/translate and /languages of the LibreTranslate API under `prefix` (the root gets /languages
+    only: its /translate is attnmt's, and RouteLibreTranslate sends LibreTranslate's requests on);
+    `decode_nbest(texts, beam, n_best)` is the server's batched, limit-checked n-best translation."""
+    src, tgt = translator.config.data.src_lang, translator.config.data.tgt_lang
+    default_beam = translator.config.decode.beam_size
+    router = APIRouter(prefix=prefix, tags=["LibreTranslate"])
+
+    async def translate(request: Request) -> dict[str, Any]:
+        """LibreTranslate's translate: `q` a text or a list of texts, `source`, `target`, `format`
+        (text), `alternatives`; JSON or a form. Each line of a text is translated as a sentence."""
+        fields = _fields(request.headers.get("content-type", ""), await request.body())
+        q = fields.get("q")
+        if q is None:
+            raise LibreTranslateError("Invalid request: missing q parameter")
+        texts = [q] if isinstance(q, str) else q
+        if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
+            raise LibreTranslateError("Invalid request: q must be a text or a non-empty list of texts")
+        source, target = fields.get("source"), fields.get("target")
+        if source is None or target is None:
+            raise LibreTranslateError(f"Invalid request: missing {'source' if source is None else 'target'} parameter")
+        if source not in (src, "auto"):
+            raise LibreTranslateError(f"{source} is not supported: this server translates {src} to {tgt}")
+        if target != tgt:
+            raise LibreTranslateError(f"{target} is not supported: this server translates {src} to {tgt}")
+        if fields.get("format", "text") != "text":
+            raise LibreTranslateError(f"format {fields['format']} is not supported: this server translates plain text")
+        try:
+            alternatives = int(fields.get("alternatives", 0))
+        except (TypeError, ValueError):
+            alternatives = -1
+        if alternatives < 0:
+            raise LibreTranslateError(f"Invalid request: alternatives must be a whole number, 0 or more, "
+                                      f"not {fields.get('alternatives')!r}")
+
+        lines = [text.split("\n") for text in texts]
+        flat = [line for text_lines in lines for line in text_lines]
+        n_best = alternatives + 1
+        nbests = await decode_nbest(flat, max(default_beam, n_best), n_best)
+        # [text][rank] -> the text's lines at that rank, joined again; a rank a line lacks keeps its best.
+        ranked, start = [], 0
+        for text_lines in lines:
+            group = nbests[start: start + len(text_lines)]
+            start += len(text_lines)
+            ranked.append(["\n".join(nbest[min(rank, len(nbest) - 1)].text for nbest in group)
+                           for rank in range(n_best)])
+        answer: dict[str, Any] = {"translatedText": ranked[0][0] if isinstance(q, str) else [r[0] for r in ranked]}
+        if alternatives:
+            answer["alternatives"] = ranked[0][1:] if isinstance(q, str) else [r[1:] for r in ranked]
+        return answer
+
+    if with_translate:
+        router.add_api_route("/translate", translate, methods=["POST"], response_model=LibreTranslateResponse,
+                             response_model_exclude_none=True)
+
+    @router.get("/languages", response_model=list[Language])
+    async def languages() -> list[dict[str, Any]]:
+        """The languages this server translates from and into."""
+        return [{"code": code, "name": LANGUAGE_NAMES.get(code, code), "targets": targets}
+                for code, targets in ((src, [tgt]), (tgt, []))]
+
+    return router
