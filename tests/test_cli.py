@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import SHARED_DATA
 
 REPO = Path(__file__).resolve().parents[1]
 TINY_MODEL = ["model.emb_dim=32", "model.enc_hidden=32", "model.dec_hidden=64", "model.attn_dim=32",
@@ -33,7 +34,7 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) 
 
 @pytest.fixture(scope="module")
 def tatoeba_model(tmp_path_factory) -> Path:
-    data = Path(__file__).resolve().parents[2] / "shared" / "data" / "tatoeba_deu_eng" / "deu.txt.gz"
+    data = SHARED_DATA / "tatoeba_deu_eng" / "deu.txt.gz"
     if not data.exists():
         pytest.skip("../shared/data is not beside the repository")
     out = tmp_path_factory.mktemp("tatoeba")

@@ -59,6 +59,7 @@ def assert_steps_agree(model: Seq2Seq, atol: float) -> None:
                 state, tokens = new_state, logits.argmax(-1)
 
 
+@pytest.mark.slow  # compiles with g++
 @needs_compiler
 @pytest.mark.parametrize("kind", [
     {"attention": "bahdanau", "decoder": "luong", "input_feeding": True},  # the peers' benchmark model
@@ -69,6 +70,7 @@ def test_compiled_step_computes_what_the_decoder_step_computes(kind, tmp_path):
     assert_steps_agree(tiny_model(tmp_path, **kind), atol=1e-5)
 
 
+@pytest.mark.slow  # compiles with g++
 @needs_compiler
 @needs_exact_int8
 def test_compiled_int8_step_agrees_within_bfloat16_rounding(tmp_path):
@@ -77,6 +79,7 @@ def test_compiled_int8_step_agrees_within_bfloat16_rounding(tmp_path):
     assert_steps_agree(model, atol=3e-2)
 
 
+@pytest.mark.slow  # compiles with g++
 @needs_compiler
 def test_translator_with_compile_translates_as_without_and_reuses_the_program(dates_model, capsys):
     plain = Translator.load(dates_model, "cpu")

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
+from conftest import SHARED_DATA
 
 from attnmt.config import DataConfig
 from attnmt.data import (
@@ -24,8 +25,6 @@ from attnmt.data import (
 )
 from attnmt.dates import generate_dates
 from attnmt.errors import AttnmtError
-
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
 def need(path: Path) -> Path:
@@ -353,7 +352,7 @@ def test_split_pairs_zero_held_out():
 
 
 def test_real_tatoeba_deu():
-    pairs = read_tsv(need(DATA / "tatoeba_deu_eng" / "deu.txt.gz"))
+    pairs = read_tsv(need(SHARED_DATA / "tatoeba_deu_eng" / "deu.txt.gz"))
     assert len(pairs) == 169_813
     quoted = [p for p in pairs if p[0].startswith('"') or p[1].startswith('"')]
     assert len(quoted) == 404
@@ -363,7 +362,7 @@ def test_real_tatoeba_deu():
 
 
 def test_real_tatoeba_mar_three_columns():
-    path = need(DATA / "tatoeba_mar_eng" / "mar.txt.gz")
+    path = need(SHARED_DATA / "tatoeba_mar_eng" / "mar.txt.gz")
     pairs = read_tsv(path)
     assert len(pairs) == 41_028
     assert pairs[0] == ("Go.", "जा.")
@@ -373,7 +372,7 @@ def test_real_tatoeba_mar_three_columns():
 
 
 def test_real_multi30k():
-    directory = need(DATA / "multi30k")
+    directory = need(SHARED_DATA / "multi30k")
     pairs = read_parallel(find_split_file(directory, "train", "de"), find_split_file(directory, "train", "en"))
     assert len(pairs) == 29_000
     src, tgt = pairs[7365]
@@ -387,7 +386,7 @@ def test_real_multi30k():
 
 
 def test_real_iwslt_plain_files():
-    directory = need(DATA / "iwslt15_en_vi_devtest")
+    directory = need(SHARED_DATA / "iwslt15_en_vi_devtest")
     pairs = read_parallel(find_split_file(directory, "tst2012", "en"), find_split_file(directory, "tst2012", "vi"))
     assert len(pairs) == 1_553
 

@@ -1,9 +1,12 @@
 """The demo as a user runs it: accuracy on held-out dates, and attention that aligns."""
 
 import numpy as np
+import pytest
 
 from attnmt import Translator
 from attnmt.demo import run_demo
+
+pytestmark = pytest.mark.slow
 
 
 def test_demo_reaches_95_percent_and_attends_to_the_year(tmp_path):

@@ -55,6 +55,7 @@ def assert_bit_identical(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor])
         assert torch.equal(a[name], b[name]), name
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kill_seed,arch", [(7, "rnn"), (8, "transformer")])
 def test_killed_and_resumed_run_ends_bit_identical(tmp_path, kill_seed, arch):
     reference = tmp_path / "reference"

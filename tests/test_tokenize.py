@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 import pytest
 import torch
+from conftest import SHARED_DATA
 
 from attnmt.batch import Batch, batch_indices, collate, pad
 from attnmt.tokenize import (
@@ -18,8 +18,6 @@ from attnmt.tokenize import (
     tokenizer_from_dict,
 )
 from attnmt.vocab import EOS, EOS_ID, PAD, PAD_ID, SOS, SOS_ID, SPECIALS, UNK, UNK_ID, Vocabulary
-
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 # --------------------------------------------------------------------------- WordTokenizer
 
@@ -90,7 +88,7 @@ def test_word_marathi_zwj_kept():
 
 
 def test_word_real_marathi_lines_keep_zwj():
-    path = DATA / "tatoeba_mar_eng" / "mar.txt.gz"
+    path = SHARED_DATA / "tatoeba_mar_eng" / "mar.txt.gz"
     if not path.exists():
         pytest.skip("real data not available")
     from attnmt.data import read_tsv
@@ -151,7 +149,7 @@ def test_word_detokenize_round_trip_common_punctuation(sentence):
 
 
 def test_word_detokenize_round_trip_rate_on_real_german_and_english():
-    path = DATA / "tatoeba_deu_eng" / "deu.txt.gz"
+    path = SHARED_DATA / "tatoeba_deu_eng" / "deu.txt.gz"
     if not path.exists():
         pytest.skip("real data not available")
     from attnmt.data import read_tsv
