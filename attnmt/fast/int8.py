@@ -28,8 +28,8 @@ TINY = torch.finfo(torch.float32).tiny  # the scale of an all-zero row: any posi
 class Int8Linear(nn.Module):
     """x Wᵀ + b with W in int8, one scale per output, and x quantized to int8 per row at each call.
 
-    The int8 x int8 product accumulates exactly in int32 (VNNI or AMX kernels on recent CPUs,
-    about twice as fast as bfloat16) and is scaled back to float32, returned as `out_dtype`.
+    The int8 x int8 product accumulates exactly in int32 (VNNI or AMX kernels on recent CPUs;
+    speeds in docs/speed.md) and is scaled back to float32, returned as `out_dtype`.
     Symmetric scales (absmax / 127) keep zero exact and need no offsets.
     """
 
