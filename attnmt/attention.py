@@ -23,11 +23,14 @@ from typing import Optional
 import torch
 from torch import nn
 
+from .family import Probe
+
 
 class Attention(nn.Module):
     """Masked softmax over scores, then the weighted sum of values; subclasses give the scores."""
 
     returns_weights = True  # False for the baseline without attention
+    formula = ""            # the score as the model computes it, for learners (attnmt explain)
 
     def project_keys(self, memory: torch.Tensor) -> torch.Tensor:
         return memory
@@ -57,6 +60,7 @@ class AdditiveAttention(Attention):
         self.key_proj = nn.Linear(key_dim, attn_dim, bias=False)          # W_k
         self.query_proj = nn.Linear(query_dim, attn_dim, bias=bias)       # W_q (+ b)
         self.v = nn.Linear(attn_dim, 1, bias=False)                       # vᵀ
+        self.formula = "vᵀ tanh(W_q q + W_k h_j" + (" + b)" if bias else ")")
 
     def project_keys(self, memory: torch.Tensor) -> torch.Tensor:
         return self.key_proj(memory)                                      # [B, S, A] = W_k h
@@ -70,12 +74,16 @@ class AdditiveAttention(Attention):
 class DotAttention(Attention):
     """Luong `dot`: score = qᵀ h (query and encoder outputs of the same width)."""
 
+    formula = "q · h_j"
+
     def score(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         return torch.bmm(query, keys.transpose(1, 2))                # [B, T, S]
 
 
 class GeneralAttention(DotAttention):
     """Luong `general`: score = qᵀ W h, with W h computed once per sentence."""
+
+    formula = "q · W h_j"
 
     def __init__(self, query_dim: int, key_dim: int):
         super().__init__()
@@ -95,6 +103,27 @@ class NoAttention(Attention):
 
     def forward(self, query, keys, values, mask):
         return values.new_zeros(query.shape[0], query.shape[1], 0), None  # [B, T, 0]
+
+
+class AttentionProbe(nn.Module):
+    """An attention module as attnmt explain runs it: the same scores, its numbers kept by `probe`
+    (and the weights uniform while `probe.uniform` is set)."""
+
+    returns_weights = True
+
+    def __init__(self, attention: Attention, probe: Probe):
+        super().__init__()
+        self.attention, self.probe = attention, probe
+
+    def project_keys(self, memory: torch.Tensor) -> torch.Tensor:
+        return self.attention.project_keys(memory)
+
+    def forward(self, query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        scores = self.attention.score(query, keys).unsqueeze(1)                   # [B, 1, T, S], one "head"
+        weights = self.probe.weigh(scores, mask[:, None, None, :], values.unsqueeze(1), record=True,
+                                   over_source=True).squeeze(1)                   # [B, T, S]
+        return torch.bmm(weights, values), weights
 
 
 def make_attention(kind: str, query_dim: int, key_dim: int, attn_dim: int) -> tuple[Attention, int]:

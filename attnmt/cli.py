@@ -233,6 +233,23 @@ def _plot(args: argparse.Namespace) -> None:
     _say_precision(translator.precision_note())
 
 
+def _explain(args: argparse.Namespace) -> None:
+    import json
+
+    from .explain import check_step, explain, render
+    from .family import AttentionView
+    from .translate import Translator
+
+    translator = Translator.load(args.model, args.device)
+    explanation = explain(translator, args.sentence, AttentionView(args.attention, args.layer, args.head))
+    if args.json:
+        if args.step is not None:
+            explanation.steps = [check_step(explanation, args.step)]
+        print(json.dumps(explanation.to_dict(), ensure_ascii=False, indent=1))
+    else:
+        print(render(explanation, args.step))
+
+
 def _info(args: argparse.Namespace) -> None:
     import json
 
@@ -360,6 +377,23 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("--head", default="mean", help="the head to draw, from 1, or mean: their average (default)")
     plot.add_argument("--grid", action="store_true", help="draw every layer and head, a row per layer")
     plot.set_defaults(run=_plot)
+
+    explain = commands.add_parser("explain", help="every number of each decoding step of one sentence: scores, "
+                                               "weights, context shares, the next-token probabilities")
+    explain.add_argument("model", help="model file (model.safetensors)")
+    explain.add_argument("sentence", help="the sentence to translate (greedily) and explain")
+    explain.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 ... (default: GPU if there is one)")
+    explain.add_argument("--step", type=Number(int, Range("[1, 100000]")), default=None,
+                         help="show every number of this output step (from 1); default: every step, compactly")
+    explain.add_argument("--attention", choices=["cross", "decoder"], default="cross",
+                         help="cross: the output over the source (default); decoder: a Transformer's self-attention "
+                              "over the output so far")
+    explain.add_argument("--layer", type=Number(int, Range("[1, 1024]")), default=None,
+                         help="Transformer: the decoder layer, from 1 (default: the last)")
+    explain.add_argument("--head", type=Number(int, Range("[1, 1024]")), default=None,
+                         help="Transformer: the head, from 1 (default: 1)")
+    explain.add_argument("--json", action="store_true", help="print one JSON document with every step")
+    explain.set_defaults(run=_explain)
 
     info = commands.add_parser("info", help="what a model file holds: family, sizes, vocabularies, training")
     info.add_argument("model", help="model file (.safetensors)")

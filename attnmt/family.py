@@ -6,6 +6,7 @@ model.FAMILIES.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Iterator, Optional, Protocol
 
 import torch
@@ -84,6 +85,61 @@ class Model(Protocol):
         """Every attention map of the teacher-forced pass, name -> [B, layers, heads, queries, keys]:
         "cross" (target over source), and "encoder" / "decoder" self-attention where the family has them."""
         ...
+
+    def probed(self, view: "AttentionView") -> tuple["Model", "Probe", "AttentionView"]:
+        """A copy of the network (reference modules, eval mode) whose attention `view` records its
+        numbers into the probe at each step, and whose attention over the source turns uniform
+        while `probe.uniform` is set (attnmt explain); and the view with its defaults filled in.
+        Refuses a view the family lacks in one line."""
+        ...
+
+    def score_function(self, view: "AttentionView") -> str:
+        """The score of `view` as the model computes it, in one line, for learners."""
+        ...
+
+
+@dataclass(frozen=True)
+class AttentionView:
+    """Which attention to look at: cross (output over source) or decoder self-attention, and for a
+    Transformer the layer and head (from 1; None: the last layer, the first head)."""
+
+    kind: str = "cross"
+    layer: Optional[int] = None
+    head: Optional[int] = None
+
+
+@dataclass
+class ProbeRecord:
+    """One step's numbers of the probed attention, each [B, heads, T, keys] (heads 1 for an RNN)."""
+
+    scores: torch.Tensor    # e_j; -inf where masked (pads, the future)
+    weights: torch.Tensor   # α_j = softmax(e)_j
+    shares: torch.Tensor    # |α_j v_j| / Σ_k |α_k v_k|: how much of the context vector comes from j
+
+
+class Probe:
+    """Shared by a probed network's attention modules: computes their weights, records the chosen
+    one's numbers, and makes the attention over the source uniform on request (the counterfactual
+    attnmt explain shows: the context as the plain average of the encoder states)."""
+
+    def __init__(self) -> None:
+        self.uniform = False
+        self.record: Optional[ProbeRecord] = None
+
+    def weigh(self, scores: torch.Tensor, allowed: torch.Tensor, values: torch.Tensor, record: bool,
+              over_source: bool) -> torch.Tensor:
+        """Weights [B, h, T, K] from scores [B, h, T, K] where `allowed` (broadcast to them) is True;
+        values [B, h, K, d]. Uniform over the allowed keys when asked to and this attends the source."""
+        allowed = allowed.expand_as(scores)
+        scores = scores.masked_fill(~allowed, float("-inf"))
+        if self.uniform and over_source:
+            weights = allowed.to(scores.dtype) / allowed.sum(-1, keepdim=True)
+        else:
+            weights = torch.softmax(scores, dim=-1)
+        if record and not self.uniform:
+            parts = (weights.unsqueeze(-1) * values.unsqueeze(2)).norm(dim=-1)        # [B, h, T, K] |α_j v_j|
+            self.record = ProbeRecord(scores, weights, parts / parts.sum(-1, keepdim=True).clamp_min(1e-30))
+        return weights
 
 
 class SourceMemory:

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Optional
 
 import torch
 from torch import nn
 
-from .attention import AdditiveAttention, make_attention
+from .attention import AdditiveAttention, AttentionProbe, make_attention
 from .config import ModelConfig
 from .decoder import Decoder, DecoderState, Memory
 from .encoder import Encoder, EncoderOutput, RNNState
 from .errors import AttnmtError
-from .family import Model
+from .family import AttentionView, Model, Probe
 from .fast import use_fast_paths
 from .transformer import Transformer
 from .vocab import PAD_ID
@@ -113,6 +114,23 @@ class Seq2Seq(nn.Module):
         layer, one head); none without attention."""
         _, weights = self(src, src_lengths, tgt_in)
         return {} if weights is None else {"cross": weights[:, None, None]}
+
+    def probed(self, view: AttentionView) -> tuple["Seq2Seq", Probe, AttentionView]:
+        if view.kind != "cross" or view.layer is not None or view.head is not None:
+            raise AttnmtError("an RNN model has one attention, of the output over the source: layers, heads and "
+                              "self-attention are for Transformer models")
+        if not self.returns_attention:
+            raise AttnmtError("this model has no attention (model.attention none): there is nothing to explain")
+        network = use_fast_paths(copy.deepcopy(self), False).eval()
+        probe = Probe()
+        network.decoder.attention = AttentionProbe(network.decoder.attention, probe)
+        return network, probe, view
+
+    def score_function(self, view: AttentionView) -> str:
+        query = ("q = s_{i-1}, the decoder's previous state" if self.config.decoder == "bahdanau"
+                 else "q = h_t, the decoder's new state")
+        return (f"score(q, h_j) = {self.decoder.attention.formula}  ({self.config.attention}; {query}; "
+                f"h_j the encoder's output at source position j)")
 
     def forward(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor,
                 teacher_forcing: float = 1.0, classify_at: Optional[torch.Tensor] = None

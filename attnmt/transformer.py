@@ -15,6 +15,7 @@ values of the positions so far (TransformerState), so a step computes only the n
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Optional
 
@@ -23,7 +24,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import ModelConfig
-from .family import SourceMemory
+from .errors import AttnmtError
+from .family import AttentionView, Probe, SourceMemory
 from .vocab import PAD_ID
 
 
@@ -56,6 +58,27 @@ class MultiHeadAttention(nn.Module):
         heads = self.dropout(weights) @ v                                   # [B, h, T, d_k]
         batch, _, length, _ = heads.shape
         return self.out_proj(heads.transpose(1, 2).reshape(batch, length, -1)), weights  # [B, T, D]
+
+
+class HeadsProbe(nn.Module):
+    """A MultiHeadAttention as attnmt explain runs it: the same weights, computed by `probe`, which
+    records them if `record` and makes them uniform while `probe.uniform` is set if `over_source`."""
+
+    def __init__(self, attention: MultiHeadAttention, probe: Probe, record: bool, over_source: bool):
+        super().__init__()
+        self.attention, self.probe, self.record, self.over_source = attention, probe, record, over_source
+        self.key_proj, self.value_proj = attention.key_proj, attention.value_proj  # as the layers use them
+
+    def forward(self, query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, allowed: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        attention = self.attention
+        q = attention.split(attention.query_proj(query))                   # [B, h, T, d_k]
+        k, v = attention.split(keys), attention.split(values)             # [B, h, S, d_k]
+        scores = q @ k.transpose(2, 3) / math.sqrt(q.shape[-1])             # [B, h, T, S]
+        weights = self.probe.weigh(scores, allowed.unsqueeze(1), v, self.record, self.over_source)
+        heads = weights @ v                                                 # [B, h, T, d_k]
+        batch, _, length, _ = heads.shape
+        return attention.out_proj(heads.transpose(1, 2).reshape(batch, length, -1)), weights
 
 
 class FeedForward(nn.Sequential):
@@ -316,6 +339,31 @@ class Transformer(nn.Module):
             tgt_in, self.initial_state(src.shape[0], encoded), self.memory(encoded, mask))
         return {"cross": torch.stack(cross_weights, 1), "encoder": torch.stack(encoder_weights, 1),
                 "decoder": torch.stack(decoder_weights, 1)}
+
+    def probed(self, view: AttentionView) -> tuple["Transformer", Probe, AttentionView]:
+        """Every layer's cross-attention turns uniform on request; the view's layer and kind records."""
+        layers, heads = len(self.decoder_layers), self.config.heads
+        if view.kind not in ("cross", "decoder"):
+            raise AttnmtError(f"attention {view.kind}: a decoding step has cross and decoder self-attention; the "
+                              f"encoder's self-attention is drawn by attnmt plot --attention encoder")
+        if view.layer is not None and not 1 <= view.layer <= layers:
+            raise AttnmtError(f"layer {view.layer}: this model's decoder has layers 1 to {layers}")
+        if view.head is not None and not 1 <= view.head <= heads:
+            raise AttnmtError(f"head {view.head}: this model's attention has heads 1 to {heads}")
+        chosen = (view.layer or layers) - 1
+        network = copy.deepcopy(self).eval()
+        probe = Probe()
+        for i, layer in enumerate(network.decoder_layers):
+            layer.cross_attention = HeadsProbe(layer.cross_attention, probe, view.kind == "cross" and i == chosen, True)
+            if view.kind == "decoder" and i == chosen:
+                layer.self_attention = HeadsProbe(layer.self_attention, probe, True, False)
+        return network, probe, AttentionView(view.kind, chosen + 1, view.head or 1)
+
+    def score_function(self, view: AttentionView) -> str:
+        d_k = self.config.emb_dim // self.config.heads
+        keys = ("k_j the key of source position j" if view.kind == "cross"
+                else "k_j the key of output position j so far (<sos> first)")
+        return f"score(q, k_j) = q · k_j / √{d_k}  (one head: q the query of this output position, {keys})"
 
     def forward(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor,
                 teacher_forcing: float = 1.0, classify_at: Optional[torch.Tensor] = None

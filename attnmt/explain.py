@@ -1,0 +1,135 @@
+"""Every number of a decoding step, for one sentence: what `attnmt explain` shows a learner.
+
+At each step of greedy decoding, the attention the learner picked (`AttentionView`) gives:
+    scores   e_j = score(q, k_j) for each key j (a source position, or an output position so far)
+    weights  α_j = softmax(e)_j; masked keys (pads, the future) get no score and weight 0
+    shares   |α_j v_j| / Σ_k |α_k v_k|: how much of the context vector comes from each key
+and the prediction: the 5 likeliest next tokens, beside the 5 likeliest when the attention over
+the source is made uniform (the context becomes the plain average of the encoder states), which
+shows what attention changed at that step. The numbers are the model's own, computed in float32
+by its reference modules (the family's `probed` copy); the output is its greedy translation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Optional
+
+import torch
+
+from .errors import AttnmtError
+from .family import AttentionView
+from .translate import Translator
+from .vocab import EOS_ID, SOS_ID
+
+TOP = 5
+
+
+@dataclass
+class ExplainedStep:
+    step: int                                 # 1 for the first output token
+    token: str                                # the token this step chose (<eos> at the end)
+    keys: list[str]                           # what the query looked at: source tokens, or outputs so far
+    scores: list[Optional[float]]             # e_j over `keys`; None where masked
+    weights: list[float]                      # α_j
+    shares: list[float]                       # share of the context vector from each key
+    next: list[tuple[str, float]]             # the TOP likeliest next tokens with their probabilities
+    next_uniform: list[tuple[str, float]]     # the same with uniform attention over the source
+
+
+@dataclass
+class Explanation:
+    source_tokens: list[str]
+    output_tokens: list[str]                  # the greedy translation, end of sentence left out
+    attention: str                            # cross, or decoder (self-attention)
+    layer: Optional[int]                      # Transformer: the layer and head shown, from 1
+    head: Optional[int]
+    score_function: str
+    steps: list[ExplainedStep]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@torch.inference_mode()
+def explain(translator: Translator, sentence: str, view: AttentionView = AttentionView()) -> Explanation:
+    """The numbers of every greedy decoding step of `sentence` for the attention `view`."""
+    source_tokens = translator.tokenize_source(sentence)
+    if not source_tokens:
+        raise AttnmtError("nothing to explain: the sentence is empty")
+    network, probe, view = translator.model.probed(view)
+    device = translator.device
+    src = torch.tensor([translator.src_vocab.encode(source_tokens)], device=device)
+    memory, state = network.encode(src, torch.tensor([len(source_tokens)]))
+    decode = translator.config.decode
+    max_tokens = int(len(source_tokens) * decode.max_len_ratio) + decode.max_len_extra  # as the searches allow
+    vocab = translator.tgt_vocab
+
+    def top(logits: torch.Tensor) -> list[tuple[str, float]]:
+        probabilities = torch.softmax(logits.float(), dim=-1)
+        values, ids = probabilities.topk(TOP)
+        return [(vocab.itos[i], round(p, 6)) for p, i in zip(values.tolist(), ids.tolist())]
+
+    inputs, steps = [SOS_ID], []
+    while not steps or (inputs[-1] != EOS_ID and len(steps) < max_tokens):
+        previous = torch.tensor([[inputs[-1]]], device=device)
+        probe.uniform = True
+        uniform_logits, _, _ = network.step(previous, state, memory)            # the counterfactual, same state
+        probe.uniform = False
+        logits, state, _ = network.step(previous, state, memory)
+        chosen = int(logits[0, -1].argmax())
+        record = probe.record
+        keys = (source_tokens if view.kind == "cross"
+                else [vocab.itos[i] for i in inputs])                           # <sos> and the outputs so far
+        row = (0, (view.head or 1) - 1, -1)                                    # [sentence, head, this position]
+        scores = record.scores[row][: len(keys)].tolist()
+        steps.append(ExplainedStep(
+            len(steps) + 1, vocab.itos[chosen], keys,
+            [round(s, 6) if s != float("-inf") else None for s in scores],
+            [round(w, 6) for w in record.weights[row][: len(keys)].tolist()],
+            [round(s, 6) for s in record.shares[row][: len(keys)].tolist()],
+            top(logits[0, -1]), top(uniform_logits[0, -1])))
+        inputs.append(chosen)
+    output = [vocab.itos[i] for i in inputs[1:] if i != EOS_ID]
+    return Explanation(source_tokens, output, view.kind, view.layer, view.head,
+                       translator.model.score_function(view), steps)
+
+
+def check_step(explanation: Explanation, step: int) -> ExplainedStep:
+    """Step `step` (from 1), or one line saying which steps there are."""
+    steps = explanation.steps
+    if not 1 <= step <= len(steps):
+        raise AttnmtError(f"--step {step}: this translation has steps 1 to {len(steps)} "
+                          f"({len(steps) - 1} tokens and the end of sentence)")
+    return steps[step - 1]
+
+
+def render(explanation: Explanation, step: Optional[int] = None) -> str:
+    """The explanation as text: one compact line per step, or every number of step `step` (from 1)."""
+    steps = explanation.steps
+    where = "" if explanation.layer is None else f", layer {explanation.layer}, head {explanation.head}"
+    lines = [f"source:      {' '.join(explanation.source_tokens)}",
+             f"translation: {' '.join(explanation.output_tokens)}",
+             f"attention:   {explanation.attention}{where}",
+             f"             {explanation.score_function}",
+             "uniform:     what the step predicts when its attention over the source is uniform, i.e. the context "
+             "is the plain average of the encoder states (a counterfactual, not the model's output)", ""]
+    if step is None:
+        for s in steps:
+            attended = sorted(zip(s.weights, s.keys), reverse=True)[:3]
+            lines.append(f"{s.step:3d} {s.token:<14} <- " + ", ".join(f"{k} {w:.2f}" for w, k in attended)
+                         + " | next: " + ", ".join(f"{t} {p:.2f}" for t, p in s.next[:3])
+                         + " | uniform: " + ", ".join(f"{t} {p:.2f}" for t, p in s.next_uniform[:3]))
+        lines.append("")
+        lines.append("attnmt explain MODEL SENTENCE --step N shows every number of step N.")
+        return "\n".join(lines)
+    s = check_step(explanation, step)
+    width = max(len(k) for k in s.keys + ["key"])
+    lines.append(f"step {s.step}: the model writes {s.token!r}")
+    lines.append(f"  {'key':<{width}}  {'score e_j':>10}  {'weight α_j':>10}  {'context share':>13}")
+    for key, score, weight, share in zip(s.keys, s.scores, s.weights, s.shares):
+        shown = f"{score:10.4f}" if score is not None else f"{'masked':>10}"
+        lines.append(f"  {key:<{width}}  {shown}  {weight:10.4f}  {share:13.4f}")
+    lines.append("  next token, as the model predicts it:   " + " | ".join(f"{t} {p:.4f}" for t, p in s.next))
+    lines.append("  with uniform attention (counterfactual): " + " | ".join(f"{t} {p:.4f}" for t, p in s.next_uniform))
+    return "\n".join(lines)
