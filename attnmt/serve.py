@@ -8,7 +8,7 @@ import socket
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Optional
+from typing import Any, AsyncIterator, Callable, Literal, Optional
 
 import numpy as np
 import torch
@@ -23,6 +23,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .config import ServeConfig, validate_serve
 from .errors import AttnmtError
+from .explain import explain
+from .family import AttentionView
 from .libretranslate import LibreTranslateError, RouteLibreTranslate, libretranslate_router
 from .translate import Translation, Translator
 
@@ -84,6 +86,40 @@ class Health(BaseModel):
     queued: int = Field(description="requests waiting for the model")
     model_calls: int = Field(description="model calls so far; concurrent requests share calls")
     sentences: int = Field(description="sentences translated so far")
+
+
+class ExplainRequest(BaseModel):
+    """One sentence to translate greedily and explain step by step (attnmt explain)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    text: str = Field(description="one sentence")
+    attention: Literal["cross", "decoder"] = Field("cross", description="cross: output over source; decoder: a "
+                                                                         "Transformer's self-attention")
+    layer: Optional[int] = Field(None, ge=1, description="Transformer: the decoder layer, from 1 (default: the last)")
+    head: Optional[int] = Field(None, ge=1, description="Transformer: the head, from 1 (default: 1)")
+
+
+class ExplainedStepResult(BaseModel):
+    step: int
+    token: str = Field(description="the token this step chose (<eos> at the end)")
+    keys: list[str] = Field(description="what the query looked at: source tokens, or <sos> and the outputs so far")
+    scores: list[Optional[float]] = Field(description="score e_j per key; null where masked")
+    weights: list[float] = Field(description="softmax of the scores")
+    shares: list[float] = Field(description="each key's share of the context vector, |α_j v_j| / Σ_k |α_k v_k|")
+    next: list[tuple[str, float]] = Field(description="the 5 likeliest next tokens and their probabilities")
+    next_uniform: list[tuple[str, float]] = Field(
+        description="the same when the attention over the source is uniform (a counterfactual)")
+
+
+class ExplainResponse(BaseModel):
+    source_tokens: list[str]
+    output_tokens: list[str] = Field(description="the greedy translation")
+    attention: str
+    layer: Optional[int]
+    head: Optional[int]
+    score_function: str
+    steps: list[ExplainedStepResult]
 
 
 class ModelInfo(BaseModel):
@@ -169,16 +205,18 @@ class Batcher:
         except asyncio.TimeoutError:
             raise ServeError(504, f"the translation took longer than {self.limits.timeout_s:g} s") from None
 
-    async def maps(self, translations: list[Translation]) -> list[dict[str, np.ndarray]]:
-        """Every attention map of each translation (none for an empty one), on the model's thread."""
-        def compute() -> list[dict[str, np.ndarray]]:
-            return [self.translator.attention_maps(t) if t.tokens and t.source_tokens else {} for t in translations]
-
-        future = asyncio.get_running_loop().run_in_executor(self.executor, compute)
+    async def run(self, work: Callable[[], Any], what: str) -> Any:
+        """`work()` on the model's thread, within the timeout."""
+        future = asyncio.get_running_loop().run_in_executor(self.executor, work)
         try:
             return await asyncio.wait_for(future, self.limits.timeout_s)
         except asyncio.TimeoutError:
-            raise ServeError(504, f"the attention maps took longer than {self.limits.timeout_s:g} s") from None
+            raise ServeError(504, f"{what} took longer than {self.limits.timeout_s:g} s") from None
+
+    async def maps(self, translations: list[Translation]) -> list[dict[str, np.ndarray]]:
+        """Every attention map of each translation (none for an empty one), on the model's thread."""
+        return await self.run(lambda: [self.translator.attention_maps(t) if t.tokens and t.source_tokens else {}
+                                       for t in translations], "the attention maps")
 
     def _drain(self, jobs: list[_Job]) -> None:
         while sum(len(job.texts) for job in jobs) < self.limits.max_batch and not self.queue.empty():
@@ -352,6 +390,20 @@ def create_app(translator: Translator, limits: Optional[ServeConfig] = None) -> 
 
     app.include_router(libretranslate_router(translator, decode_nbest))
     app.include_router(libretranslate_router(translator, decode_nbest, prefix="", with_translate=False))
+
+    @app.post("/explain", response_model=ExplainResponse, responses=ERROR_RESPONSES)
+    async def explain_step_by_step(request: ExplainRequest) -> dict[str, Any]:
+        """Every number of each greedy decoding step of one sentence (attnmt explain --json)."""
+        check([request.text], 1, 1)
+        view = AttentionView(request.attention, request.layer, request.head)
+
+        def work() -> dict[str, Any]:
+            try:
+                return explain(translator, request.text, view).to_dict()
+            except AttnmtError as err:
+                raise ServeError(422, str(err)) from None
+
+        return await app.state.batcher.run(work, "the explanation")
 
     @app.get("/health", response_model=Health)
     async def health() -> dict[str, Any]:

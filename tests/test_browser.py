@@ -141,3 +141,33 @@ def test_every_map_of_a_transformer(browser, transformer_dates_model):
         assert page.locator("#heatmap .cell").count() == rows * rows
         assert page.locator("#heatmap .tok.src").all_inner_texts()[0] == "<sos>"
         screenshot(page, "explorer_transformer.png")
+
+        # The explain panel follows the map, layer and head: decoder self-attention, layer 1, head 2.
+        page.click('#heatmap .tok.out[data-row="2"]')
+        page.wait_for_function("document.querySelector('#explain').dataset.step === '3'")
+        expected = httpx.post(url + "explain", json={"text": text, "attention": "decoder", "layer": 1,
+                                                      "head": 2}).json()["steps"][2]
+        assert "decoder attention, layer 1, head 2" in page.inner_text("#explain-title")
+        weights = [float(w) for w in page.locator("#explain-table tbody td:nth-child(3)").all_inner_texts()]
+        assert weights == pytest.approx(expected["weights"], abs=1e-4) and len(weights) == 3  # <sos> and 2 outputs
+
+
+def test_the_explain_panel_shows_every_number_of_a_step(page, server):
+    text = "3. Oktober 1990"
+    translate_on_page(page, text)
+    expected = httpx.post(server + "explain", json={"text": text}).json()
+    page.click('#heatmap .tok.out[data-row="1"]')
+    page.wait_for_function("document.querySelector('#explain').dataset.step === '2'")
+    step = expected["steps"][1]
+    assert page.inner_text("#explain-title") == f"Step 2: the model writes \u201c{step['token']}\u201d"
+    assert page.inner_text("#explain-formula") == expected["score_function"]
+    rows = page.locator("#explain-table tbody tr")
+    assert rows.count() == len(expected["source_tokens"])
+    cells = [rows.nth(j).locator("td").all_inner_texts() for j in range(rows.count())]
+    assert [c[0] for c in cells] == step["keys"]
+    assert [float(c[1]) for c in cells] == pytest.approx(step["scores"], abs=1e-4)
+    assert [float(c[2]) for c in cells] == pytest.approx(step["weights"], abs=1e-4)
+    assert sum(float(c[2]) for c in cells) == pytest.approx(1, abs=2e-3)
+    assert page.locator("#explain-next li").count() == page.locator("#explain-uniform li").count() == 5
+    assert page.inner_text("#explain-next li.chosen").startswith(step["token"])
+    screenshot(page, "explain_panel.png")

@@ -241,7 +241,84 @@
     const target = event.target.closest(".tok, .cell");
     pinned = target && target !== pinned ? target : null;
     highlight(pinned || target);
+    const encoderMap = model && model.arch === "transformer" && mapSelect.value === "encoder";  // rows: source
+    if (target && target.classList.contains("out") && !encoderMap) explainStep(Number(target.dataset.row));
   });
+
+  // The explain panel: every number of one decoding step (POST /explain, as attnmt explain --json).
+  let explanation = null, explanationKey = null;
+
+  function explainView() {
+    const transformer = Boolean(model && model.arch === "transformer");
+    const attention = transformer && mapSelect.value === "decoder" ? "decoder" : "cross";
+    return {
+      text: $("output").dataset.source, attention,
+      layer: transformer && mapSelect.value !== "encoder" ? Number(layerSelect.value) : null,
+      head: transformer ? (headSelect.value === "mean" ? 1 : Number(headSelect.value)) : null,
+    };
+  }
+
+  async function explainStep(row) {
+    if (model && model.attention === "none") return;
+    const view = explainView();
+    const key = JSON.stringify(view);
+    try {
+      if (key !== explanationKey) {
+        const response = await fetch("/explain", {
+          method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(view),
+        });
+        const body = await response.json();
+        if (!response.ok) throw new Error(body.error || `HTTP ${response.status}`);
+        explanation = body;
+        explanationKey = key;
+      }
+      showStep(Math.min(row, explanation.steps.length - 1), view);
+    } catch (err) {
+      showError(err.message);
+    }
+  }
+
+  function bar(value, text) {
+    const cell = element("td");
+    const shown = element("span", "bar");
+    shown.style.width = `${(value * 6).toFixed(2)}rem`;
+    cell.append(shown, text);
+    return cell;
+  }
+
+  function predictions(list, pairs, chosen) {
+    list.replaceChildren(...pairs.map(([token, probability]) => {
+      const item = element("li", token === chosen ? "chosen" : "");
+      const shown = element("span", "bar");
+      shown.style.width = `${(probability * 6).toFixed(2)}rem`;
+      item.append(shown, `${token}  ${probability.toFixed(4)}`);
+      return item;
+    }));
+  }
+
+  function showStep(index, view) {
+    const step = explanation.steps[index];
+    const panel = $("explain");
+    panel.hidden = false;
+    panel.dataset.step = step.step;
+    const where = explanation.layer ? ` · ${explanation.attention} attention, layer ${explanation.layer}, head ${explanation.head}` : "";
+    $("explain-title").textContent = `Step ${step.step}: the model writes “${step.token}”${where}`;
+    const greedy = explanation.output_tokens.join(" ");
+    $("explain-note").textContent = `Steps of the greedy translation (${greedy}), computed in float32 by the model's ` +
+      `reference modules.` + (view.head === 1 && headSelect.value === "mean" ? " Head 1 is shown: a mean of heads has no scores." : "");
+    $("explain-formula").textContent = explanation.score_function;
+    const body = $("explain-table").tBodies[0];
+    body.replaceChildren(...step.keys.map((token, j) => {
+      const row = element("tr");
+      const score = step.scores[j];
+      row.append(element("td", "", token),
+                 score === null ? element("td", "masked", "masked") : element("td", "", score.toFixed(4)),
+                 bar(step.weights[j], step.weights[j].toFixed(4)), bar(step.shares[j], step.shares[j].toFixed(4)));
+      return row;
+    }));
+    predictions($("explain-next"), step.next, step.token);
+    predictions($("explain-uniform"), step.next_uniform, step.token);
+  }
 
   $("form").addEventListener("submit", (event) => { event.preventDefault(); translate(); });
   source.addEventListener("keydown", (event) => {
