@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
-from .config import PRECISIONS, DecodeConfig, Range, ServeConfig, field_range
+from .config import CTRANSLATE2_QUANTIZATIONS, PRECISIONS, DecodeConfig, Range, ServeConfig, field_range
 from .errors import AttnmtError
 from .files import check_parent_dir
 
@@ -250,6 +250,13 @@ def _explain(args: argparse.Namespace) -> None:
         print(render(explanation, args.step))
 
 
+def _export(args: argparse.Namespace) -> None:
+    from .export import export_ctranslate2
+
+    out = export_ctranslate2(args.model, args.out, args.quantization, args.overwrite)
+    print(f"CTranslate2 model written to {out}")
+
+
 def _info(args: argparse.Namespace) -> None:
     import json
 
@@ -394,6 +401,15 @@ def build_parser() -> argparse.ArgumentParser:
                          help="Transformer: the head, from 1 (default: 1)")
     explain.add_argument("--json", action="store_true", help="print one JSON document with every step")
     explain.set_defaults(run=_explain)
+
+    export = commands.add_parser("export", help="write a Transformer model for another engine (CTranslate2)")
+    export.add_argument("model", help="model file (model.safetensors) of a Transformer")
+    export.add_argument("out", help="the directory to write")
+    export.add_argument("--to", choices=["ctranslate2"], required=True, help="the engine: ctranslate2")
+    export.add_argument("--quantization", choices=CTRANSLATE2_QUANTIZATIONS,
+                        default=None, help="store the weights quantized (default: float32)")
+    export.add_argument("--overwrite", action="store_true", help="replace a directory that is not empty")
+    export.set_defaults(run=_export)
 
     info = commands.add_parser("info", help="what a model file holds: family, sizes, vocabularies, training")
     info.add_argument("model", help="model file (.safetensors)")

@@ -36,6 +36,8 @@ def parse_yaml(text: str) -> Any:
 TrainPrecision = Literal["fp32", "bf16", "auto"]
 DecodePrecision = Literal["fp32", "bf16", "int8", "auto"]
 PRECISIONS: tuple[str, ...] = typing.get_args(DecodePrecision)
+# How `attnmt export --to ctranslate2` may store the weights (CTranslate2's quantization names).
+CTRANSLATE2_QUANTIZATIONS = ("int8", "int8_float32", "int16", "float16", "bfloat16")
 
 
 @dataclass(frozen=True)

@@ -161,3 +161,18 @@ def test_transformer_and_baseline_refusals(transformer_dates_model, no_attention
         explain(translator, "   ")
     assert main(["explain", str(no_attention_model), SENTENCE]) == 2
     assert "this model has no attention (model.attention none)" in capsys.readouterr().err
+
+
+def test_the_server_explains_as_the_cli(dates_model):
+    from fastapi.testclient import TestClient
+
+    from attnmt.serve import create_app
+
+    translator = Translator.load(dates_model, "cpu", precision="fp32")
+    with TestClient(create_app(translator)) as client:
+        answer = client.post("/explain", json={"text": SENTENCE})
+        assert answer.status_code == 200, answer.text
+        assert answer.json() == json.loads(json.dumps(explain(translator, SENTENCE).to_dict()))
+        refused = client.post("/explain", json={"text": SENTENCE, "head": 2})
+        assert refused.status_code == 422 and "an RNN model has one attention" in refused.json()["error"]
+        assert client.post("/explain", json={"text": "x" * 5000}).status_code == 413

@@ -1,0 +1,138 @@
+"""`attnmt export MODEL --to ctranslate2 DIR`: a Transformer model as a CTranslate2 model.
+
+CTranslate2 (OpenNMT's inference engine) decodes Transformers fast on CPUs and GPUs, in int8 too.
+The model is described through CTranslate2's own specification API (`TransformerSpec`): each
+attnmt weight goes to the variable that plays its part, and CTranslate2 checks and saves them.
+CTranslate2 has no RNN encoder-decoder, so only model.arch transformer exports. The optional
+`ctranslate2` package is imported only here.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import torch
+
+from .config import CTRANSLATE2_QUANTIZATIONS
+from .errors import AttnmtError
+from .files import check_parent_dir
+from .transformer import sinusoids
+from .translate import Translator
+from .vocab import EOS, SOS, UNK
+
+
+def _ctranslate2() -> Any:
+    try:
+        import ctranslate2
+    except ImportError:
+        raise AttnmtError("exporting to CTranslate2 needs the ctranslate2 package: pip install ctranslate2") from None
+    return ctranslate2
+
+
+def export_ctranslate2(model_path: str | Path, out_dir: str | Path, quantization: Optional[str] = None,
+                       overwrite: bool = False, max_positions: int = 1024) -> Path:
+    """Write the Transformer at `model_path` as a CTranslate2 model directory. Its alignment (the
+    attention CTranslate2 returns) is the mean of the last layer's heads, as attnmt's heatmaps show;
+    `max_positions` sinusoidal positions are written (CTranslate2 reads no further)."""
+    ctranslate2 = _ctranslate2()
+    from ctranslate2.specs import common_spec, transformer_spec
+
+    translator = Translator.load(model_path, device="cpu", precision="fp32")
+    network = translator.model
+    config = network.config
+    if config.arch != "transformer":
+        raise AttnmtError(f"{model_path}: CTranslate2 has no RNN encoder-decoder; only Transformer models "
+                          f"(model.arch transformer) export to it")
+    out_dir = Path(out_dir)
+    if out_dir.exists() and any(out_dir.iterdir()) and not overwrite:
+        raise AttnmtError(f"{out_dir} is not empty; use --overwrite to replace it")
+    if quantization is not None and quantization not in CTRANSLATE2_QUANTIZATIONS:
+        raise AttnmtError(f"quantization {quantization!r}: expected one of {', '.join(CTRANSLATE2_QUANTIZATIONS)}")
+
+    pre = config.norm == "pre"
+    spec = transformer_spec.TransformerSpec.from_config(
+        (config.enc_layers, config.dec_layers), config.heads, pre_norm=pre,
+        activation=common_spec.Activation.GELU if config.activation == "gelu" else common_spec.Activation.RELU,
+        alignment_layer=-1, alignment_heads=config.heads)
+    # The weights by their attnmt names (transformer.py's layout: query_proj, key_proj, value_proj,
+    # out_proj of each attention; feed_forward.0 and .3; the Residual blocks' norms).
+    weights = {name: tensor.detach().float().numpy() for name, tensor in network.state_dict().items()}
+
+    if config.positions == "learned":
+        positions = weights["positions.weight"]
+    else:
+        count = max(max_positions, config.max_positions)
+        positions = sinusoids(torch.arange(count).unsqueeze(0), config.emb_dim)[0].numpy()
+    for side, stack in (("encoder", spec.encoder), ("decoder", spec.decoder)):
+        stack.scale_embeddings = True                                  # attnmt scales embeddings by √d too
+        stack.position_encodings.encodings = positions
+        if pre:                                                        # the stack's final LayerNorm
+            _layer_norm(stack.layer_norm, weights, f"{side}_norm")
+    spec.encoder.embeddings[0].weight = weights["src_embedding.weight"]
+    spec.decoder.embeddings.weight = weights["tgt_embedding.weight"]
+    _linear(spec.decoder.projection, weights, "classifier")
+    for i, layer in enumerate(spec.encoder.layer):
+        scope = f"encoder_layers.{i}"
+        _attention(layer.self_attention, weights, f"{scope}.self_attention", fused_keys=True)
+        _layer_norm(layer.self_attention.layer_norm, weights, f"{scope}.attend.norm")
+        _feed_forward(layer.ffn, weights, scope)
+    for i, layer in enumerate(spec.decoder.layer):
+        scope = f"decoder_layers.{i}"
+        _attention(layer.self_attention, weights, f"{scope}.self_attention", fused_keys=True)
+        _layer_norm(layer.self_attention.layer_norm, weights, f"{scope}.attend_self.norm")
+        _attention(layer.attention, weights, f"{scope}.cross_attention", fused_keys=False)
+        _layer_norm(layer.attention.layer_norm, weights, f"{scope}.attend_source.norm")
+        _feed_forward(layer.ffn, weights, scope)
+
+    spec.config.unk_token, spec.config.bos_token, spec.config.eos_token = UNK, SOS, EOS
+    spec.config.decoder_start_token = SOS
+    spec.config.layer_norm_epsilon = network.decoder_layers[0].attend_self.norm.eps
+    spec.register_source_vocabulary(translator.src_vocab.to_list())
+    spec.register_target_vocabulary(translator.tgt_vocab.to_list())
+    spec.validate()
+    spec.optimize(quantization=quantization)
+    # Written beside, then renamed: a failed export leaves no half model under the real name.
+    check_parent_dir(out_dir)
+    partial = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        spec.save(str(partial))
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        partial.rename(out_dir)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    assert ctranslate2.contains_model(str(out_dir))
+    return out_dir
+
+
+def _linear(spec: Any, weights: dict, name: str) -> None:
+    spec.weight = weights[f"{name}.weight"]
+    if f"{name}.bias" in weights:
+        spec.bias = weights[f"{name}.bias"]
+
+
+def _layer_norm(spec: Any, weights: dict, name: str) -> None:
+    spec.gamma, spec.beta = weights[f"{name}.weight"], weights[f"{name}.bias"]
+
+
+def _feed_forward(spec: Any, weights: dict, scope: str) -> None:
+    _layer_norm(spec.layer_norm, weights, f"{scope}.transform.norm")
+    _linear(spec.linear_0, weights, f"{scope}.feed_forward.0")       # W_1
+    _linear(spec.linear_1, weights, f"{scope}.feed_forward.3")       # W_2 (after the activation and dropout)
+
+
+def _attention(spec: Any, weights: dict, name: str, fused_keys: bool) -> None:
+    """Self-attention: one product for queries, keys and values; cross-attention: the queries, then
+    keys and values in one product (they read the encoder's output); then the output projection."""
+    projections = {part: (weights[f"{name}.{part}_proj.weight"], weights[f"{name}.{part}_proj.bias"])
+                   for part in ("query", "key", "value")}
+    groups = [("query", "key", "value")] if fused_keys else [("query",), ("key", "value")]
+    for linear, parts in zip(spec.linear, groups):
+        linear.weight = np.concatenate([projections[p][0] for p in parts])
+        linear.bias = np.concatenate([projections[p][1] for p in parts])
+    _linear(spec.linear[-1], weights, f"{name}.out_proj")
+

@@ -1,0 +1,59 @@
+"""attnmt export --to ctranslate2: CTranslate2 translates an exported Transformer as attnmt does."""
+
+import sys
+
+import numpy as np
+import pytest
+
+from attnmt import AttnmtError, Translator
+from attnmt.cli import main
+from attnmt.export import export_ctranslate2
+
+ctranslate2 = pytest.importorskip("ctranslate2", reason="the ctranslate2 package (the test extra) is not installed")
+
+DATES = ["March 14, 2026", "3. Oktober 1990", "the 21st of June 1975", "12/25/2031", "Fr., 09.11.1989",
+         "1 May 2000", "July 4, 1776", "Montag, 1. Januar 2024", "Samstag, den 14. März 2026", "May 5, 2001"]
+
+
+def test_ctranslate2_decodes_what_attnmt_decodes(transformer_dates_model, tmp_path):
+    out = export_ctranslate2(transformer_dates_model, tmp_path / "ct2")
+    translator = Translator.load(transformer_dates_model, "cpu", precision="fp32")
+    ours = translator.translate(DATES, beam_size=1)
+    engine = ctranslate2.Translator(str(out), device="cpu", compute_type="float32")
+    decode = translator.config.decode
+    for text, mine in zip(DATES, ours):
+        tokens = translator.tokenize_source(text)
+        (result,) = engine.translate_batch([tokens], beam_size=1, return_attention=True,
+                                          max_decoding_length=int(len(tokens) * decode.max_len_ratio)
+                                          + decode.max_len_extra)
+        assert result.hypotheses[0] == mine.tokens, text
+        # Every token's log-probability, end of sentence included, as CTranslate2 scores the output.
+        (scored,) = engine.score_batch([tokens], [mine.tokens])
+        assert sum(scored.log_probs) == pytest.approx(mine.log_prob, abs=1e-4)
+        # CTranslate2's attention: the mean of the last layer's heads, the matrix attnmt's heatmaps show.
+        attention = np.array(result.attention[0])[: len(mine.tokens)]
+        np.testing.assert_allclose(attention, mine.attention, atol=1e-4)
+
+
+def test_int8_export_translates(transformer_dates_model, tmp_path, capsys):
+    assert main(["export", str(transformer_dates_model), str(tmp_path / "int8"), "--to", "ctranslate2",
+                 "--quantization", "int8"]) == 0
+    assert "CTranslate2 model written to" in capsys.readouterr().out
+    engine = ctranslate2.Translator(str(tmp_path / "int8"), device="cpu", compute_type="int8")
+    translator = Translator.load(transformer_dates_model, "cpu", precision="fp32")
+    results = engine.translate_batch([translator.tokenize_source(t) for t in DATES], beam_size=1)
+    same = sum(r.hypotheses[0] == mine.tokens for r, mine in zip(results, translator.translate(DATES)))
+    assert same >= len(DATES) - 2  # int8 rounding may change a close call
+
+
+def test_refusals_are_one_line(dates_model, transformer_dates_model, tmp_path, monkeypatch, capsys):
+    assert main(["export", str(dates_model), str(tmp_path / "rnn"), "--to", "ctranslate2"]) == 2
+    assert "CTranslate2 has no RNN encoder-decoder" in capsys.readouterr().err
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "keep.txt").write_text("mine")
+    with pytest.raises(AttnmtError, match="is not empty; use --overwrite"):
+        export_ctranslate2(transformer_dates_model, tmp_path / "full")
+    assert (tmp_path / "full" / "keep.txt").read_text() == "mine"
+    monkeypatch.setitem(sys.modules, "ctranslate2", None)  # as if not installed
+    with pytest.raises(AttnmtError, match="needs the ctranslate2 package: pip install ctranslate2"):
+        export_ctranslate2(transformer_dates_model, tmp_path / "none")
