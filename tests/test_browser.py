@@ -80,6 +80,7 @@ def test_translate_heatmap_and_hover(page, server):
     assert page.locator("#heatmap .cell").count() == rows * cols
     assert page.locator("#heatmap .tok.out").all_inner_texts() == result["tokens"]
     assert page.locator("#heatmap .tok.src").all_inner_texts() == result["source_tokens"]
+    assert not page.is_visible("#map-controls")  # an RNN model has one map: no layer or head to pick
 
     # An output token: its row and the source tokens it attended to light up.
     page.hover('#heatmap .tok.out[data-row="0"]')
@@ -143,6 +144,7 @@ def test_every_map_of_a_transformer(browser, transformer_dates_model):
         screenshot(page, "explorer_transformer.png")
 
         # The explain panel follows the map, layer and head: decoder self-attention, layer 1, head 2.
+        page.select_option("#layer", "1")
         page.click('#heatmap .tok.out[data-row="2"]')
         page.wait_for_function("document.querySelector('#explain').dataset.step === '3'")
         expected = httpx.post(url + "explain", json={"text": text, "attention": "decoder", "layer": 1,
@@ -160,7 +162,7 @@ def test_the_explain_panel_shows_every_number_of_a_step(page, server):
     page.wait_for_function("document.querySelector('#explain').dataset.step === '2'")
     step = expected["steps"][1]
     assert page.inner_text("#explain-title") == f"Step 2: the model writes \u201c{step['token']}\u201d"
-    assert page.inner_text("#explain-formula") == expected["score_function"]
+    assert page.text_content("#explain-formula") == expected["score_function"]
     rows = page.locator("#explain-table tbody tr")
     assert rows.count() == len(expected["source_tokens"])
     cells = [rows.nth(j).locator("td").all_inner_texts() for j in range(rows.count())]

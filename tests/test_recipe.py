@@ -30,7 +30,7 @@ def test_warmup_schedule(tmp_path):
 
 def test_plateau_halves_lr_and_patience_stops(tmp_path, monkeypatch):
     def flat_validation(translator, data, config, device, progress):
-        return {"epoch": progress.epoch, "valid_loss": 1.0, "valid_bleu": 0.0}
+        return {"epoch": progress.epoch, "step": progress.step, "valid_loss": 1.0, "valid_bleu": 0.0}
 
     monkeypatch.setattr(train_module, "_validate", flat_validation)
     values = tiny_dates_config(tmp_path)
@@ -57,9 +57,9 @@ def test_select_by_bleu_keeps_the_best_bleu(tmp_path, monkeypatch):
     saved = []
     real_save = Translator.save
 
-    def recording_save(self, path):
+    def recording_save(self, path, training=None):
         saved.append(str(path))
-        real_save(self, path)
+        real_save(self, path, training)
 
     monkeypatch.setattr(Translator, "save", recording_save)
     values = tiny_dates_config(tmp_path)
