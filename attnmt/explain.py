@@ -115,9 +115,10 @@ def render(explanation: Explanation, step: Optional[int] = None) -> str:
              "uniform:     what the step predicts when its attention over the source is uniform, i.e. the context "
              "is the plain average of the encoder states (a counterfactual, not the model's output)", ""]
     if step is None:
+        lines.append("step token          <- the 3 keys with most weight (key@position weight) | next | uniform")
         for s in steps:
-            attended = sorted(zip(s.weights, s.keys), reverse=True)[:3]
-            lines.append(f"{s.step:3d} {s.token:<14} <- " + ", ".join(f"{k} {w:.2f}" for w, k in attended)
+            attended = sorted(zip(s.weights, range(1, len(s.keys) + 1), s.keys), key=lambda a: -a[0])[:3]
+            lines.append(f"{s.step:3d} {s.token:<14} <- " + ", ".join(f"{k}@{j} {w:.2f}" for w, j, k in attended)
                          + " | next: " + ", ".join(f"{t} {p:.2f}" for t, p in s.next[:3])
                          + " | uniform: " + ", ".join(f"{t} {p:.2f}" for t, p in s.next_uniform[:3]))
         lines.append("")
