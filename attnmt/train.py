@@ -291,11 +291,11 @@ def _train_epochs(config: Config, data: PreparedData, translator: Translator, op
                 _save_checkpoint(checkpoint_path, translator, optimizer, progress, data)
         bar.close()
         progress.elapsed_s = time.monotonic() - started
-        words_per_s = segment_tokens / max(time.monotonic() - segment_started, 1e-9)
+        tokens_per_s = segment_tokens / max(time.monotonic() - segment_started, 1e-9)
         record = _validate(translator, data, config, device, progress)
         progress.history.append(record)
         log(" | ".join(f"{k} {v}" for k, v in record.items()))
-        metrics.write({**record, "lr": progress.lr, "target_tokens_per_s": round(words_per_s, 1),
+        metrics.write({**record, "lr": progress.lr, "target_tokens_per_s": round(tokens_per_s, 1),
                        "elapsed_min": round(progress.elapsed_s / 60, 2)})
         # Always: a budget that runs out in the first epoch must still keep its model.
         verdict = _after_validation(record, translator, progress, config, _training_facts(data, record), log)
