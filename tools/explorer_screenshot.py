@@ -35,7 +35,13 @@ def main() -> None:
     server = subprocess.Popen([sys.executable, "-m", "attnmt", "serve", args.model, "--port", "0"],
                               stdout=subprocess.PIPE, text=True)
     try:
-        url = re.search(r"http://127\.0\.0\.1:\d+/", server.stdout.readline()).group()
+        url = None
+        while url is None:  # a precision note may come first
+            line = server.stdout.readline()
+            if not line:
+                sys.exit("attnmt serve stopped before it printed its URL")
+            found = re.search(r"http://127\.0\.0\.1:\d+/", line)
+            url = found.group() if found else None
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-gpu"])
             page = browser.new_page(viewport={"width": args.width, "height": 760})
