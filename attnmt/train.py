@@ -383,7 +383,8 @@ def _try_average(translator: Translator, data: PreparedData, config: Config, dev
     record = _validate(translator, data, config, device, progress)
     log(f"average of the last {len(states)} epochs: " + " | ".join(f"{k} {v}" for k, v in record.items()
                                                                       if k.startswith("valid")))
-    metrics.write({**record, "average_of_last": len(states)})
+    # No training happened since the last epoch: its train_loss would read 0.
+    metrics.write({**{k: v for k, v in record.items() if k != "train_loss"}, "average_of_last": len(states)})
     metric = -record["valid_loss"] if config.train.select_by == "loss" else record.get("valid_bleu", 0.0)
     if metric > progress.best_metric:
         progress.best_metric = metric

@@ -41,6 +41,7 @@ def test_each_validation_appends_one_record(run_dir):
         assert any(line.startswith(f"epoch {record['epoch']} | step {record['step']} | train_loss {record['train_loss']}")
                    for line in logged)
     assert records[-1]["average_of_last"] == 2 and records[-1]["step"] == epochs[-1]["step"]
+    assert "train_loss" not in records[-1]  # nothing was trained for the average
 
 
 def test_curves_are_drawn(run_dir, tmp_path):
