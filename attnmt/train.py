@@ -336,6 +336,11 @@ def _set_lr(optimizer: torch.optim.Optimizer, progress: Progress, tc: TrainConfi
         group["lr"] = progress.lr
 
 
+def _selection_metric(record: dict, tc: TrainConfig) -> float:
+    """The validation figure that picks the best model (higher is better): -valid_loss or valid BLEU."""
+    return -record["valid_loss"] if tc.select_by == "loss" else record.get("valid_bleu", 0.0)
+
+
 def _training_facts(data: PreparedData, record: dict, **extra: int) -> dict:
     """What a model file says of its training (attnmt info): data digest, step, epoch, validation figures."""
     return {"data_sha256": data.fingerprint, "training_pairs": len(data.train), "epoch": record["epoch"],
@@ -347,7 +352,7 @@ def _after_validation(record: dict, translator: Translator, progress: Progress, 
     """Keep the model if it is the best so far; adjust the plateau schedule; say why to stop, if so."""
     tc = config.train
     model_path = Path(tc.out_dir) / MODEL_FILE
-    metric = -record["valid_loss"] if tc.select_by == "loss" else record.get("valid_bleu", 0.0)
+    metric = _selection_metric(record, tc)
     if metric > progress.best_metric:
         progress.best_metric, progress.bad_validations = metric, 0
         translator.save(model_path, training)
@@ -385,7 +390,7 @@ def _try_average(translator: Translator, data: PreparedData, config: Config, dev
                                                                       if k.startswith("valid")))
     # No training happened since the last epoch: its train_loss would read 0.
     metrics.write({**{k: v for k, v in record.items() if k != "train_loss"}, "average_of_last": len(states)})
-    metric = -record["valid_loss"] if config.train.select_by == "loss" else record.get("valid_bleu", 0.0)
+    metric = _selection_metric(record, config.train)
     if metric > progress.best_metric:
         progress.best_metric = metric
         translator.save(model_path, _training_facts(data, record, average_of_last=len(states)))
