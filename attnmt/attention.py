@@ -5,13 +5,16 @@ For a query q (the decoder's state) and the encoder's outputs h_1 .. h_S:
     α_j = exp(e_j) / Σ_k exp(e_k)              the attention weights, over real positions only
     c   = Σ_j α_j h_j                          the context vector the decoder reads
 Bahdanau et al. (2015) score with a small feed-forward net (AdditiveAttention), Luong et al.
-(2015) also with products: dot qᵀh_j, general qᵀ W h_j, and concat (additive with a bias).
+(2015) also with products: dot qᵀh_j, general qᵀ W h_j, and concat (additive with a bias). All of
+these are global: every real source position may be attended. Luong's local attention
+(LocalAttention) lets each query attend only a window of positions around a centre p_t.
 
 Every kind follows one protocol:
     keys = attention.project_keys(memory)          # once per sentence: [B, S, K] -> [B, S, A]
-    context, weights = attention(query, keys, values, mask)
-with query [B, T, Q], values [B, S, V] (the encoder outputs h), mask [B, S] (True = real token);
-context is [B, T, V] and weights [B, T, S]. T is 1 when decoding step by step and the whole
+    context, weights = attention(query, keys, values, mask, positions)
+with query [B, T, Q], values [B, S, V] (the encoder outputs h), mask [B, S] (True = real token),
+positions [B, T] the target position t of each query, from 1 (read by local attention only, given
+when `needs_positions`); context is [B, T, V] and weights [B, T, S]. T is 1 when decoding step by step and the whole
 target when the decoder can attend for all steps at once. Nothing is stored on the module
 between calls, so one model can serve concurrent requests.
 """
@@ -29,8 +32,9 @@ from .family import Probe
 class Attention(nn.Module):
     """Masked softmax over scores, then the weighted sum of values; subclasses give the scores."""
 
-    returns_weights = True  # False for the baseline without attention
-    formula = ""            # the score as the model computes it, for learners (attnmt explain)
+    returns_weights = True   # False for the baseline without attention
+    needs_positions = False  # True for local attention: the decoder passes each query's target position
+    formula = ""             # the score as the model computes it, for learners (attnmt explain)
 
     def project_keys(self, memory: torch.Tensor) -> torch.Tensor:
         return memory
@@ -38,12 +42,22 @@ class Attention(nn.Module):
     def score(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
+    def span(self, query: torch.Tensor, mask: torch.Tensor, positions: Optional[torch.Tensor]
+             ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """Where each query may attend, [B, T or 1, S], and a factor for the weights there ([B, T, S];
+        None: 1). Global attention: every real source position, unscaled."""
+        return mask[:, None, :], None
+
     def forward(
-        self, query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor
+        self, query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor,
+        positions: Optional[torch.Tensor] = None,
     ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         scores = self.score(query, keys)                             # [B, T, S]  e_j
-        scores = scores.masked_fill(~mask[:, None, :], float("-inf"))  # pads: exp(-inf) = exactly 0
+        allowed, factor = self.span(query, mask, positions)
+        scores = scores.masked_fill(~allowed, float("-inf"))         # pads: exp(-inf) = exactly 0
         weights = torch.softmax(scores, dim=-1)                      # [B, T, S]  α_j
+        if factor is not None:
+            weights = weights * factor
         context = torch.bmm(weights, values)                         # [B, T, V]  c = Σ α_j h_j
         return context, weights
 
@@ -93,6 +107,59 @@ class GeneralAttention(DotAttention):
         return self.key_proj(memory)                                 # [B, S, Q]
 
 
+class LocalAttention(Attention):
+    """Luong's local attention (§3.2): the score of a global kind (dot, general or concat) inside
+    the window [p_t - D, p_t + D] of source positions, weight exactly 0 outside it.
+
+    Positions are numbered from 1 as in the paper: source s = 1 .. S (S the sentence's real length),
+    target t = 1, 2, ...
+      local-m (monotonic): p_t = t, the softmax over the window. p_t is capped at S, so a target
+        longer than its source still attends the source's end (the paper leaves that case open).
+      local-p (predictive): p_t = S · sigmoid(v_pᵀ tanh(W_p q)), and the softmax over the window is
+        multiplied by exp(-(s - p_t)² / 2σ²), σ = D/2, favouring positions near p_t (the weights then
+        sum to less than 1, as in the paper).
+    """
+
+    needs_positions = True
+
+    def __init__(self, scorer: Attention, half_width: int, predictive: bool, query_dim: int, attn_dim: int):
+        super().__init__()
+        self.scorer = scorer                # the score inside the window
+        self.half_width = half_width        # D
+        self.predictive = predictive
+        if predictive:
+            self.position_proj = nn.Linear(query_dim, attn_dim, bias=False)   # W_p
+            self.position_v = nn.Linear(attn_dim, 1, bias=False)              # v_pᵀ
+        centre = "p_t = S · sigmoid(v_pᵀ tanh(W_p q)), Gaussian σ = D/2" if predictive else "p_t = t"
+        self.formula = f"{scorer.formula} for |j - p_t| ≤ {half_width}, else excluded ({centre})"
+
+    def project_keys(self, memory: torch.Tensor) -> torch.Tensor:
+        return self.scorer.project_keys(memory)
+
+    def score(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        return self.scorer.score(query, keys)
+
+    def centres(self, query: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """p_t [B, T], float32."""
+        lengths = mask.sum(-1, keepdim=True).float()                                  # [B, 1] = S
+        if self.predictive:
+            fraction = torch.sigmoid(self.position_v(torch.tanh(self.position_proj(query)))).squeeze(-1)
+            return lengths * fraction.float()                                         # [B, T]
+        return torch.minimum(positions.float(), lengths)                              # [B, T]
+
+    def span(self, query: torch.Tensor, mask: torch.Tensor, positions: Optional[torch.Tensor]
+             ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        if positions is None:
+            raise ValueError("local attention needs the target positions of its queries")
+        source = torch.arange(1, mask.shape[1] + 1, device=mask.device, dtype=torch.float32)  # [S] = s
+        distance = source - self.centres(query, mask, positions).unsqueeze(-1)                 # [B, T, S]
+        allowed = (distance.abs() <= self.half_width) & mask[:, None, :]
+        if not self.predictive:
+            return allowed, None
+        sigma = self.half_width / 2
+        return allowed, torch.exp(-distance.square() / (2 * sigma * sigma)).to(query.dtype)
+
+
 class NoAttention(Attention):
     """The plain seq2seq baseline: an empty context, so the decoder sees only its own state."""
 
@@ -101,7 +168,7 @@ class NoAttention(Attention):
     def project_keys(self, memory: torch.Tensor) -> torch.Tensor:
         return memory[..., :0]                                       # [B, S, 0]
 
-    def forward(self, query, keys, values, mask):
+    def forward(self, query, keys, values, mask, positions=None):
         return values.new_zeros(query.shape[0], query.shape[1], 0), None  # [B, T, 0]
 
 
@@ -118,16 +185,25 @@ class AttentionProbe(nn.Module):
     def project_keys(self, memory: torch.Tensor) -> torch.Tensor:
         return self.attention.project_keys(memory)
 
-    def forward(self, query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+    @property
+    def needs_positions(self) -> bool:
+        return self.attention.needs_positions
+
+    def forward(self, query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor,
+                positions: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
         scores = self.attention.score(query, keys).unsqueeze(1)                   # [B, 1, T, S], one "head"
-        weights = self.probe.weigh(scores, mask[:, None, None, :], values.unsqueeze(1), record=True,
-                                   over_source=True).squeeze(1)                   # [B, T, S]
+        allowed, factor = self.attention.span(query, mask, positions)
+        weights = self.probe.weigh(scores, allowed.unsqueeze(1), values.unsqueeze(1), record=True, over_source=True,
+                                   factor=None if factor is None else factor.unsqueeze(1)).squeeze(1)  # [B, T, S]
         return torch.bmm(weights, values), weights
 
 
-def make_attention(kind: str, query_dim: int, key_dim: int, attn_dim: int) -> tuple[Attention, int]:
+def make_attention(kind: str, query_dim: int, key_dim: int, attn_dim: int, local_score: str = "general",
+                   local_window: int = 10) -> tuple[Attention, int]:
     """The attention module and the width of the context it returns."""
+    if kind in ("local_m", "local_p"):
+        scorer, width = make_attention(local_score, query_dim, key_dim, attn_dim)
+        return LocalAttention(scorer, local_window, kind == "local_p", query_dim, attn_dim), width
     if kind == "bahdanau":
         return AdditiveAttention(query_dim, key_dim, attn_dim, bias=False), key_dim
     if kind == "concat":

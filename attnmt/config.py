@@ -158,8 +158,14 @@ class ModelConfig:
     # rnn: the decoder's state width.
     dec_hidden: int = ranged(512, "[1, 65536]")
     # rnn: the score of decoder state s and encoder output h: bahdanau v^T tanh(W_q s + W_k h);
-    # concat v^T tanh(W[s; h] + b); dot s^T h; general s^T W h; none, plain seq2seq.
-    attention: Literal["bahdanau", "dot", "general", "concat", "none"] = "bahdanau"
+    # concat v^T tanh(W[s; h] + b); dot s^T h; general s^T W h; none, plain seq2seq. local_m and
+    # local_p are Luong's local attention: model.local_score inside a window of source positions
+    # around p_t = t (local_m) or a predicted p_t, Gaussian-weighted (local_p).
+    attention: Literal["bahdanau", "dot", "general", "concat", "local_m", "local_p", "none"] = "bahdanau"
+    # rnn, local_m / local_p: the window's half width D (positions p_t - D .. p_t + D; Luong: 10)
+    # and the score inside it.
+    local_window: int = ranged(10, "[1, 10000]")
+    local_score: Literal["dot", "general", "concat"] = "general"
     # rnn: the width of the additive (bahdanau, concat) score's hidden layer.
     attn_dim: int = ranged(256, "[1, 65536]")
     # rnn: bahdanau attends with the previous state, then runs the RNN; luong runs the RNN first,
@@ -423,10 +429,10 @@ def validate(config: Config) -> None:
         raise AttnmtError("model.share_embeddings needs vocab.joint: true (one vocabulary for both sides)")
     if m.arch == "rnn":
         enc_out = m.enc_hidden * (2 if m.bidirectional else 1)
-        if m.attention == "dot" and enc_out != m.dec_hidden:
-            raise AttnmtError(
-                f"model.attention=dot needs encoder outputs ({enc_out}) as wide as model.dec_hidden ({m.dec_hidden})"
-            )
+        dot = "model.attention=dot" if m.attention == "dot" else (
+            "model.local_score=dot" if m.attention in ("local_m", "local_p") and m.local_score == "dot" else None)
+        if dot and enc_out != m.dec_hidden:
+            raise AttnmtError(f"{dot} needs encoder outputs ({enc_out}) as wide as model.dec_hidden ({m.dec_hidden})")
         if m.bridge == "copy" and enc_out != m.dec_hidden:
             raise AttnmtError(f"model.bridge=copy needs encoder outputs ({enc_out}) == model.dec_hidden ({m.dec_hidden})")
         if m.input_feeding and m.decoder != "luong":

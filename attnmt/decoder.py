@@ -36,31 +36,33 @@ class DecoderState(NamedTuple):
 
     hidden: tuple[torch.Tensor, ...]      # (h,) for a GRU, (h, c) for an LSTM, each [layers, B, H]
     attn_vector: Optional[torch.Tensor]   # [B, O] previous h~_t, for input feeding (luong order)
+    position: Optional[torch.Tensor] = None  # [B] long: t of the next step, from 1 (for local attention)
+
+    def _extras(self) -> list[torch.Tensor]:
+        return [t for t in (self.attn_vector, self.position) if t is not None]
 
     def tensors(self) -> list[torch.Tensor]:
-        """The state as a flat list (the hidden tensors, then the attentional vector if fed)."""
-        return [*self.hidden, *([] if self.attn_vector is None else [self.attn_vector])]
+        """The state as a flat list: the hidden tensors, then the attentional vector and the position if kept."""
+        return [*self.hidden, *self._extras()]
 
     def row_dims(self) -> list[int]:
         """The dimension that indexes rows, for each of `tensors()`."""
-        return [1] * len(self.hidden) + ([] if self.attn_vector is None else [0])
+        return [1] * len(self.hidden) + [0] * len(self._extras())
 
     def like(self, tensors: list[torch.Tensor]) -> "DecoderState":
         """A state of this one's structure from a flat list as `tensors()` gives it."""
-        count = len(self.hidden)
-        return DecoderState(tuple(tensors[:count]), None if self.attn_vector is None else tensors[count])
+        rest = iter(tensors[len(self.hidden):])
+        return DecoderState(tuple(tensors[: len(self.hidden)]), None if self.attn_vector is None else next(rest),
+                            None if self.position is None else next(rest))
 
     def select(self, index: torch.Tensor) -> "DecoderState":
         """Keep (or repeat) the rows `index`, e.g. to follow beams."""
-        attn_vector = None if self.attn_vector is None else self.attn_vector.index_select(0, index)
-        return DecoderState(tuple(h.index_select(1, index) for h in self.hidden), attn_vector)
+        return self.like([t.index_select(dim, index) for t, dim in zip(self.tensors(), self.row_dims())])
 
     def put(self, index: torch.Tensor, source: "DecoderState") -> None:
         """Overwrite the rows `index` in place with the rows of `source`."""
-        for mine, theirs in zip(self.hidden, source.hidden):
-            mine.index_copy_(1, index, theirs)                              # [layers, B, H]
-        if self.attn_vector is not None:
-            self.attn_vector.index_copy_(0, index, source.attn_vector)
+        for mine, theirs, dim in zip(self.tensors(), source.tensors(), self.row_dims()):
+            mine.index_copy_(dim, index, theirs)
 
 
 def top_layer(hidden: RNNState) -> torch.Tensor:
@@ -98,8 +100,11 @@ class Decoder(nn.Module):
         return self.order == "luong" and not self.input_feeding
 
     def initial_state(self, hidden: RNNState, batch_size: int) -> DecoderState:
-        attn_vector = top_layer(hidden).new_zeros(batch_size, self.output_size) if self.input_feeding else None
-        return DecoderState(hidden, attn_vector)
+        top = top_layer(hidden)
+        attn_vector = top.new_zeros(batch_size, self.output_size) if self.input_feeding else None
+        position = (torch.ones(batch_size, dtype=torch.long, device=top.device)
+                    if self.attention.needs_positions else None)
+        return DecoderState(hidden, attn_vector, position)
 
     def step(self, prev_tokens: torch.Tensor, state: DecoderState, memory: Memory
              ) -> tuple[torch.Tensor, DecoderState, Optional[torch.Tensor]]:
@@ -123,11 +128,14 @@ class Decoder(nn.Module):
                   ) -> tuple[torch.Tensor, DecoderState, Optional[torch.Tensor]]:
         """The decoding step of either paper: the vector the classifier reads, [B, T, O], for T steps
         given their input embeddings y [B, T, E] (T > 1 only when `parallel`); h_j are the encoder's outputs."""
+        steps = embedded.shape[1]
+        positions = None if state.position is None else (  # [B, T]: t of each step, for local attention
+            state.position[:, None] + torch.arange(steps, device=embedded.device))
         if self.order == "bahdanau":
             # c_i = Σ_j α_ij h_j, α_i = attention(s_{i-1}, h);  s_i = RNN([y_{i-1}; c_i], s_{i-1});
             # t_i = tanh(W_o [s_i; c_i; y_{i-1}])  (the deep output, before the classifier)
             query = top_layer(state.hidden).unsqueeze(1)                     # [B, 1, H] = s_{i-1}
-            context, weights = self.attention(query, memory.keys, memory.values, memory.mask)  # [B, 1, D] = c_i
+            context, weights = self.attention(query, memory.keys, memory.values, memory.mask, positions)  # [B, 1, D] = c_i
             output, hidden = self._recur(torch.cat([embedded, context], dim=-1), state.hidden)  # [B, 1, H] = s_i
             combined = torch.cat([output, context, embedded], dim=-1)       # [B, 1, H + D + E]
         else:
@@ -137,11 +145,12 @@ class Decoder(nn.Module):
             if self.input_feeding:
                 rnn_input = torch.cat([embedded, state.attn_vector.unsqueeze(1)], dim=-1)  # [B, 1, E + O]
             output, hidden = self._recur(rnn_input, state.hidden)           # [B, T, H] = h_t
-            context, weights = self.attention(output, memory.keys, memory.values, memory.mask)  # [B, T, D] = c_t
+            context, weights = self.attention(output, memory.keys, memory.values, memory.mask, positions)  # c_t [B, T, D]
             combined = torch.cat([context, output], dim=-1)                 # [B, T, D + H]
         features = torch.tanh(self.combine(combined))                       # [B, T, O] = t_i or h~_t
         attn_vector = features[:, -1] if self.input_feeding else None
-        return features, DecoderState(hidden, attn_vector), weights
+        position = None if state.position is None else state.position + steps
+        return features, DecoderState(hidden, attn_vector, position), weights
 
     def _recur(self, inputs: torch.Tensor, hidden: RNNState) -> tuple[torch.Tensor, RNNState]:
         """The RNN over inputs [B, T, I]: its outputs [B, T, H] and the new hidden state."""

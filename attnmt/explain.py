@@ -2,7 +2,8 @@
 
 At each step of greedy decoding, the attention the learner picked (`AttentionView`) gives:
     scores   e_j = score(q, k_j) for each key j (a source position, or an output position so far)
-    weights  α_j = softmax(e)_j; masked keys (pads, the future) get no score and weight 0
+    weights  α_j = softmax(e)_j; masked keys (pads, the future, outside a local window) get no
+             score and weight 0; local-p multiplies by a Gaussian factor_j around its centre p_t
     shares   |α_j v_j| / Σ_k |α_k v_k|: how much of the context vector comes from each key
 and the prediction: the 5 likeliest next tokens, beside the 5 likeliest when the attention over
 the source is made uniform (the context becomes the plain average of the encoder states), which
@@ -35,6 +36,7 @@ class ExplainedStep:
     shares: list[float]                       # share of the context vector from each key
     next: list[tuple[str, float]]             # the TOP likeliest next tokens with their probabilities
     next_uniform: list[tuple[str, float]]     # the same with uniform attention over the source
+    factors: Optional[list[float]] = None     # local-p: α_j = softmax(e)_j × factor_j
 
 
 @dataclass
@@ -88,7 +90,8 @@ def explain(translator: Translator, sentence: str, view: AttentionView = Attenti
             [round(s, 6) if s != float("-inf") else None for s in scores],
             [round(w, 6) for w in record.weights[row][: len(keys)].tolist()],
             [round(s, 6) for s in record.shares[row][: len(keys)].tolist()],
-            top(logits[0, -1]), top(uniform_logits[0, -1])))
+            top(logits[0, -1]), top(uniform_logits[0, -1]),
+            None if record.factors is None else [round(f, 6) for f in record.factors[row][: len(keys)].tolist()]))
         inputs.append(chosen)
     output = [vocab.itos[i] for i in inputs[1:] if i != EOS_ID]
     return Explanation(source_tokens, output, view.kind, view.layer, view.head,
@@ -127,10 +130,12 @@ def render(explanation: Explanation, step: Optional[int] = None) -> str:
     s = check_step(explanation, step)
     width = max(len(k) for k in s.keys + ["key"])
     lines.append(f"step {s.step}: the model writes {s.token!r}")
-    lines.append(f"  {'key':<{width}}  {'score e_j':>10}  {'weight α_j':>10}  {'context share':>13}")
-    for key, score, weight, share in zip(s.keys, s.scores, s.weights, s.shares):
+    factor_head = f"  {'× Gaussian':>10}" if s.factors else ""
+    lines.append(f"  {'key':<{width}}  {'score e_j':>10}{factor_head}  {'weight α_j':>10}  {'context share':>13}")
+    for j, (key, score, weight, share) in enumerate(zip(s.keys, s.scores, s.weights, s.shares)):
         shown = f"{score:10.4f}" if score is not None else f"{'masked':>10}"
-        lines.append(f"  {key:<{width}}  {shown}  {weight:10.4f}  {share:13.4f}")
+        factor = f"  {s.factors[j]:10.4f}" if s.factors else ""
+        lines.append(f"  {key:<{width}}  {shown}{factor}  {weight:10.4f}  {share:13.4f}")
     lines.append("  next token, as the model predicts it:   " + " | ".join(f"{t} {p:.4f}" for t, p in s.next))
     lines.append("  with uniform attention (counterfactual): " + " | ".join(f"{t} {p:.4f}" for t, p in s.next_uniform))
     return "\n".join(lines)

@@ -115,6 +115,7 @@ class ProbeRecord:
     scores: torch.Tensor    # e_j; -inf where masked (pads, the future)
     weights: torch.Tensor   # α_j = softmax(e)_j
     shares: torch.Tensor    # |α_j v_j| / Σ_k |α_k v_k|: how much of the context vector comes from j
+    factors: Optional[torch.Tensor] = None  # local-p's Gaussian: α_j = softmax(e)_j × factor_j
 
 
 class Probe:
@@ -127,18 +128,21 @@ class Probe:
         self.record: Optional[ProbeRecord] = None
 
     def weigh(self, scores: torch.Tensor, allowed: torch.Tensor, values: torch.Tensor, record: bool,
-              over_source: bool) -> torch.Tensor:
-        """Weights [B, h, T, K] from scores [B, h, T, K] where `allowed` (broadcast to them) is True;
-        values [B, h, K, d]. Uniform over the allowed keys when asked to and this attends the source."""
+              over_source: bool, factor: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Weights [B, h, T, K] from scores [B, h, T, K] where `allowed` (broadcast to them) is True,
+        times `factor` (local-p's Gaussian) if given; values [B, h, K, d]. Uniform over the allowed
+        keys when asked to and this attends the source."""
         allowed = allowed.expand_as(scores)
         scores = scores.masked_fill(~allowed, float("-inf"))
         if self.uniform and over_source:
             weights = allowed.to(scores.dtype) / allowed.sum(-1, keepdim=True)
         else:
             weights = torch.softmax(scores, dim=-1)
+            if factor is not None:
+                weights = weights * factor
         if record and not self.uniform:
             parts = (weights.unsqueeze(-1) * values.unsqueeze(2)).norm(dim=-1)        # [B, h, T, K] |α_j v_j|
-            self.record = ProbeRecord(scores, weights, parts / parts.sum(-1, keepdim=True).clamp_min(1e-30))
+            self.record = ProbeRecord(scores, weights, parts / parts.sum(-1, keepdim=True).clamp_min(1e-30), factor)
         return weights
 
 

@@ -43,8 +43,8 @@ class Seq2Seq(nn.Module):
         self.config = config
         self.encoder = Encoder(src_vocab_size, config.emb_dim, config.enc_hidden, config.enc_layers,
                                config.bidirectional, config.rnn, config.dropout)
-        attention, context_dim = make_attention(config.attention, config.dec_hidden,
-                                                self.encoder.output_size, config.attn_dim)
+        attention, context_dim = make_attention(config.attention, config.dec_hidden, self.encoder.output_size,
+                                                config.attn_dim, config.local_score, config.local_window)
         self.decoder = Decoder(tgt_vocab_size, config.emb_dim, config.dec_hidden, config.dec_layers,
                                config.rnn, attention, context_dim, config.decoder,
                                config.input_feeding, config.dropout, config.tie_embeddings)
@@ -64,7 +64,9 @@ class Seq2Seq(nn.Module):
 
     def describe(self) -> dict[str, int | str | bool]:
         c = self.config
-        return {"rnn": c.rnn, "decoder": c.decoder, "attention": c.attention, "emb_dim": c.emb_dim,
+        local = ({"local_window": c.local_window, "local_score": c.local_score}
+                 if c.attention in ("local_m", "local_p") else {})
+        return {"rnn": c.rnn, "decoder": c.decoder, "attention": c.attention, **local, "emb_dim": c.emb_dim,
                 "enc_hidden": c.enc_hidden, "bidirectional": c.bidirectional, "enc_layers": c.enc_layers,
                 "dec_hidden": c.dec_hidden, "dec_layers": c.dec_layers, "input_feeding": c.input_feeding}
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from attnmt.attention import AdditiveAttention, DotAttention, GeneralAttention, NoAttention, make_attention
+from attnmt.attention import AdditiveAttention, DotAttention, GeneralAttention, LocalAttention, NoAttention, make_attention
 from attnmt.config import ModelConfig
 from attnmt.model import Seq2Seq
 from attnmt.search import greedy
@@ -436,3 +436,128 @@ def test_model_projects_keys_once_per_sentence(kind, order):
     assert calls == [(2, 4, 8), (2, 4, 8)]
     if hasattr(attention, "key_proj"):
         assert len(key_proj_calls) == 2
+
+
+# ---------------------------------------------------------------- Luong's local attention
+
+def local(kind: str, window: int, score: str = "dot", dim: int = 3):
+    module, width = make_attention(kind, dim, dim, 4, local_score=score, local_window=window)
+    assert isinstance(module, LocalAttention) and width == dim
+    return module
+
+
+def by_hand(query, memory, allowed, factor=None):
+    """Weights of one query by hand: softmax of the dot scores over the allowed 1-based positions."""
+    scores = [sum(q * h for q, h in zip(query, memory[s - 1])) for s in allowed]
+    weights = [0.0] * len(memory)
+    for s, w in zip(allowed, softmax_list(scores)):
+        weights[s - 1] = w * (factor(s) if factor else 1.0)
+    return weights
+
+
+QUERY = [[0.5, -1.0, 2.0]]
+MEMORY = [[1.0, 0.0, 0.5], [0.2, 0.3, -0.1], [-1.0, 1.0, 1.0], [0.0, 2.0, 0.0], [1.5, -0.5, 0.3], [0.4, 0.4, 0.4]]
+
+
+@pytest.mark.parametrize("t,length,window,allowed", [
+    (3, 6, 1, [2, 3, 4]),          # a window inside the sentence
+    (1, 6, 2, [1, 2, 3]),          # cut at the sentence's start
+    (6, 6, 2, [4, 5, 6]),          # cut at its end
+    (9, 4, 1, [3, 4]),             # a target past the source's end: p_t capped at S (positions 5, 6 are pads)
+    (2, 4, 10, [1, 2, 3, 4]),      # a window wider than the sentence: global attention over it
+])
+def test_local_m_window_by_hand(t, length, window, allowed):
+    module = local("local_m", window)
+    mask = torch.tensor([[j < length for j in range(6)]])
+    context, weights = module(torch.tensor([QUERY]), torch.tensor([MEMORY]), torch.tensor([MEMORY]), mask,
+                              torch.tensor([[t]]))
+    expected = by_hand(QUERY[0], MEMORY, allowed)
+    assert_close(weights[0, 0], torch.tensor(expected))
+    assert all(weights[0, 0, j] == 0 for j in range(6) if j + 1 not in allowed)     # exactly 0 outside
+    assert_close(context[0, 0], torch.tensor(mix(expected, MEMORY)))
+
+
+def test_local_m_over_the_whole_sentence_is_global_attention():
+    module, (global_dot, _) = local("local_m", 10), make_attention("dot", 3, 3, 4)
+    query, memory = torch.randn(2, 5, 3), torch.randn(2, 7, 3)
+    mask = torch.tensor([[True] * 7, [True] * 4 + [False] * 3])
+    positions = torch.arange(1, 6).repeat(2, 1)
+    for got, expected in zip(module(query, memory, memory, mask, positions), global_dot(query, memory, memory, mask)):
+        assert_close(got, expected)
+
+
+def test_local_p_gaussian_by_hand():
+    """v_p = 0 puts p_t at S/2 for any query: S = 6, p_t = 3, D = 2 (σ = 1): positions 1 .. 5, each
+    weight times exp(-(s - 3)² / 2)."""
+    module = local("local_p", 2)
+    with torch.no_grad():
+        module.position_v.weight.zero_()
+    mask = torch.ones(1, 6, dtype=torch.bool)
+    context, weights = module(torch.tensor([QUERY]), torch.tensor([MEMORY]), torch.tensor([MEMORY]), mask,
+                              torch.tensor([[1]]))
+    expected = by_hand(QUERY[0], MEMORY, [1, 2, 3, 4, 5], lambda s: math.exp(-((s - 3) ** 2) / 2))
+    assert_close(weights[0, 0], torch.tensor(expected))
+    assert weights[0, 0, 5] == 0 and weights[0, 0].sum() < 1
+    assert_close(context[0, 0], torch.tensor(mix(expected, MEMORY)))
+
+
+def test_local_p_predicts_its_centre_from_the_query():
+    """p_t = S · sigmoid(v_pᵀ tanh(W_p q)), by hand, for each sentence's own length."""
+    module = local("local_p", 1)
+    query = torch.randn(2, 3, 3)
+    mask = torch.tensor([[True] * 8, [True] * 5 + [False] * 3])
+    centres = module.centres(query, mask, torch.ones(2, 3, dtype=torch.long))
+    v, w = module.position_v.weight[0], module.position_proj.weight
+    for b, length in enumerate([8, 5]):
+        for t in range(3):
+            expected = length * torch.sigmoid(v @ torch.tanh(w @ query[b, t]))
+            assert centres[b, t].item() == pytest.approx(expected.item(), rel=1e-5)
+
+
+@pytest.mark.parametrize("score", ["dot", "general", "concat"])
+def test_local_p_gradients_reach_the_position_predictor(score):
+    module = local("local_p", 2, score)
+    query, memory = torch.randn(2, 4, 3, requires_grad=True), torch.randn(2, 6, 3)
+    mask = torch.tensor([[True] * 6, [True] * 3 + [False] * 3])
+    context, _ = module(query, module.project_keys(memory), memory, mask, torch.arange(1, 5).repeat(2, 1))
+    context.square().sum().backward()
+    for name, parameter in module.named_parameters():
+        assert parameter.grad is not None and parameter.grad.abs().sum() > 0, name
+    assert query.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("kind", ["local_m", "local_p"])
+@pytest.mark.parametrize("score", ["dot", "general", "concat"])
+def test_local_sentence_alone_equals_it_padded_in_a_batch(kind, score):
+    module = local(kind, 2, score)
+    query, memory = torch.randn(3, 5, 3), torch.randn(3, 8, 3)
+    mask = torch.tensor([[True] * 8, [True] * 4 + [False] * 4, [True] * 6 + [False] * 2])
+    positions = torch.arange(1, 6).repeat(3, 1)
+    context, weights = module(query, module.project_keys(memory), memory, mask, positions)
+    n = 4
+    alone_context, alone_weights = module(query[1:2], module.project_keys(memory[1:2, :n]), memory[1:2, :n],
+                                          mask[1:2, :n], positions[1:2])
+    assert_close(alone_weights, weights[1:2, :, :n])
+    assert (weights[1, :, n:] == 0).all()
+    assert_close(alone_context, context[1:2])
+
+
+@pytest.mark.parametrize("kind", ["local_m", "local_p"])
+@pytest.mark.parametrize("feeding", [False, True])
+def test_local_decoder_step_by_step_equals_all_steps_at_once(kind, feeding):
+    """Each step reads its own target position: the teacher-forced pass and the pass one step at a
+    time (the searches' way) give the same weights and logits."""
+    config = ModelConfig(emb_dim=8, enc_hidden=6, dec_hidden=12, attention=kind, local_window=1, attn_dim=5,
+                         decoder="luong", input_feeding=feeding, dropout=0.0)
+    model = Seq2Seq(config, 10, 11).eval()
+    src, lengths = torch.tensor([[4, 5, 6, 7, 8, 9], [8, 9, 4, 0, 0, 0]]), torch.tensor([6, 3])
+    tgt_in = torch.tensor([[2, 4, 5, 6, 7, 8, 9, 4], [2, 8, 9, 4, 5, 0, 0, 0]])
+    logits, weights = model(src, lengths, tgt_in)
+    memory, state = model.encode(src, lengths)
+    for t in range(tgt_in.shape[1]):
+        step_logits, state, step_weights = model.step(tgt_in[:, t : t + 1], state, memory)
+        assert_close(step_weights[:, 0], weights[:, t])
+        assert_close(step_logits[:, 0], logits[:, t])
+    if kind == "local_m":  # the window slides: step t attends t-1 .. t+1, capped at the source's length
+        assert (weights[0, 0, 2:] == 0).all() and (weights[0, 4, :3] == 0).all() and weights[0, 4, 3:6].sum() > 0.99
+        assert weights[1, 7, 1:3].sum() > 0.99

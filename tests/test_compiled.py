@@ -65,6 +65,7 @@ def assert_steps_agree(model: Seq2Seq, atol: float) -> None:
     {"attention": "bahdanau", "decoder": "luong", "input_feeding": True},  # the peers' benchmark model
     {"attention": "dot", "decoder": "bahdanau", "rnn": "lstm", "dec_layers": 2, "enc_hidden": 24},
     {"attention": "none", "decoder": "luong"},
+    {"attention": "local_p", "decoder": "luong", "local_window": 2},
 ])
 def test_compiled_step_computes_what_the_decoder_step_computes(kind, tmp_path):
     assert_steps_agree(tiny_model(tmp_path, **kind), atol=1e-5)

@@ -283,6 +283,15 @@ def test_dot_attention_with_mismatched_sizes():
                                        "dec_hidden": 256}))
 
 
+def test_local_attention_with_a_dot_score_checks_the_sizes_too():
+    model = {"attention": "local_p", "local_score": "dot", "enc_hidden": 256, "bidirectional": True}
+    with pytest.raises(AttnmtError, match="model.local_score=dot needs encoder outputs .512. as wide as "
+                                          "model.dec_hidden .256."):
+        config_from_dict(valid_dict(model={**model, "dec_hidden": 256}))
+    config_from_dict(valid_dict(model={**model, "dec_hidden": 512}))
+    config_from_dict(valid_dict(model={**model, "local_score": "general", "dec_hidden": 256}))
+
+
 def test_dot_attention_mismatch_via_load_config_names_file(tmp_path):
     path = write(tmp_path, BASE)
     assert load_config(path, ["model.attention=dot"]).model.attention == "dot"  # 2 x 128 == 256

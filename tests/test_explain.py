@@ -24,6 +24,8 @@ RNN_KINDS = [
     {"attention": "dot", "decoder": "luong", "input_feeding": True, "enc_hidden": 24, "dec_hidden": 48},
     {"attention": "general", "decoder": "luong"},
     {"attention": "general", "decoder": "bahdanau", "rnn": "lstm", "dec_layers": 2},
+    {"attention": "local_m", "decoder": "luong", "local_window": 2},
+    {"attention": "local_p", "decoder": "luong", "input_feeding": True, "local_window": 3},
 ]
 
 
@@ -44,7 +46,8 @@ def assert_explains(translator: Translator, explanation: Explanation, weights_of
     log_prob = 0.0
     for t, step in enumerate(explanation.steps):
         scores = torch.tensor([-math.inf if s is None else s for s in step.scores], dtype=torch.float64)
-        np.testing.assert_allclose(torch.softmax(scores, 0).numpy(), step.weights, atol=1e-5)
+        factors = np.ones(len(step.weights)) if step.factors is None else np.array(step.factors)
+        np.testing.assert_allclose(torch.softmax(scores, 0).numpy() * factors, step.weights, atol=1e-5)
         np.testing.assert_allclose(step.weights, weights_of_step(t, translation), atol=1e-5)
         assert step.next[0][0] == step.token and len(step.next) == len(step.next_uniform) == 5
         assert sum(step.shares) == pytest.approx(1, abs=1e-4) and min(step.shares) >= 0
@@ -61,6 +64,9 @@ def test_every_rnn_attention_kind(tmp_path, kind):
     assert explanation.steps[0].keys == translator.tokenize_source(SENTENCE)
     assert_explains(translator, explanation, lambda t, translation: forced_maps(translator, translation)["cross"][0, 0, t])
     assert translator.model.decoder.attention.formula in explanation.score_function
+    assert (explanation.steps[0].factors is not None) == (kind["attention"] == "local_p")
+    if kind["attention"] == "local_p":
+        assert "× Gaussian" in render(explanation, step=1)
 
 
 def forced_maps(translator: Translator, translation) -> dict[str, np.ndarray]:

@@ -64,7 +64,8 @@ def test_every_fast_class_extends_its_reference_without_new_state():
 @pytest.mark.parametrize("rnn,order,feeding,attention,layers", [
     ("gru", "bahdanau", False, "bahdanau", 1), ("gru", "luong", True, "bahdanau", 1),
     ("gru", "luong", True, "concat", 1), ("gru", "luong", True, "dot", 1), ("gru", "luong", False, "general", 2),
-    ("lstm", "luong", True, "bahdanau", 2), ("gru", "bahdanau", False, "none", 2)])
+    ("lstm", "luong", True, "bahdanau", 2), ("gru", "bahdanau", False, "none", 2),
+    ("gru", "luong", True, "local_p", 1)])
 def test_fast_model_trains_and_decodes_like_the_reference(rnn, order, feeding, attention, layers):
     """A whole model's loss, every gradient and its greedy outputs, through the fast paths and the
     reference modules, in float64."""
@@ -206,7 +207,7 @@ def test_gru_layer_encoder_ignores_padding(layers):
     ("gru", "luong", True, 1, "bahdanau", True), ("gru", "luong", True, 1, "dot", True),
     ("gru", "luong", True, 1, "none", False), ("gru", "luong", True, 2, "bahdanau", False),
     ("lstm", "luong", True, 1, "bahdanau", False), ("gru", "luong", False, 1, "bahdanau", False),
-    ("gru", "bahdanau", False, 1, "bahdanau", False)])
+    ("gru", "bahdanau", False, 1, "bahdanau", False), ("gru", "luong", True, 1, "local_m", False)])
 def test_fused_flag(rnn, order, feeding, dec_layers, attention, fused):
     model = use_fast_paths(make_model(rnn=rnn, order=order, input_feeding=feeding, dec_layers=dec_layers,
                                       attention=attention))

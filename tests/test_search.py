@@ -13,7 +13,10 @@ from attnmt.search import beam_search, greedy, length_penalty
 from attnmt.vocab import EOS_ID, SOS_ID
 
 TRANSFORMER = {"arch": "transformer", "enc_layers": 2, "dec_layers": 2, "heads": 2, "ff_dim": 32}
-FAMILIES = [{}, TRANSFORMER]
+LOCAL_M = {"attention": "local_m", "decoder": "luong", "input_feeding": True, "local_window": 2}
+LOCAL_P = {"attention": "local_p", "local_window": 2, "local_score": "concat"}
+# The families, and local attention, whose decoder state carries each row's target position.
+FAMILIES = [{}, TRANSFORMER, LOCAL_M, LOCAL_P]
 
 
 def classifier(model) -> torch.nn.Linear:
@@ -48,7 +51,7 @@ def sequence_log_prob(model, src: torch.Tensor, length: torch.Tensor, ids: list[
 
 
 @pytest.mark.parametrize("kind", [{"attention": "bahdanau"}, {"attention": "general", "decoder": "luong"},
-                                  {"attention": "none", "rnn": "lstm"}, TRANSFORMER])
+                                  {"attention": "none", "rnn": "lstm"}, TRANSFORMER, LOCAL_M, LOCAL_P])
 def test_beam_one_equals_greedy(kind):
     model = random_model(**kind)
     src, lengths, max_lengths = random_batch(1)
@@ -101,7 +104,7 @@ def test_sentence_alone_or_in_a_batch_of_64_gives_the_same_output(family):
 
 @pytest.mark.parametrize("kind", [{"attention": "bahdanau"}, {"attention": "none"},
                                   {"attention": "general", "decoder": "luong", "input_feeding": True, "rnn": "lstm"},
-                                  TRANSFORMER])
+                                  TRANSFORMER, LOCAL_M, LOCAL_P])
 @pytest.mark.parametrize("beam_size", [1, 3])
 @pytest.mark.parametrize("batch_size", [1, 5, 16])
 def test_refilled_batch_gives_what_one_batch_gives(kind, beam_size, batch_size):

@@ -410,12 +410,13 @@ class GRULayerEncoder(Encoder):
 
 class FusedDecoder(Decoder):
     """Decoder whose teacher-forced loop runs as one InputFedGRUAttention node when it can (replaces
-    forward_step_by_step for one-layer input-fed GRU decoders of the Luong order with attention)."""
+    forward_step_by_step for one-layer input-fed GRU decoders of the Luong order with global attention)."""
 
     @property
     def fused(self) -> bool:
         return (self.order == "luong" and self.input_feeding and self.rnn.mode == "GRU"
-                and self.rnn.num_layers == 1 and self.attention.returns_weights)
+                and self.rnn.num_layers == 1 and self.attention.returns_weights
+                and not self.attention.needs_positions)
 
     def forward(self, tgt_in: torch.Tensor, state: DecoderState, memory: Memory, teacher_forcing: float = 1.0,
                 classify_at: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
