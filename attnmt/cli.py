@@ -14,7 +14,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
-from .config import CTRANSLATE2_QUANTIZATIONS, PRECISIONS, DecodeConfig, Range, ServeConfig, field_range
+from .config import (
+    ALIGN_METHODS,
+    CTRANSLATE2_QUANTIZATIONS,
+    PRECISIONS,
+    SYMMETRIZATIONS,
+    DecodeConfig,
+    Range,
+    ServeConfig,
+    field_range,
+)
 from .errors import AttnmtError
 from .files import check_parent_dir
 
@@ -200,6 +209,10 @@ def _plot(args: argparse.Namespace) -> None:
 
     check_parent_dir(args.out)
     translator = _load_translator(args, args.model)
+    if args.target is not None:
+        return _plot_alignment(args, translator)
+    if args.gold is not None:
+        raise AttnmtError("--gold needs --target: gold links are drawn over the attention of the given translation")
     result = translator.translate([args.sentence])[0]
     if result.attention is None:
         raise AttnmtError(f"{args.model}: this model has no attention (model.attention=none); nothing to plot")
@@ -231,6 +244,56 @@ def _plot(args: argparse.Namespace) -> None:
         plot_attention(weights, keys, queries, args.out, title=title, axes=MAP_AXES[args.attention])
     print(f"{result.text}\nheatmap written to {args.out}")
     _say_precision(translator.precision_note())
+
+
+def _gold_base(args: argparse.Namespace) -> int:
+    """--gold-base, or by the gold file's name: 1 for RWTH's .talp files, 0 (Pharaoh) otherwise."""
+    if args.gold_base is not None:
+        return args.gold_base
+    return 1 if str(args.gold).endswith(".talp") else 0
+
+
+def _align(args: argparse.Namespace) -> None:
+    from .align import align, pharaoh, read_gold, score
+    from .translate import Translator
+
+    sources, targets = _read_input(args.src), _read_input(args.tgt)
+    if len(sources) != len(targets):
+        raise AttnmtError(f"--src {args.src} has {len(sources)} lines but --tgt {args.tgt} has {len(targets)}: "
+                          f"they pair line by line")
+    gold = None
+    if args.gold:
+        gold = read_gold(args.gold, _gold_base(args), [(len(s.split()), len(t.split())) for s, t in zip(sources, targets)])
+    reverse = Translator.load(args.reverse, args.device) if args.reverse else None
+    alignments = align(Translator.load(args.model, args.device), sources, targets, args.method, args.threshold,
+                       args.layer, args.head, reverse, args.symmetrize)
+    with _output(args.output) as write:
+        write("".join(pharaoh(a.links) + "\n" for a in alignments))
+    if gold is not None:
+        print(score([a.links for a in alignments], gold).line(), file=sys.stderr)
+
+
+def _plot_alignment(args: argparse.Namespace, translator: Translator) -> None:
+    """`plot --target`: the word attention of the given translation (align.py), the model's links
+    (argmax) as dots and the gold links, if given, as squares (sure) and dashed squares (possible)."""
+    from .align import align, parse_links
+    from .plot import plot_attention
+
+    if args.attention != "cross" or args.grid:
+        raise AttnmtError("--target draws cross-attention between words, one map: leave out --attention and --grid")
+    if args.head != "mean" and not args.head.isdigit():
+        raise AttnmtError(f"--head {args.head}: allowed: mean, or a head from 1")
+    head = None if args.head == "mean" else int(args.head)
+    (alignment,) = align(translator, [args.sentence], [args.target], layer=args.layer, head=head)
+    source, target = alignment.source_words, alignment.target_words
+    if not source or not target:
+        raise AttnmtError("nothing to plot: the sentence or the target is empty")
+    gold = None
+    if args.gold is not None:
+        gold = parse_links(args.gold, _gold_base(args), "--gold", (len(source), len(target)))
+    plot_attention(alignment.attention, source, target, args.out, title=f"{args.sentence} -> {args.target}",
+                   axes=("source words", "target words"), links=alignment.links, gold=gold)
+    print(f"{' '.join(f'{s}-{t}' for s, t in alignment.links)}\nheatmap written to {args.out}")
 
 
 def _explain(args: argparse.Namespace) -> None:
@@ -383,7 +446,39 @@ def build_parser() -> argparse.ArgumentParser:
                       help="the layer to draw, from 1 (default: the last)")
     plot.add_argument("--head", default="mean", help="the head to draw, from 1, or mean: their average (default)")
     plot.add_argument("--grid", action="store_true", help="draw every layer and head, a row per layer")
+    plot.add_argument("--target", help="draw the attention between words of this given translation (teacher-forced, as "
+                                       "attnmt align reads it) instead of translating; with the model's links as dots")
+    plot.add_argument("--gold", metavar="LINKS", help="with --target: gold links to draw over the map, e.g. '1-1 2p3' "
+                                                     "(i-j sure, ipj possible; source word i, target word j)")
+    plot.add_argument("--gold-base", type=int, choices=[0, 1], default=0,
+                      help="whether --gold numbers words from 0 (Pharaoh, the default) or 1 (the RWTH files)")
     plot.set_defaults(run=_plot)
+
+    align = commands.add_parser("align", help="word alignments from the model's attention (Pharaoh i-j), and AER "
+                                              "against gold links")
+    align.add_argument("model", help="model file (model.safetensors) translating --src into --tgt")
+    align.add_argument("--src", required=True, help="source sentences, one per line, words separated by spaces")
+    align.add_argument("--tgt", required=True, help="their translations, line by line, words separated by spaces")
+    align.add_argument("--output", "-o", help="where the links go, one line per pair (default: stdout)")
+    align.add_argument("--method", choices=ALIGN_METHODS, default="argmax",
+                       help="argmax: each target word to the source word it attends most (default); threshold: "
+                            "every pair with at least --threshold of the attention")
+    align.add_argument("--threshold", type=Number(float, Range("(0, 1]")), default=0.3,
+                       help="the word attention a link needs with --method threshold (default: %(default)s)")
+    align.add_argument("--layer", type=Number(int, Range("[1, 1024]")), default=None,
+                       help="Transformer: the layer whose cross-attention aligns, from 1 (default: the penultimate)")
+    align.add_argument("--head", type=Number(int, Range("[1, 1024]")), default=None,
+                       help="Transformer: one head, from 1 (default: the mean of the layer's heads)")
+    align.add_argument("--reverse", metavar="MODEL", help="a model translating --tgt into --src: the links of both "
+                                                          "directions are combined by --symmetrize")
+    align.add_argument("--symmetrize", choices=SYMMETRIZATIONS, default="grow-diag-final",
+                       help="with --reverse: how the two directions' links combine (default: %(default)s)")
+    align.add_argument("--gold", help="gold links, one line per pair (i-j sure, ipj possible): prints AER, precision "
+                                      "and recall on stderr")
+    align.add_argument("--gold-base", type=int, choices=[0, 1], default=None,
+                       help="whether --gold numbers words from 0 (Pharaoh) or 1 (default: 1 for .talp files, else 0)")
+    align.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 ... (default: GPU if there is one)")
+    align.set_defaults(run=_align)
 
     explain = commands.add_parser("explain", help="every number of each decoding step of one sentence: scores, "
                                                "weights, context shares, the next-token probabilities")

@@ -38,6 +38,9 @@ DecodePrecision = Literal["fp32", "bf16", "int8", "auto"]
 PRECISIONS: tuple[str, ...] = typing.get_args(DecodePrecision)
 # How `attnmt export --to ctranslate2` may store the weights (CTranslate2's quantization names).
 CTRANSLATE2_QUANTIZATIONS = ("int8", "int8_float32", "int16", "float16", "bfloat16")
+# How `attnmt align` turns attention into links, and combines the links of two directions (align.py).
+ALIGN_METHODS = ("argmax", "threshold")
+SYMMETRIZATIONS = ("intersect", "union", "grow-diag", "grow-diag-final")
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import textwrap
 import unicodedata
 import warnings
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import matplotlib
 
@@ -20,6 +20,9 @@ import numpy as np  # noqa: E402
 from matplotlib import font_manager, ft2font  # noqa: E402
 
 from .files import atomic_write  # noqa: E402
+
+if TYPE_CHECKING:
+    from .align import GoldLinks
 
 # Tried in order for each glyph, so Latin, Cyrillic, Greek, Devanagari, CJK all get a face
 # where the machine has one (matplotlib falls back per glyph since 3.6).
@@ -69,9 +72,11 @@ def _every_kth(tokens: list[str], inches: float) -> tuple[list[int], list[str]]:
 
 
 def plot_attention(weights: np.ndarray, source_tokens: list[str], output_tokens: list[str],
-                   path: str | Path, title: str = "", axes: tuple[str, str] = ("source", "output")) -> None:
+                   path: str | Path, title: str = "", axes: tuple[str, str] = ("source", "output"),
+                   links: Optional[list[tuple[int, int]]] = None, gold: Optional[GoldLinks] = None) -> None:
     """Write a PNG heatmap of `weights` [len(output_tokens), len(source_tokens)] to `path`; `axes`
-    names the keys (across) and the queries (down)."""
+    names the keys (across) and the queries (down). Word alignments, (source, output) pairs from 0,
+    are drawn over it: `links` as dots, `gold` as squares (sure) and dashed squares (possible only)."""
     weights = np.asarray(weights, dtype=np.float32)
     if weights.shape != (len(output_tokens), len(source_tokens)):
         raise ValueError(f"weights {weights.shape} do not match {len(output_tokens)} x {len(source_tokens)} tokens")
@@ -90,6 +95,17 @@ def plot_attention(weights: np.ndarray, source_tokens: list[str], output_tokens:
         ax.xaxis.set_label_position("top")
         if title:  # a long sentence's title is cut to the figure's width
             ax.set_title(textwrap.shorten(title, int(width * 12), placeholder=" ..."), fontsize=9, pad=12)
+        if gold is not None:
+            for (column, row), sure in [(link, True) for link in gold.sure] + [(link, False) for link in
+                                                                                gold.possible - gold.sure]:
+                ax.add_patch(plt.Rectangle((column - 0.45, row - 0.45), 0.9, 0.9, fill=False, edgecolor="tab:red",
+                                           linewidth=1.5 if sure else 1.0, linestyle="-" if sure else "--"))
+        if links:
+            ax.scatter([s for s, _ in links], [t for _, t in links], s=12, color="tab:orange", zorder=3)
+        if links or gold is not None:
+            key = "; ".join(filter(None, ["orange dots: the model's links" if links else "",
+                                          "red squares: gold links (dashed: possible only)" if gold is not None else ""]))
+            fig.text(0.01, 0.005, key, fontsize=7, va="bottom")
         fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02)
         fig.tight_layout()
         _save(fig, path)

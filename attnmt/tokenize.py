@@ -49,6 +49,7 @@ class BaseTokenizer:
     """Normalization and settings shared by the tokenizers; subclasses split and join."""
 
     level = ""
+    word_separator = ""  # the token between two words, if the tokenizer writes one
 
     def __init__(self, lowercase: bool = False):
         self.lowercase = lowercase
@@ -59,6 +60,22 @@ class BaseTokenizer:
 
     def to_dict(self) -> dict:
         return {"level": self.level, "lowercase": self.lowercase}
+
+    def tokenize_words(self, words: list[str]) -> tuple[list[str], list[int]]:
+        """The tokens of a sentence given as words (split at whitespace), and for each token the
+        index of the word it came from: each word is tokenized alone, which is how every
+        tokenizer here splits a sentence anyway (none joins across a space). The character
+        tokenizer's spaces between words belong to no word (-1)."""
+        tokens: list[str] = []
+        owners: list[int] = []
+        for index, word in enumerate(words):
+            if index and self.word_separator:
+                tokens.append(self.word_separator)
+                owners.append(-1)
+            pieces = self.tokenize(word)
+            tokens += pieces
+            owners += [index] * len(pieces)
+        return tokens, owners
 
 
 class WordTokenizer(BaseTokenizer):
@@ -106,6 +123,7 @@ class CharTokenizer(BaseTokenizer):
     """One token per character; a space becomes SPACE_SYMBOL so it stays visible in plots."""
 
     level = "char"
+    word_separator = SPACE_SYMBOL
 
     def tokenize(self, text: str) -> list[str]:
         return [SPACE_SYMBOL if c == " " else c for c in self.prepare(text)]

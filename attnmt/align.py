@@ -1,0 +1,266 @@
+"""Word alignments from attention (`attnmt align`), and their error rate against a gold standard.
+
+A model reads each sentence pair with the target forced (teacher forcing on the given
+translation), and its attention over the source, at the step that writes each target token, says
+which source tokens that token came from. Luong et al. (2015, §5.4) read word alignments off it
+and scored them against hand-made ones; this module does the same for any attnmt model:
+
+    pieces    the model's tokens; a word (whitespace token of the user's text) is split into
+              pieces on its own, so each piece belongs to one word
+    words     attention between words: the weights a target piece gives the pieces of a source
+              word summed (that word's share of the attention), averaged over the target word's pieces
+    links     argmax: each target word to the source word it attends most (Luong's rule);
+              threshold: every pair whose word attention is at least `threshold`
+    both ways given a second model translating the other way, its links (flipped) are combined:
+              intersect, union, grow-diag or grow-diag-final (Koehn et al. 2003's heuristics)
+
+Links are (source word, target word) pairs, numbered from 0, written in the Pharaoh format `i-j`.
+For a Transformer the attention is one layer's, the mean of its heads or one head; by default the
+penultimate layer's mean (its cross-attention aligns best in Garg et al. 2019's study; the last
+layer's attends to predict the next word more than to align).
+
+Scores follow Och & Ney (2003): with gold sure links S ⊆ possible links P and predicted links A,
+precision |A∩P|/|A|, recall |A∩S|/|S|, AER = 1 - (|A∩S| + |A∩P|) / (|A| + |S|), over the corpus.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import torch
+
+from .batch import pad
+from .config import ALIGN_METHODS, SYMMETRIZATIONS
+from .errors import AttnmtError
+from .translate import Translator
+from .vocab import SOS_ID
+
+Link = tuple[int, int]                      # (source word, target word), from 0
+
+
+@dataclass
+class WordAlignment:
+    source_words: list[str]
+    target_words: list[str]
+    attention: np.ndarray                   # [len(target_words), len(source_words)], word attention
+    links: list[Link]                       # sorted
+
+
+@dataclass
+class GoldLinks:
+    sure: set[Link]
+    possible: set[Link]                     # sure links included (P ⊇ S)
+
+
+@dataclass
+class AlignmentScores:
+    aer: float
+    precision: float
+    recall: float
+    links: int                              # |A|
+    sure: int                               # |S|
+    possible: int                           # |P|
+    pairs: int
+
+    def line(self) -> str:
+        return (f"AER {self.aer:.4f}  precision {self.precision:.4f}  recall {self.recall:.4f}  "
+                f"({self.pairs} sentence pairs; {self.links} links predicted, {self.sure} sure and "
+                f"{self.possible} possible in the gold standard)")
+
+
+def word_attention(translator: Translator, pairs: list[tuple[list[str], list[str]]], layer: Optional[int] = None,
+                   head: Optional[int] = None, batch_size: int = 32) -> list[np.ndarray]:
+    """For each (source words, target words) pair, the target words' attention over the source
+    words [len(target), len(source)] of the teacher-forced pass (see the module's docstring);
+    `layer` and `head` from 1 (Transformer; head None: the mean of the layer's heads)."""
+    model = translator.model
+    pieces = [(translator.src_tokenizer.tokenize_words(s), translator.tgt_tokenizer.tokenize_words(t))
+              for s, t in pairs]
+    results: list[np.ndarray] = [np.zeros((len(t), len(s)), dtype=np.float32) for s, t in pairs]
+    ready = [i for i, ((s, _), (t, _)) in enumerate(pieces) if s and t]
+    ready.sort(key=lambda i: -len(pieces[i][0][0]))
+    model.eval()
+    with torch.inference_mode():
+        for start in range(0, len(ready), batch_size):
+            rows = ready[start : start + batch_size]
+            src = pad([translator.src_vocab.encode(pieces[i][0][0]) for i in rows]).to(translator.device)
+            lengths = torch.tensor([len(pieces[i][0][0]) for i in rows])
+            tgt_in = pad([[SOS_ID] + translator.tgt_vocab.encode(pieces[i][1][0])[:-1] for i in rows])
+            maps = model.attention_maps(src, lengths, tgt_in.to(translator.device))
+            if "cross" not in maps:
+                raise AttnmtError("this model has no attention (model.attention none): it cannot align words")
+            cross = _chosen(maps["cross"], layer, head).float().cpu().numpy()   # [B, T, S], pieces
+            for row, i in enumerate(rows):
+                (_, src_owner), (_, tgt_owner) = pieces[i]
+                results[i] = _to_words(cross[row, : len(tgt_owner), : len(src_owner)], src_owner, tgt_owner,
+                                       len(pairs[i][0]), len(pairs[i][1]))
+    return results
+
+
+def _chosen(cross: torch.Tensor, layer: Optional[int], head: Optional[int]) -> torch.Tensor:
+    """One map [B, T, S] of cross-attention [B, layers, heads, T, S]."""
+    layers, heads = cross.shape[1:3]
+    if layer is not None and not 1 <= layer <= layers:
+        raise AttnmtError(f"layer {layer}: this model's cross-attention has layers 1 to {layers}")
+    if head is not None and not 1 <= head <= heads:
+        raise AttnmtError(f"head {head}: this model's cross-attention has heads 1 to {heads}")
+    chosen = cross[:, (layer or default_layer(layers)) - 1]                            # [B, heads, T, S]
+    return chosen.mean(1) if head is None else chosen[:, head - 1]
+
+
+def cross_attention_layers(translator: Translator) -> int:
+    """How many layers of cross-attention the model has (one for an RNN)."""
+    one = torch.tensor([[SOS_ID]], device=translator.device)
+    with torch.inference_mode():
+        maps = translator.model.eval().attention_maps(one, torch.tensor([1]), one)
+    if "cross" not in maps:
+        raise AttnmtError("this model has no attention (model.attention none): it cannot align words")
+    return maps["cross"].shape[1]
+
+
+def default_layer(layers: int) -> int:
+    """The layer whose attention aligns by default, from 1: the penultimate (the only one of one)."""
+    return max(1, layers - 1)
+
+
+def _to_words(weights: np.ndarray, src_owner: list[int], tgt_owner: list[int], src_words: int,
+              tgt_words: int) -> np.ndarray:
+    """Piece attention [T, S] to word attention [tgt_words, src_words]: summed over a source word's
+    pieces, averaged over a target word's; pieces of no word (a character model's spaces) left out."""
+    by_source = np.zeros((weights.shape[0], src_words), dtype=np.float32)
+    for j, word in enumerate(src_owner):
+        if word >= 0:
+            by_source[:, word] += weights[:, j]
+    words = np.zeros((tgt_words, src_words), dtype=np.float32)
+    counts = np.zeros(tgt_words)
+    for t, word in enumerate(tgt_owner):
+        if word >= 0:
+            words[word] += by_source[t]
+            counts[word] += 1
+    return words / np.maximum(counts, 1)[:, None]
+
+
+def links_of(attention: np.ndarray, method: str = "argmax", threshold: float = 0.3) -> set[Link]:
+    """Links (source word, target word) from word attention [target, source]."""
+    if method == "argmax":
+        return {(int(attention[t].argmax()), t) for t in range(attention.shape[0]) if attention[t].any()}
+    if method == "threshold":
+        return {(int(s), int(t)) for t, s in zip(*np.nonzero(attention >= threshold))}
+    raise AttnmtError(f"method {method!r}: choose {', '.join(ALIGN_METHODS)}")
+
+
+_NEIGHBOURS = [(-1, 0), (0, -1), (1, 0), (0, 1), (-1, -1), (-1, 1), (1, -1), (1, 1)]
+
+
+def symmetrize(forward: set[Link], backward: set[Link], method: str) -> set[Link]:
+    """Combine the links of the two directions (both as (source, target))."""
+    if method == "intersect":
+        return forward & backward
+    if method == "union":
+        return forward | backward
+    if method not in SYMMETRIZATIONS:
+        raise AttnmtError(f"symmetrization {method!r}: choose {', '.join(SYMMETRIZATIONS)}")
+    union, links = forward | backward, forward & backward
+    # grow-diag: from the intersection, add neighbouring union links (diagonals too) that align a
+    # word not aligned yet, until none is added.
+    grown = True
+    while grown:
+        grown = False
+        for s, t in sorted(links):
+            for ds, dt in _NEIGHBOURS:
+                candidate = (s + ds, t + dt)
+                if candidate in union and candidate not in links and (
+                        all(a != candidate[0] for a, _ in links) or all(b != candidate[1] for _, b in links)):
+                    links.add(candidate)
+                    grown = True
+    if method == "grow-diag-final":
+        # final: then each direction's links that align a word still unaligned.
+        for direction in (forward, backward):
+            for s, t in sorted(direction - links):
+                if all(a != s for a, _ in links) or all(b != t for _, b in links):
+                    links.add((s, t))
+    return links
+
+
+def align(translator: Translator, sources: list[str], targets: list[str], method: str = "argmax",
+          threshold: float = 0.3, layer: Optional[int] = None, head: Optional[int] = None,
+          reverse: Optional[Translator] = None, symmetrization: str = "grow-diag-final") -> list[WordAlignment]:
+    """Word alignments of sentence pairs, words split at whitespace. With `reverse` (a model
+    translating targets into sources), each direction's links are combined by `symmetrization`;
+    `attention` then stays the forward model's."""
+    if len(sources) != len(targets):
+        raise AttnmtError(f"{len(sources)} source sentences but {len(targets)} target sentences: they pair line by line")
+    if method not in ALIGN_METHODS:
+        raise AttnmtError(f"method {method!r}: choose {', '.join(ALIGN_METHODS)}")
+    if not 0 < threshold <= 1:
+        raise AttnmtError(f"threshold {threshold}: allowed (0, 1]")
+    pairs = [(s.split(), t.split()) for s, t in zip(sources, targets)]
+    attention = word_attention(translator, pairs, layer, head)
+    links = [links_of(a, method, threshold) for a in attention]
+    if reverse is not None:
+        backward = word_attention(reverse, [(t, s) for s, t in pairs], layer, head)
+        links = [symmetrize(forward, {(s, t) for t, s in links_of(b, method, threshold)}, symmetrization)
+                 for forward, b in zip(links, backward)]
+    return [WordAlignment(s, t, a, sorted(found)) for (s, t), a, found in zip(pairs, attention, links)]
+
+
+def pharaoh(links: list[Link]) -> str:
+    """`i-j i-j ...`, numbered from 0."""
+    return " ".join(f"{s}-{t}" for s, t in links)
+
+
+_LINK = re.compile(r"^(\d+)([-p])(\d+)$")
+
+
+def parse_links(text: str, base: int, where: str, lengths: Optional[tuple[int, int]] = None) -> GoldLinks:
+    """One sentence pair's gold links: `i-j` sure, `ipj` possible, numbered from `base` (1 in the
+    RWTH files, 0 in Pharaoh files); `lengths` (source, target words) checks they lie inside the
+    pair. `where` names the text in errors (FILE:LINE)."""
+    sure, possible = set(), set()
+    for item in text.split():
+        match = _LINK.match(item)
+        if not match:
+            raise AttnmtError(f"{where}: {item!r} is not a link: expected i-j (sure) or ipj (possible)")
+        link = (int(match[1]) - base, int(match[3]) - base)
+        if min(link) < 0:
+            raise AttnmtError(f"{where}: link {item!r} has position 0, but positions are read from {base} (--gold-base)")
+        if lengths is not None and (link[0] >= lengths[0] or link[1] >= lengths[1]):
+            raise AttnmtError(f"{where}: link {item!r} points past the sentence pair (source {lengths[0]} words, "
+                              f"target {lengths[1]}; positions from {base})")
+        possible.add(link)
+        if match[2] == "-":
+            sure.add(link)
+    return GoldLinks(sure, possible)
+
+
+def read_gold(path: str | Path, base: int, lengths: Optional[list[tuple[int, int]]] = None) -> list[GoldLinks]:
+    """Gold links of a file, one line per sentence pair (parse_links); `lengths` gives each pair's
+    (source, target) word counts."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise AttnmtError(f"{path}: cannot read the gold alignments ({err})") from None
+    if lengths is not None and len(lines) != len(lengths):
+        raise AttnmtError(f"{path}: {len(lines)} lines of gold links for {len(lengths)} sentence pairs")
+    return [parse_links(line, base, f"{path}:{number}", None if lengths is None else lengths[number - 1])
+            for number, line in enumerate(lines, 1)]
+
+
+def score(predicted: list[set[Link]] | list[list[Link]], gold: list[GoldLinks]) -> AlignmentScores:
+    """Precision, recall and AER of predicted links against the gold links, over all pairs."""
+    found = sure = possible = hits_sure = hits_possible = 0
+    for links, g in zip(predicted, gold, strict=True):
+        links = set(links)
+        found, sure, possible = found + len(links), sure + len(g.sure), possible + len(g.possible)
+        hits_sure += len(links & g.sure)
+        hits_possible += len(links & g.possible)
+    if not found + sure:
+        raise AttnmtError("no links to score: the predictions and the gold standard are both empty")
+    return AlignmentScores(aer=1 - (hits_sure + hits_possible) / (found + sure),
+                           precision=hits_possible / found if found else 0.0,
+                           recall=hits_sure / sure if sure else 0.0, links=found, sure=sure, possible=possible,
+                           pairs=len(gold))
