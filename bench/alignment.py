@@ -6,7 +6,8 @@
 
 With --data, trains one de->en model per attention kind (--kinds; `transformer` is the Transformer
 recipe) from the Multi30k recipe configs/multi30k_de_en.yaml with model.attention=KIND, each for
---budget-min minutes of wall clock, one after the other; models already in --out are reused.
+--budget-min minutes of wall clock or --epochs epochs, one after the other; models already in
+--out are reused.
 Then scores every model on the gold standard: links by argmax (Luong's rule) and by threshold,
 for a Transformer the default layer and each layer's mean of heads. Prints one
 `metric=<name> value=<number>` line per figure and a Markdown table, and how many of the gold
@@ -33,7 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 KINDS = ["bahdanau", "dot", "general", "concat", "local_m", "local_p", "transformer"]
 
 
-def train_kind(kind: str, data: str, budget_min: float, out: Path) -> Path:
+def train_kind(kind: str, data: str, budget: list[str], out: Path) -> Path:
     """The model of one attention kind, trained within the budget (or the one already in `out`)."""
     model_path = out / "model.safetensors"
     if model_path.exists():
@@ -43,8 +44,7 @@ def train_kind(kind: str, data: str, budget_min: float, out: Path) -> Path:
         config_file, overrides = REPO / "configs" / "multi30k_de_en_transformer.yaml", []
     else:
         config_file, overrides = REPO / "configs" / "multi30k_de_en.yaml", [f"model.attention={kind}"]
-    config = load_config(config_file, [f"data.path={data}", f"train.out_dir={out}", f"train.max_minutes={budget_min}",
-                                       *overrides])
+    config = load_config(config_file, [f"data.path={data}", f"train.out_dir={out}", *budget, *overrides])
     started = time.monotonic()
     result = train(config, overwrite=True, log=lambda line: print(f"{kind}: {line}", file=sys.stderr, flush=True))
     print(f"metric=train_minutes_{kind} value={(time.monotonic() - started) / 60:.1f}")
@@ -65,6 +65,8 @@ def main() -> None:
     parser.add_argument("--data", help="Multi30k directory: train the models (else give --model)")
     parser.add_argument("--kinds", default=",".join(KINDS), help="attention kinds to train (default: %(default)s)")
     parser.add_argument("--budget-min", type=float, default=8.0, help="training wall clock per model, minutes")
+    parser.add_argument("--epochs", type=int, help="train this many epochs instead (a budget that other jobs on the "
+                                                   "machine do not change)")
     parser.add_argument("--out", default="runs/align", help="where the trained models go, one folder per kind")
     parser.add_argument("--model", action="append", default=[], metavar="NAME=PATH", help="score this model too")
     parser.add_argument("--threshold", type=float, default=0.3, help="for the threshold rows")
@@ -79,7 +81,9 @@ def main() -> None:
     models = dict(item.split("=", 1) for item in args.model)
     if args.data:
         for kind in args.kinds.split(","):
-            models[kind] = str(train_kind(kind, args.data, args.budget_min, Path(args.out) / kind))
+            budget = ([f"train.epochs={args.epochs}", "train.max_minutes=0"] if args.epochs
+                      else [f"train.max_minutes={args.budget_min}"])
+            models[kind] = str(train_kind(kind, args.data, budget, Path(args.out) / kind))
         for lang, lines in (("de", sources), ("en", targets)):
             share, words = coverage(lines, list(read_lines(find_split_file(args.data, "train", lang))))
             print(f"metric=gold_words_in_training_{lang} value={share:.4f}")

@@ -313,7 +313,9 @@
       const score = step.scores[j];
       row.append(element("td", "", token),
                  score === null ? element("td", "masked", "masked") : element("td", "", score.toFixed(4)),
-                 bar(step.weights[j], step.weights[j].toFixed(4)), bar(step.shares[j], step.shares[j].toFixed(4)));
+                 bar(step.weights[j], step.weights[j].toFixed(4) +
+                     (step.factors ? ` (softmax × Gaussian ${step.factors[j].toFixed(3)})` : "")),
+                 bar(step.shares[j], step.shares[j].toFixed(4)));
       return row;
     }));
     predictions($("explain-next"), step.next, step.token);
