@@ -105,11 +105,13 @@ class ExplainedStepResult(BaseModel):
     token: str = Field(description="the token this step chose (<eos> at the end)")
     keys: list[str] = Field(description="what the query looked at: source tokens, or <sos> and the outputs so far")
     scores: list[Optional[float]] = Field(description="score e_j per key; null where masked")
-    weights: list[float] = Field(description="softmax of the scores")
+    weights: list[float] = Field(description="softmax of the scores (times `factors` for local-p)")
     shares: list[float] = Field(description="each key's share of the context vector, |α_j v_j| / Σ_k |α_k v_k|")
     next: list[tuple[str, float]] = Field(description="the 5 likeliest next tokens and their probabilities")
     next_uniform: list[tuple[str, float]] = Field(
         description="the same when the attention over the source is uniform (a counterfactual)")
+    factors: Optional[list[float]] = Field(
+        default=None, description="local-p attention only: the Gaussian factor of each key, α_j = softmax(e)_j × factor_j")
 
 
 class ExplainResponse(BaseModel):

@@ -18,7 +18,8 @@ BASE_CONFIG = "data:\n  format: dates\ntrain:\n  out_dir: {out}\n"
 POSITIONALS = {"demo": [], "train": ["{config}"], "translate": ["m.safetensors"], "evaluate": ["m.safetensors"],
                "plot": ["m.safetensors", "a sentence", "--out", "p.png"], "serve": ["m.safetensors"],
                "explain": ["m.safetensors", "a sentence"], "export": ["m.safetensors", "out", "--to", "ctranslate2"],
-               "info": ["m.safetensors"], "plot-curves": ["run", "--out", "c.png"]}
+               "info": ["m.safetensors"], "plot-curves": ["run", "--out", "c.png"],
+               "align": ["m.safetensors", "--src", "s.txt", "--tgt", "t.txt"]}
 
 
 def run(capsys, argv: list[str]) -> tuple[int, str]:
