@@ -443,7 +443,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="which attention: cross (output over source, the default), or the Transformer's "
                            "encoder or decoder self-attention")
     plot.add_argument("--layer", type=Number(int, Range("[1, 1024]")), default=None,
-                      help="the layer to draw, from 1 (default: the last)")
+                      help="the layer to draw, from 1 (default: the last; with --target the penultimate, as attnmt "
+                           "align reads it)")
     plot.add_argument("--head", default="mean", help="the head to draw, from 1, or mean: their average (default)")
     plot.add_argument("--grid", action="store_true", help="draw every layer and head, a row per layer")
     plot.add_argument("--target", help="draw the attention between words of this given translation (teacher-forced, as "

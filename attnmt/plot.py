@@ -96,8 +96,8 @@ def plot_attention(weights: np.ndarray, source_tokens: list[str], output_tokens:
         if title:  # a long sentence's title is cut to the figure's width
             ax.set_title(textwrap.shorten(title, int(width * 12), placeholder=" ..."), fontsize=9, pad=12)
         if gold is not None:
-            for (column, row), sure in [(link, True) for link in gold.sure] + [(link, False) for link in
-                                                                                gold.possible - gold.sure]:
+            for column, row in gold.possible:                               # sure links are possible too
+                sure = (column, row) in gold.sure
                 ax.add_patch(plt.Rectangle((column - 0.45, row - 0.45), 0.9, 0.9, fill=False, edgecolor="tab:red",
                                            linewidth=1.5 if sure else 1.0, linestyle="-" if sure else "--"))
         if links:
