@@ -84,14 +84,28 @@ def _demo(args: argparse.Namespace) -> None:
 
 
 def _train(args: argparse.Namespace) -> None:
+    """`attnmt train`, in one process or in each of the processes torchrun starts."""
+    import torch.distributed
+
     from .config import load_config
+    from .distributed import start_ranks
     from .fast.process import set_up_training_process
     from .train import train
 
     config = load_config(args.config, args.overrides)
     if config.train.fast_paths:
         set_up_training_process()
-    train(config, resume=args.resume, overwrite=args.overwrite)
+    ranks = start_ranks(config.train)
+    try:
+        train(config, resume=args.resume, overwrite=args.overwrite, ranks=ranks)
+    except AttnmtError as err:
+        raise AttnmtError(f"rank {ranks.rank}: {err}" if ranks.rank else str(err)) from None
+    except torch.distributed.DistError as err:  # a collective failed: another rank died or timed out
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise AttnmtError(f"rank {ranks.rank} of {ranks.world_size}: lost the other ranks (one died, or did not "
+                          f"answer within train.rank_timeout_min={config.train.rank_timeout_min}): {first}") from None
+    finally:
+        ranks.close()
 
 
 def _input_lines(path: str | None) -> Iterator[str]:

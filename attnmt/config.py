@@ -204,6 +204,10 @@ class TrainConfig:
     # A batch holds batch_size sentences, or sentences of about batch_size target tokens in all.
     batch_size: int = ranged(64, "[1, 10000000]")
     batch_type: Literal["sentences", "tokens"] = "sentences"
+    # Cut each batch into this many parts, run one after the other before the update (gradient
+    # accumulation), so that a large batch fits in a small device's memory. Under torchrun a batch
+    # is cut into ranks x accumulate parts: the same product cuts it the same way.
+    accumulate: int = ranged(1, "[1, 1024]")
     # Adam's learning rate (the peak, with the warmup scheduler).
     lr: float = ranged(1e-3, "(0, 10]")
     # The gradients' norm is clipped to this.
@@ -244,6 +248,9 @@ class TrainConfig:
     # Also log every validation's figures for TensorBoard into out_dir/tensorboard (needs the
     # tensorboard package: pip install tensorboard). metrics.jsonl and curves.png are always written.
     tensorboard: bool = False
+    # torchrun: how long a rank waits for the others (rank 0 validating included) before the job
+    # ends with an error naming the rank that failed; a rank that dies ends it at once.
+    rank_timeout_min: float = ranged(30.0, "(0, 10080]")
     # Stop early once validation exact match reaches this fraction (0 = never).
     target_exact_match: float = ranged(0.0, "[0, 1]")
     # Unused; kept so that model files that carry it still load.

@@ -16,6 +16,7 @@ from tqdm import tqdm
 from .batch import Batch, Example, batch_indices, collate
 from .config import Config, TokenizerConfig, TrainConfig, config_from_dict
 from .data import Pair, load_corpus
+from .distributed import Ranks
 from .errors import AttnmtError
 from .evaluate import score_translations
 from .family import Model
@@ -144,17 +145,15 @@ def evaluate_loss(model: Model, examples: list[Example], batch_size: int, device
 
 
 def _save_checkpoint(path: Path, translator: Translator, optimizer: torch.optim.Optimizer, progress: Progress,
-                     data: PreparedData) -> None:
+                     data: PreparedData, parts_per_batch: int) -> None:
+    # No random generator state: each part's draws are seeded by the step (_draw_seed).
     optim_state = optimizer.state_dict()
     tensors = model_tensors(translator.model.state_dict())
     for index, values in optim_state["state"].items():
         for key, value in values.items():
             tensors[f"{OPTIMIZER_PREFIX}{index}.{key}"] = value
-    tensors["rng.torch"] = torch.get_rng_state()
-    if torch.cuda.is_available():
-        tensors["rng.cuda"] = torch.cuda.get_rng_state()
     meta = {"kind": "checkpoint", **translator.description.metadata(), "param_groups": optim_state["param_groups"],
-            "progress": progress.__dict__, "data_sha256": data.fingerprint}
+            "progress": progress.__dict__, "data_sha256": data.fingerprint, "parts_per_batch": parts_per_batch}
     save_file(path, tensors, meta)
 
 
@@ -184,44 +183,41 @@ def _restore(tensors: dict[str, torch.Tensor], meta: dict, model: Model, optimiz
             index, key = name[len(OPTIMIZER_PREFIX):].split(".", 1)
             state.setdefault(int(index), {})[key] = value
     optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
-    torch.set_rng_state(tensors["rng.torch"])
-    if "rng.cuda" in tensors and torch.cuda.is_available():
-        torch.cuda.set_rng_state(tensors["rng.cuda"])
     return Progress(**meta["progress"])
 
 
 def train(config: Config, resume: bool = False, overwrite: bool = False,
-          log: Callable[[str], None] = print) -> TrainResult:
+          log: Callable[[str], None] = print, ranks: Optional[Ranks] = None) -> TrainResult:
     """Train the model the config describes; the best model by `train.select_by` goes to out_dir.
 
     Training runs fastest in a process set up by `process.set_up_training_process()`, which entry
     points (the CLI, the bench) call; a library function leaves its caller's process alone.
+    Under torchrun, `ranks` (`distributed.start_ranks`) says which process this is: each rank
+    trains on its share of every batch; rank 0 alone validates, logs and writes files, and what it
+    decides reaches the others. Only rank 0's result carries test scores.
     """
+    ranks = ranks or Ranks()
+    log = log if ranks.is_main else _silent
     tc = config.train
     out_dir = Path(tc.out_dir)
     model_path, checkpoint_path = out_dir / MODEL_FILE, out_dir / CHECKPOINT_FILE
-    if resume and not checkpoint_path.exists():
-        raise AttnmtError(f"{checkpoint_path}: no checkpoint to resume from")
-    if not resume and not overwrite and (model_path.exists() or checkpoint_path.exists()):
-        raise AttnmtError(f"{out_dir} already holds a model; use --resume to continue it, --overwrite to replace it, "
-                          f"or another train.out_dir")
-    device = resolve_device(tc.device)
+    device = ranks.device(resolve_device(tc.device))
     if config.decode.precision == "int8" and device.type != "cpu":  # say so now, not at the first validation
         raise AttnmtError(f"decode.precision int8 runs on CPUs only; use bf16 on {device}")
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise AttnmtError(f"{out_dir}: cannot create output directory: {err.strerror or err}") from None
-    for stale in out_dir.glob(".*.safetensors.*.tmp"):  # half-written files of a run killed while saving
-        stale.unlink(missing_ok=True)
+    if ranks.is_main:
+        _prepare_out_dir(out_dir, resume, overwrite)
     note = precision_note({"train.precision": tc.precision, "decode.precision": config.decode.precision}, device,
                           lstm=config.model.arch == "rnn" and config.model.rnn == "lstm")
     if note:
         log(note)
 
     torch.manual_seed(tc.seed)
-    checkpoint = _read_checkpoint(checkpoint_path, config) if resume else None
-    data = prepare_data(config, checkpoint[1] if checkpoint else None)
+    # Read by rank 0 alone: the other ranks need not see its out_dir.
+    checkpoint = ranks.share(_read_checkpoint(checkpoint_path, config) if resume and ranks.is_main else None)
+    data = prepare_data(config, checkpoint[1] if checkpoint else None) if ranks.is_main else None
+    # The other ranks take rank 0's tokenizers and vocabularies instead of building their own.
+    vocabularies = ranks.share(_vocabularies(data) if data else None)
+    data = data or prepare_data(config, vocabularies)
     if checkpoint and checkpoint[1].get("data_sha256") != data.fingerprint:
         raise AttnmtError(f"{checkpoint_path}: the training data differ from those the checkpoint was trained on; "
                           f"cannot resume")
@@ -232,82 +228,138 @@ def train(config: Config, resume: bool = False, overwrite: bool = False,
     optimizer = make_optimizer(model, tc)
     translator = Translator(model, config, data.src_tokenizer, data.tgt_tokenizer, data.src_vocab, data.tgt_vocab)
     progress = _restore(*checkpoint, model, optimizer) if checkpoint else Progress()
-    log(f"model: {sum(p.numel() for p in model.parameters()):,} parameters on {device}"
+    where = f" on {ranks.world_size} ranks" if ranks.world_size > 1 else ""
+    log(f"model: {sum(p.numel() for p in model.parameters()):,} parameters on {device}{where}"
         + (f"; resuming at epoch {progress.epoch}, step {progress.step}" if resume else ""))
+    parts_per_batch = ranks.world_size * tc.accumulate
+    if checkpoint and checkpoint[1].get("parts_per_batch", 1) != parts_per_batch:
+        log(f"the checkpoint's batches were cut into {checkpoint[1].get('parts_per_batch', 1)} parts (ranks x "
+            f"train.accumulate), these into {parts_per_batch}: the same batches and gradients up to rounding, "
+            f"but dropout draws differ from the run's first part")
 
     started = time.monotonic() - progress.elapsed_s
-    metrics = MetricsWriter(out_dir, progress.step if resume else None, tc.tensorboard)
+    metrics = MetricsWriter(out_dir, progress.step if resume else None, tc.tensorboard) if ranks.is_main else None
     try:
-        stop = _train_epochs(config, data, translator, optimizer, progress, metrics, device, started, log)
+        stop = _train_epochs(config, data, translator, ranks.wrap(model), optimizer, progress, metrics, device,
+                             started, log, ranks)
         if stop:
             log(f"{stop}; stopping")
-        if tc.average_last > 1 and len(progress.epoch_files) > 1:
+        if metrics and tc.average_last > 1 and len(progress.epoch_files) > 1:
             _try_average(translator, data, config, device, progress, metrics, log)
     finally:
-        metrics.close()
+        if metrics:
+            metrics.close()
 
+    minutes = (time.monotonic() - started) / 60
+    if not ranks.is_main:
+        return TrainResult(model_path, progress.best_metric, {}, len(progress.history), minutes)
     best = Translator.load(model_path, device=str(device))
     test_scores = score_translations(best, data.test_pairs) if data.test_pairs else {}
     if test_scores:
         log("test: " + " | ".join(f"{k} {v}" for k, v in test_scores.items() if "signature" not in k))
-    return TrainResult(model_path, progress.best_metric, test_scores, len(progress.history),
-                       (time.monotonic() - started) / 60)
+    return TrainResult(model_path, progress.best_metric, test_scores, len(progress.history), minutes)
 
 
-def _train_epochs(config: Config, data: PreparedData, translator: Translator, optimizer: torch.optim.Optimizer,
-                  progress: Progress, metrics: MetricsWriter, device: torch.device, started: float,
-                  log: Callable[[str], None]) -> str:
-    """Train and validate epoch by epoch until the epochs, the budget or the patience run out; say why it stopped."""
+def _silent(line: str) -> None:
+    """The log of ranks other than 0."""
+
+
+def _prepare_out_dir(out_dir: Path, resume: bool, overwrite: bool) -> None:
+    model_path, checkpoint_path = out_dir / MODEL_FILE, out_dir / CHECKPOINT_FILE
+    if resume and not checkpoint_path.exists():
+        raise AttnmtError(f"{checkpoint_path}: no checkpoint to resume from")
+    if not resume and not overwrite and (model_path.exists() or checkpoint_path.exists()):
+        raise AttnmtError(f"{out_dir} already holds a model; use --resume to continue it, --overwrite to replace it, "
+                          f"or another train.out_dir")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise AttnmtError(f"{out_dir}: cannot create output directory: {err.strerror or err}") from None
+    for stale in out_dir.glob(".*.safetensors.*.tmp"):  # half-written files of a run killed while saving
+        stale.unlink(missing_ok=True)
+
+
+def _vocabularies(data: PreparedData) -> dict:
+    """The tokenizers and vocabularies, as a checkpoint's metadata holds them (prepare_data's `saved`)."""
+    return {"src_tokenizer": data.src_tokenizer.to_dict(), "tgt_tokenizer": data.tgt_tokenizer.to_dict(),
+            "src_vocab": data.src_vocab.to_list(), "tgt_vocab": data.tgt_vocab.to_list()}
+
+
+def _train_epochs(config: Config, data: PreparedData, translator: Translator, network: torch.nn.Module,
+                  optimizer: torch.optim.Optimizer, progress: Progress, metrics: Optional[MetricsWriter],
+                  device: torch.device, started: float, log: Callable[[str], None], ranks: Ranks) -> str:
+    """Train and validate epoch by epoch until the epochs, the budget or the patience run out; say why it stopped.
+    `network` is the model as training calls it (DDP around it under torchrun); `metrics` is rank 0's."""
     tc, model = config.train, translator.model
     out_dir = Path(tc.out_dir)
     model_path, checkpoint_path = out_dir / MODEL_FILE, out_dir / CHECKPOINT_FILE
+    parts_per_batch = ranks.world_size * tc.accumulate
     segment_started, segment_tokens = time.monotonic(), 0  # training since the last validation, for tokens/s
     stop = ""
     while progress.epoch <= tc.epochs and not stop:
         order = epoch_batches(data.train, tc, progress.epoch)
         model.train()
         bar = tqdm(total=len(order), initial=progress.batch_in_epoch, desc=f"epoch {progress.epoch}",
-                   unit="batch", disable=None, leave=False)
+                   unit="batch", disable=None if ranks.is_main else True, leave=False)
         for ids in order[progress.batch_in_epoch:]:
-            batch = collate([data.train[i] for i in ids], ids, device)
             _set_lr(optimizer, progress, tc)
-            loss = train_step(model, optimizer, batch, config, progress.step + 1, model_path)
+            tokens = sum(len(data.train[i][1]) + 1 for i in ids)  # the whole batch's, EOS included
+            loss = train_step(network, optimizer, _parts(data, ids, ranks, tc.accumulate, device), config,
+                              progress.step + 1, model_path, ranks, tokens)
             progress.step += 1
             progress.batch_in_epoch += 1
             progress.epoch_loss += loss
-            progress.epoch_tokens += batch.num_target_tokens
-            segment_tokens += batch.num_target_tokens
+            progress.epoch_tokens += tokens
+            segment_tokens += tokens
             bar.update()
             bar.set_postfix(loss=f"{progress.epoch_loss / progress.epoch_tokens:.3f}")
             if bar.disable and tc.log_every and progress.step % tc.log_every == 0:  # no terminal: log lines instead
                 log(f"epoch {progress.epoch} step {progress.step} ({progress.batch_in_epoch}/{len(order)}) | "
                     f"train_loss {progress.epoch_loss / progress.epoch_tokens:.4f} | lr {progress.lr:.2e} | "
                     f"{(time.monotonic() - started) / 60:.1f} min")
-            if tc.max_minutes and time.monotonic() - started > tc.max_minutes * 60:
+            # Every rank's clock has a say, so that all stop at the same step.
+            over_budget = float(bool(tc.max_minutes) and time.monotonic() - started > tc.max_minutes * 60)
+            if ranks.sum([over_budget])[0]:
                 stop = f"time budget of {tc.max_minutes} minutes used up"
                 break
-            if tc.checkpoint_every and progress.step % tc.checkpoint_every == 0 and progress.batch_in_epoch < len(order):
+            if (ranks.is_main and tc.checkpoint_every and progress.step % tc.checkpoint_every == 0
+                    and progress.batch_in_epoch < len(order)):
                 progress.elapsed_s = time.monotonic() - started
-                _save_checkpoint(checkpoint_path, translator, optimizer, progress, data)
+                _save_checkpoint(checkpoint_path, translator, optimizer, progress, data, parts_per_batch)
         bar.close()
         progress.elapsed_s = time.monotonic() - started
-        tokens_per_s = segment_tokens / max(time.monotonic() - segment_started, 1e-9)
-        record = _validate(translator, data, config, device, progress)
-        progress.history.append(record)
-        log(" | ".join(f"{k} {v}" for k, v in record.items()))
-        metrics.write({**record, "lr": progress.lr, "target_tokens_per_s": round(tokens_per_s, 1),
-                       "elapsed_min": round(progress.elapsed_s / 60, 2)})
-        # Always: a budget that runs out in the first epoch must still keep its model.
-        verdict = _after_validation(record, translator, progress, config, _training_facts(data, record), log)
-        stop = stop or verdict
+        if metrics:  # rank 0
+            tokens_per_s = segment_tokens / max(time.monotonic() - segment_started, 1e-9)
+            record = _validate(translator, data, config, device, progress)
+            progress.history.append(record)
+            log(" | ".join(f"{k} {v}" for k, v in record.items()))
+            metrics.write({**record, "lr": progress.lr, "target_tokens_per_s": round(tokens_per_s, 1),
+                           "elapsed_min": round(progress.elapsed_s / 60, 2)})
+            # Always: a budget that runs out in the first epoch must still keep its model.
+            verdict = _after_validation(record, translator, progress, config, _training_facts(data, record), log)
+            stop = stop or verdict
+        # Rank 0's validation decides for all: the best figure so far, the learning rate, whether to stop.
+        shared, stop = ranks.share((progress.__dict__, stop))
+        progress.__dict__.update(shared)
         if progress.batch_in_epoch >= len(order):
-            if tc.average_last > 1:
+            if ranks.is_main and tc.average_last > 1:
                 _keep_epoch_model(translator, progress, out_dir, tc.average_last)
             progress.epoch, progress.batch_in_epoch = progress.epoch + 1, 0
             progress.epoch_loss, progress.epoch_tokens = 0.0, 0
-        _save_checkpoint(checkpoint_path, translator, optimizer, progress, data)
+        if ranks.is_main:
+            _save_checkpoint(checkpoint_path, translator, optimizer, progress, data, parts_per_batch)
         segment_started, segment_tokens = time.monotonic(), 0
     return stop
+
+
+def _parts(data: PreparedData, ids: list[int], ranks: Ranks, accumulate: int, device: torch.device) -> list[Part]:
+    """This rank's micro-batches of the batch `ids`. A rank left without sentences (a batch smaller
+    than its number of parts) runs the batch's first sentence with weight 0: every rank must take
+    part in the gradient exchange."""
+    mine = ranks.parts(ids, accumulate)
+    if not mine:
+        return [Part(collate([data.train[ids[0]]], ids[:1], device), index=-1, weight=0.0)]
+    return [Part(collate([data.train[i] for i in part], part, device), index) for index, part in mine]
 
 
 def epoch_batches(examples: list[Example], tc: TrainConfig, epoch: int) -> list[list[int]]:
@@ -397,30 +449,62 @@ def _try_average(translator: Translator, data: PreparedData, config: Config, dev
         log(f"the average validates better than any single epoch; {model_path} is now the average")
 
 
-def train_step(model: Model, optimizer: torch.optim.Optimizer, batch: Batch, config: Config, step: int,
-               model_path: Optional[Path] = None) -> float:
-    """One update; returns the summed loss. Refuses to go on from a NaN loss or out of memory."""
+@dataclass
+class Part:
+    """A micro-batch of one update: its sentences, its index among the update's parts (which seeds
+    its random draws) and its weight in the loss (0 for a rank that only joins the exchange)."""
+
+    batch: Batch
+    index: int = 0
+    weight: float = 1.0
+
+
+def _draw_seed(seed: int, step: int, part: int) -> int:
+    """The seed of one part's random draws (dropout, scheduled sampling): a function of the run's
+    seed, the step and the part alone, so that the draws depend neither on which rank runs the part
+    nor on where a run was stopped and resumed."""
+    return random.Random(f"{seed}:{step}:{part}").getrandbits(63)
+
+
+def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, parts: list[Part], config: Config,
+               step: int, model_path: Optional[Path] = None, ranks: Optional[Ranks] = None,
+               tokens: Optional[int] = None) -> float:
+    """One update from this rank's parts of a batch; returns the whole batch's summed loss (over
+    all ranks). The loss is divided by `tokens`, the whole batch's target tokens (default: those of
+    `parts`), so that any cut of a batch into parts and ranks gives one gradient. Refuses to update
+    from a NaN loss or go on out of memory."""
     tc = config.train
+    ranks = ranks or Ranks()
+    tokens = tokens or sum(part.batch.num_target_tokens for part in parts)
+    # DDP averages the ranks' gradients; the whole batch's gradient is their sum.
+    scale = ranks.world_size / tokens
+    optimizer.zero_grad(set_to_none=True)
+    total = 0.0
     try:
-        at = batch.target_mask
-        with autocast(tc.precision, batch.src.device):
-            logits, _ = model(batch.src, batch.src_lengths, batch.tgt_in, tc.teacher_forcing, classify_at=at)
-        loss = sequence_loss(logits.float(), batch.tgt_out[at], tc.label_smoothing)
-        if not torch.isfinite(loss):
-            kept = f", and {model_path} keeps the last good model" if model_path else ""
-            raise AttnmtError(f"loss became {loss.item()} at step {step}; training stopped before the update{kept}. "
-                              f"Try a lower train.lr or train.clip")
-        optimizer.zero_grad(set_to_none=True)
-        (loss / batch.num_target_tokens).backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), tc.clip)
-        optimizer.step()
+        for number, part in enumerate(parts, 1):
+            torch.manual_seed(_draw_seed(tc.seed, step, part.index))
+            batch, at = part.batch, part.batch.target_mask
+            with ranks.exchanging(model, last=number == len(parts)):
+                with autocast(tc.precision, batch.src.device):
+                    logits, _ = model(batch.src, batch.src_lengths, batch.tgt_in, tc.teacher_forcing, classify_at=at)
+                loss = sequence_loss(logits.float(), batch.tgt_out[at], tc.label_smoothing) * part.weight
+                (loss * scale).backward()
+            total += loss.item()
     except RuntimeError as err:  # torch.OutOfMemoryError is a RuntimeError too
         if "out of memory" not in str(err) and "can't allocate memory" not in str(err):
             raise
-        shape = "x".join(map(str, batch.tgt_in.shape))
+        shape = "x".join(map(str, parts[0].batch.tgt_in.shape))
         raise AttnmtError(f"out of memory at step {step} (target batch {shape}); lower train.batch_size or "
-                          f"data.max_len, then continue with --resume from the last checkpoint") from None
-    return loss.item()
+                          f"data.max_len, or raise train.accumulate, then continue with --resume from the last "
+                          f"checkpoint") from None
+    total = ranks.sum([total])[0]
+    if not math.isfinite(total):
+        kept = f", and {model_path} keeps the last good model" if model_path else ""
+        raise AttnmtError(f"loss became {total} at step {step}; training stopped before the update{kept}. "
+                          f"Try a lower train.lr or train.clip")
+    torch.nn.utils.clip_grad_norm_(model.parameters(), tc.clip)
+    optimizer.step()
+    return total
 
 
 def _validate(translator: Translator, data: PreparedData, config: Config, device: torch.device,

@@ -37,7 +37,7 @@ from attnmt.config import Config, load_config
 from attnmt.data import find_split_file, read_lines
 from attnmt.fast.process import set_up_training_process
 from attnmt.model import Seq2Seq, build_model
-from attnmt.train import epoch_batches, make_optimizer, prepare_data, train_step
+from attnmt.train import Part, epoch_batches, make_optimizer, prepare_data, train_step
 from attnmt.translate import Translator
 from attnmt.vocab import PAD_ID
 
@@ -113,7 +113,7 @@ def train_phase(args: argparse.Namespace) -> None:
     marks, words, src_tokens, tgt_tokens, attended = [], 0, 0, 0, 0
     for step, ids in enumerate(batches[: args.steps], start=1):
         batch = collate([data.train[i] for i in ids], ids)
-        train_step(model, optimizer, batch, config, step)
+        train_step(model, optimizer, [Part(batch)], config, step)
         marks.append((time.perf_counter(), words))
         words += batch.num_target_tokens - len(ids)  # real target words: no EOS, no padding
         tgt_lengths = (batch.tgt_out != PAD_ID).sum(1)

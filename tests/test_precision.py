@@ -19,7 +19,7 @@ from attnmt.errors import AttnmtError
 from attnmt.fast import int8 as int8_module
 from attnmt.fast.int8 import Int8Linear, Int8RNN, int8_decoding_copy, int8_products_exact
 from attnmt.model import Seq2Seq
-from attnmt.train import make_optimizer, train, train_step
+from attnmt.train import Part, make_optimizer, train, train_step
 from attnmt.translate import Translator
 
 MODELS = [
@@ -49,7 +49,7 @@ def test_bf16_training_step_gives_the_fp32_loss_and_update(model, tmp_path):
         torch.manual_seed(1)  # the same dropout masks
         optimizer = make_optimizer(model_, configs[kind].train)
         before = {n: p.detach().clone() for n, p in model_.named_parameters()}
-        losses[kind] = train_step(model_, optimizer, batch, configs[kind], step=1)
+        losses[kind] = train_step(model_, optimizer, [Part(batch)], configs[kind], step=1)
         updates[kind] = torch.cat([(p.detach() - before[n]).flatten() for n, p in model_.named_parameters()])
         assert all(p.dtype == torch.float32 for p in model_.parameters())  # weights stay fp32
     assert not torch.equal(updates["bf16"], updates["fp32"])  # bf16 really ran
@@ -331,7 +331,7 @@ def test_lstm_decoder_trains_in_fp32_under_bf16_where_onednn_has_no_kernel(monke
     batch = random_batch(40, 30)
     seen = []
     model.decoder.rnn.register_forward_hook(lambda module, inputs, output: seen.append(output[0].dtype))
-    loss = train_step(model, make_optimizer(model, config.train), batch, config, step=1)
+    loss = train_step(model, make_optimizer(model, config.train), [Part(batch)], config, step=1)
     assert seen == [torch.float32] and loss > 0
     monkeypatch.setattr(precision, "cpu_bf16_features", lambda: ())
     warning = precision.precision_note({"train.precision": "bf16"}, torch.device("cpu"), lstm=True)
