@@ -85,8 +85,6 @@ def _demo(args: argparse.Namespace) -> None:
 
 def _train(args: argparse.Namespace) -> None:
     """`attnmt train`, in one process or in each of the processes torchrun starts."""
-    import torch.distributed
-
     from .config import load_config
     from .distributed import start_ranks
     from .fast.process import set_up_training_process
@@ -99,11 +97,9 @@ def _train(args: argparse.Namespace) -> None:
     try:
         train(config, resume=args.resume, overwrite=args.overwrite, ranks=ranks)
     except AttnmtError as err:
-        raise AttnmtError(f"rank {ranks.rank}: {err}" if ranks.rank else str(err)) from None
-    except torch.distributed.DistError as err:  # a collective failed: another rank died or timed out
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise AttnmtError(f"rank {ranks.rank} of {ranks.world_size}: lost the other ranks (one died, or did not "
-                          f"answer within train.rank_timeout_min={config.train.rank_timeout_min}): {first}") from None
+        if ranks.world_size == 1:
+            raise
+        raise AttnmtError(f"rank {ranks.rank} of {ranks.world_size}: {err}") from None
     finally:
         ranks.close()
 

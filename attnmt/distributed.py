@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
+import threading
+import time
 from datetime import timedelta
-from typing import Any, ContextManager
+from typing import Any, ContextManager, Iterator
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from .config import TrainConfig
-from .errors import AttnmtError
+from .errors import AttnmtError, first_line
 from .model import resolve_device
 
 # What torchrun sets in each process it starts.
@@ -79,9 +82,10 @@ class Ranks:
 class ProcessGroupRanks(Ranks):
     """One of the processes torchrun started, in the default torch.distributed process group."""
 
-    def __init__(self, rank: int, world_size: int, local_rank: int, device: torch.device) -> None:
+    def __init__(self, rank: int, world_size: int, local_rank: int, device: torch.device, timeout_min: float) -> None:
         self.rank, self.world_size, self.local_rank = rank, world_size, local_rank
-        self._device = device
+        self._device, self._timeout_min = device, timeout_min
+        self._heartbeat = Heartbeat(rank, world_size)
 
     def device(self, device: torch.device) -> torch.device:
         return self._device
@@ -92,20 +96,81 @@ class ProcessGroupRanks(Ranks):
         return DistributedDataParallel(model, device_ids=ids, forward_sync_buffers=False)
 
     def exchanging(self, model: torch.nn.Module, last: bool) -> ContextManager:
-        return contextlib.nullcontext() if last else model.no_sync()
+        return self._exchange(model_too=True) if last else model.no_sync()
 
     def sum(self, values: list[float]) -> list[float]:
         totals = torch.tensor(values, dtype=torch.float64, device=self._device)
-        dist.all_reduce(totals)
+        with self._exchange():
+            dist.all_reduce(totals)
         return totals.tolist()
 
     def share(self, value: Any) -> Any:
         box = [value]
-        dist.broadcast_object_list(box, src=0, device=self._device)
+        with self._exchange():
+            dist.broadcast_object_list(box, src=0, device=self._device)
         return box[0]
 
     def close(self) -> None:
+        self._heartbeat.stop()
         dist.destroy_process_group()
+
+    @contextlib.contextmanager
+    def _exchange(self, model_too: bool = False) -> Iterator[None]:
+        """Around one exchange: turns its failure (a rank died or hangs) into one line that names
+        the ranks that stopped answering. `model_too`: the block also runs the model, whose own
+        errors pass through."""
+        try:
+            yield
+        except RuntimeError as err:
+            if model_too and not _is_exchange_failure(err):
+                raise
+            silent = self._heartbeat.silent_ranks()
+            reason = re.sub(r"^\[[^]]*\] *", "", first_line(err))  # without gloo's source file
+            if silent:
+                raise AttnmtError(f"rank {', '.join(map(str, silent))} stopped answering; the job ends ({reason})"
+                                  ) from None
+            raise AttnmtError(f"an exchange between the ranks failed, though every rank still answers: one took "
+                              f"longer than train.rank_timeout_min={self._timeout_min} ({reason})") from None
+
+
+class Heartbeat:
+    """Each rank adds 1 to its counter in torchrun's key-value store every `period_s` seconds, from
+    a thread of its own, so that after a failed exchange the ranks can tell a stopped rank (its
+    counter stands still) from a slow one. Counters, not clocks: machines' clocks differ."""
+
+    def __init__(self, rank: int, world_size: int, period_s: float = 1.0) -> None:
+        # A store client of its own: the training thread keeps using the group's.
+        self._store = dist.distributed_c10d._get_default_store().clone()  # PyTorch has no public accessor
+        self._rank, self._world_size, self._period_s = rank, world_size, period_s
+        self._stopped = threading.Event()
+        threading.Thread(target=self._beat, name="attnmt-heartbeat", daemon=True).start()
+
+    def _beat(self) -> None:
+        while not self._stopped.wait(self._period_s):
+            try:
+                self._store.add(f"attnmt/heartbeat/{self._rank}", 1)
+            except RuntimeError:  # the store is gone with the job
+                return
+
+    def silent_ranks(self) -> list[int]:
+        """The ranks whose counter did not move over three periods."""
+        try:
+            keys = [f"attnmt/heartbeat/{rank}" for rank in range(self._world_size)]
+            before = [self._store.add(key, 0) for key in keys]
+            time.sleep(3 * self._period_s)
+            return [rank for rank, key in enumerate(keys) if self._store.add(key, 0) == before[rank]]
+        except RuntimeError:  # the store went with the agent that hosted it
+            return []
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+
+def _is_exchange_failure(err: RuntimeError) -> bool:
+    """An error of the gradient exchange, as opposed to one of the model's (both are RuntimeErrors)."""
+    text = str(err).lower()
+    return isinstance(err, dist.DistError) or any(mark in text for mark in ("gloo", "nccl", "connection closed",
+                                                                              "connection reset", "timed out"))
 
 
 def start_ranks(tc: TrainConfig) -> Ranks:
@@ -128,4 +193,4 @@ def start_ranks(tc: TrainConfig) -> Ranks:
         torch.cuda.set_device(device)
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
                             timeout=timedelta(minutes=tc.rank_timeout_min))
-    return ProcessGroupRanks(rank, world_size, local_rank, device)
+    return ProcessGroupRanks(rank, world_size, local_rank, device, tc.rank_timeout_min)
