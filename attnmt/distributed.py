@@ -143,7 +143,8 @@ class Heartbeat:
         self._store = dist.distributed_c10d._get_default_store().clone()  # PyTorch has no public accessor
         self._rank, self._world_size, self._period_s = rank, world_size, period_s
         self._stopped = threading.Event()
-        threading.Thread(target=self._beat, name="attnmt-heartbeat", daemon=True).start()
+        self._thread = threading.Thread(target=self._beat, name="attnmt-heartbeat", daemon=True)
+        self._thread.start()
 
     def _beat(self) -> None:
         while not self._stopped.wait(self._period_s):
@@ -163,7 +164,9 @@ class Heartbeat:
             return []
 
     def stop(self) -> None:
+        # Joined, not left to die with the interpreter: a thread killed inside a store call aborts the process.
         self._stopped.set()
+        self._thread.join()
 
 
 def _is_exchange_failure(err: RuntimeError) -> bool:

@@ -53,7 +53,7 @@ def transformer_dates_model(tmp_path_factory) -> Path:
     return train(config_from_dict(values), log=lambda _: None).model_path
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip("../shared/data is not beside the repository")
