@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 # over the ranks) on rank 0. On the other ranks an audit hook records every file opened for
 # writing: they must write nothing.
 RECORDER = """
-import json, sys
+import json, os, sys
 import attnmt.train as training
 from attnmt.config import load_config
 from attnmt.distributed import start_ranks
@@ -39,6 +39,9 @@ if not ranks.is_main:
 losses = []
 step = training.train_step
 training.train_step = lambda *args, **kwargs: losses.append(step(*args, **kwargs)) or losses[-1]
+if ranks.is_main and os.environ.get("STOP_AT_FIRST_VALIDATION"):  # a decision only rank 0 takes
+    keep = training._after_validation
+    training._after_validation = lambda *args: keep(*args) or "stopped by the test"
 training.train(config, overwrite=True, log=lambda line: None, ranks=ranks)
 if ranks.is_main:
     open(sys.argv[2], "w").write(json.dumps(losses))
@@ -71,9 +74,9 @@ def write_config(path: Path, data: Path, out_dir: Path, **model) -> Path:
     return path
 
 
-def launch(ranks: int, *args: str, script: str = "-m attnmt train") -> subprocess.Popen:
+def launch(ranks: int, *args: str, script: str = "-m attnmt train", **env_vars: str) -> subprocess.Popen:
     """`attnmt train` (or a script) in `ranks` processes under torchrun, or in this one process."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **env_vars}
     env.pop("WORLD_SIZE", None)
     start = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}"] if ranks > 1 \
         else [sys.executable]
@@ -87,12 +90,14 @@ def finish(process: subprocess.Popen) -> str:
     return err
 
 
-def recorded_run(tmp_path: Path, name: str, ranks: int, data: Path, *overrides: str, **model) -> tuple[list, dict, str]:
+def recorded_run(tmp_path: Path, name: str, ranks: int, data: Path, *overrides: str, env: dict | None = None,
+                 **model) -> tuple[list, dict, str]:
     """Each update's loss, the final weights and rank 1's stderr of one recorded run."""
     script = tmp_path / "recorder.py"
     script.write_text(RECORDER, encoding="utf-8")
     config = write_config(tmp_path / f"{name}.yaml", data, tmp_path / name, **model)
-    err = finish(launch(ranks, str(config), str(tmp_path / f"{name}.json"), *overrides, script=str(script)))
+    err = finish(launch(ranks, str(config), str(tmp_path / f"{name}.json"), *overrides, script=str(script),
+                        **(env or {})))
     losses = json.loads((tmp_path / f"{name}.json").read_text())
     return losses, weights(tmp_path / name / "checkpoint.safetensors"), err
 
@@ -166,6 +171,16 @@ def test_random_draws_do_not_depend_on_which_rank_runs_a_part(small_multi30k, tm
                                                        **settings)
     assert accumulated == two
     assert max_difference(accumulated_weights, two_weights) == 0.0
+
+
+@pytest.mark.slow
+def test_rank_0s_decision_to_stop_and_the_time_budget_reach_every_rank(small_multi30k, tmp_path):
+    losses, _, _ = recorded_run(tmp_path, "stop", 2, small_multi30k, "train.epochs=5", "train.rank_timeout_min=0.5",
+                                env={"STOP_AT_FIRST_VALIDATION": "1"})
+    assert len(losses) == 15  # one epoch of 15 batches: rank 1 stopped with rank 0, instead of waiting for it
+    losses, _, _ = recorded_run(tmp_path, "budget", 2, small_multi30k, "train.epochs=5", "train.max_minutes=0.0001",
+                                "train.rank_timeout_min=0.5")
+    assert len(losses) == 1  # every rank's clock is past the budget after the first update
 
 
 def rank_pid(launcher: subprocess.Popen, rank: int) -> int | None:
