@@ -3,6 +3,8 @@
 # the same model and data, fp32 and bf16 (whose model also decodes in int8, eager and compiled),
 # one after the other; prints every figure and the ratios.
 #   bash bench/compare_peers.sh [OUT_DIR]          (ORDER=attnmt-first: attnmt's parts before the peers')
+#   MODEL=transformer bash bench/compare_peers.sh  (the peers' Transformer and bench/speed.py --arch transformer;
+#                                                   no int8 decoding: the Transformer has none yet)
 # Needs the peers' venvs: bash ../shared/bench/peers/setup_peers.sh (about 3 minutes, once).
 # Run it on an otherwise idle machine: another process on the cores skews every figure.
 set -euo pipefail
@@ -11,6 +13,12 @@ PEERS_DIR="${PEERS_DIR:-../shared/bench/peers}"
 DATA="${DATA:-../shared/data/multi30k}"
 OUT="${1:-runs/compare_peers/$(date +%Y%m%d-%H%M%S)}"
 PYTHON="${PYTHON:-python}"
+export MODEL="${MODEL:-gru_bahdanau}"   # run_peers.sh reads it too
+case "$MODEL" in
+  gru_bahdanau) ARCH=rnn ;;
+  transformer) ARCH=transformer ;;
+  *) echo "compare_peers.sh: MODEL=$MODEL: expected gru_bahdanau or transformer" >&2; exit 2 ;;
+esac
 mkdir -p "$OUT"
 export OMP_NUM_THREADS=2 MKL_NUM_THREADS=2
 
@@ -26,8 +34,8 @@ peers() {
 attnmt() {
   for precision in fp32 bf16; do
     echo "[compare] attnmt $precision -> $OUT/attnmt_$precision.txt" >&2
-    also=""; if [ "$precision" = bf16 ]; then also=int8,int8-compiled; fi
-    "$PYTHON" bench/speed.py --data "$DATA" --out "$OUT/attnmt_$precision" --precision "$precision" \
+    also=""; if [ "$precision" = bf16 ] && [ "$ARCH" = rnn ]; then also=int8,int8-compiled; fi
+    "$PYTHON" bench/speed.py --data "$DATA" --arch "$ARCH" --out "$OUT/attnmt_$precision" --precision "$precision" \
       --also-decode "$also" --name "attnmt-$precision" > "$OUT/attnmt_$precision.txt"
   done
 }

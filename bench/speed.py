@@ -1,8 +1,10 @@
 """Training and translation speed on the peers' benchmark model, in the peers' metric format.
 
-    python bench/speed.py --data ../shared/data/multi30k [--steps 300] [--precision bf16] [--also-decode int8] [key=value ...]
+    python bench/speed.py --data ../shared/data/multi30k [--arch transformer] [--steps 300] [--precision bf16|auto]
+                          [--also-decode int8] [key=value ...]
 
-Trains bench/peers_model.yaml (the model of ../shared/bench/peers) for a fixed number of updates
+Trains the model of ../shared/bench/peers (`--arch rnn`: bench/peers_model.yaml; `--arch
+transformer`: bench/peers_transformer.yaml, the peers' MODEL=transformer) for a fixed number of updates
 in a child process (its peak RSS is the training memory), then translates test2016 greedy and
 with beam 5, timing the decoding loop only (model loading excluded, and printed apart: the
 seconds to load in a fresh process and, for a `-compiled` decoding, to compile its step into
@@ -35,8 +37,10 @@ import torch
 from attnmt.batch import collate
 from attnmt.config import Config, load_config
 from attnmt.data import find_split_file, read_lines
+from attnmt.family import Model
 from attnmt.fast.process import set_up_training_process
 from attnmt.model import Seq2Seq, build_model
+from attnmt.precision import resolve
 from attnmt.train import Part, epoch_batches, make_optimizer, prepare_data, train_step
 from attnmt.translate import Translator
 from attnmt.vocab import PAD_ID
@@ -44,6 +48,7 @@ from attnmt.vocab import PAD_ID
 REPO = Path(__file__).resolve().parents[1]
 TOKEN = re.compile(r"\w+|[^\w\s]")
 SPLITS = {"train": "train", "val": "val", "test": "test_2016_flickr"}
+CONFIGS = {"rnn": "peers_model.yaml", "transformer": "peers_transformer.yaml"}
 
 
 PEER = "attnmt"
@@ -64,28 +69,47 @@ def prepare_tokens(data_dir: Path, out_dir: Path) -> None:
 
 
 def bench_config(args: argparse.Namespace) -> Config:
-    return load_config(REPO / "bench" / "peers_model.yaml", [
+    return load_config(REPO / "bench" / CONFIGS[args.arch], [
         f"data.path={Path(args.out) / 'data'}", "data.test_prefix=test", f"train.out_dir={args.out}",
         f"train.precision={args.precision}", f"decode.precision={args.precision}", *args.overrides])
 
 
-def forward_flops(model: Seq2Seq, src_tokens: int, tgt_tokens: int, attended: int) -> float:
-    """FLOPs of the matrix products of one forward pass over real tokens (no padding).
+def weights(module: torch.nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters() if p.dim() == 2)  # matrices, not biases
 
-    Each weight matrix a token passes through costs 2 FLOPs per weight; `attended` (the sum over
-    sentences of target x source length) counts the decoder steps' attention work per source
-    position: the score (an attn_dim-wide dot product after the additive layer) and the context.
-    """
+
+# FLOPs of the matrix products of one forward pass over real tokens (no padding), summed over
+# sentences, for each model.arch: `lengths` holds the sums of S (source length), T (target
+# length), T x S, S x S and T x T. Each weight matrix a token passes through costs 2 FLOPs per weight.
+
+def transformer_forward_flops(model: Model, lengths: dict[str, int]) -> float:
+    """Per source token the encoder layers and the cross-attention's key and value projections; per
+    target token the rest of the decoder and the output layer; per pair of positions a score and a
+    weighted sum of d-wide vectors (4d): S x S per encoder layer, T x T per decoder layer (teacher
+    forcing computes the whole masked square), T x S per cross-attention."""
+    dim = model.config.emb_dim
+    cross_kv = sum(layer.cross_attention.key_proj.weight.numel() + layer.cross_attention.value_proj.weight.numel()
+                   for layer in model.decoder_layers)
+    per_src = sum(weights(layer) for layer in model.encoder_layers) + cross_kv
+    per_tgt = sum(weights(layer) for layer in model.decoder_layers) - cross_kv + weights(model.classifier)
+    pairs = (len(model.encoder_layers) * lengths["src_x_src"]
+             + len(model.decoder_layers) * (lengths["tgt_x_tgt"] + lengths["tgt_x_src"]))
+    return 2.0 * (per_src * lengths["src"] + per_tgt * lengths["tgt"] + 2 * dim * pairs)
+
+
+def rnn_forward_flops(model: Seq2Seq, lengths: dict[str, int]) -> float:
+    """Per source position of each decoder step (T x S), the attention's score (an attn_dim-wide
+    dot product after the additive layer) and the context."""
+    src_tokens, tgt_tokens, attended = lengths["src"], lengths["tgt"], lengths["tgt_x_src"]
     enc, dec = model.encoder, model.decoder
-
-    def weights(module: torch.nn.Module) -> int:
-        return sum(p.numel() for p in module.parameters() if p.dim() == 2)  # matrices, not biases
-
     key_proj = dec.attention.key_proj.weight.numel()
     per_src = weights(enc.rnn) + key_proj
     per_tgt = weights(dec.rnn) + dec.attention.query_proj.weight.numel() + weights(dec.combine) + weights(dec.classifier)
     per_position = dec.attention.v.weight.numel() + enc.output_size
     return 2.0 * (per_src * src_tokens + per_tgt * tgt_tokens + per_position * attended)
+
+
+FORWARD_FLOPS = {"rnn": rnn_forward_flops, "transformer": transformer_forward_flops}
 
 
 def matmul_peak_gflops(threads: int, dtype: torch.dtype = torch.float32, size: int = 2048, repeats: int = 10) -> float:
@@ -110,16 +134,17 @@ def train_phase(args: argparse.Namespace) -> None:
     optimizer = make_optimizer(model, config.train)
     batches = epoch_batches(data.train, config.train, epoch=1)
     model.train()
-    marks, words, src_tokens, tgt_tokens, attended = [], 0, 0, 0, 0
+    marks, words = [], 0
+    lengths = dict.fromkeys(("src", "tgt", "tgt_x_src", "src_x_src", "tgt_x_tgt"), 0)
     for step, ids in enumerate(batches[: args.steps], start=1):
         batch = collate([data.train[i] for i in ids], ids)
         train_step(model, optimizer, [Part(batch)], config, step)
         marks.append((time.perf_counter(), words))
         words += batch.num_target_tokens - len(ids)  # real target words: no EOS, no padding
-        tgt_lengths = (batch.tgt_out != PAD_ID).sum(1)
-        src_tokens += int(batch.src_lengths.sum())
-        tgt_tokens += int(tgt_lengths.sum())
-        attended += int((tgt_lengths * batch.src_lengths).sum())
+        tgt_lengths, src_lengths = (batch.tgt_out != PAD_ID).sum(1), batch.src_lengths
+        for name, values in (("src", src_lengths), ("tgt", tgt_lengths), ("tgt_x_src", tgt_lengths * src_lengths),
+                             ("src_x_src", src_lengths**2), ("tgt_x_tgt", tgt_lengths**2)):
+            lengths[name] += int(values.sum())
     marks.append((time.perf_counter(), words))
     translator = Translator(model, config, data.src_tokenizer, data.tgt_tokenizer, data.src_vocab, data.tgt_vocab)
     translator.save(Path(args.out) / "model.safetensors")
@@ -132,7 +157,7 @@ def train_phase(args: argparse.Namespace) -> None:
         "tok_per_s": rate(args.warmup), "tok_per_s_steady": rate(min(100, args.steps // 2)),
         "sent_per_s": (args.steps - args.warmup) * config.train.batch_size / (marks[-1][0] - marks[args.warmup][0]),
         # Training = forward + backward, about 3 forward passes.
-        "flops_per_word": 3 * forward_flops(model, src_tokens, tgt_tokens, attended) / words,
+        "flops_per_word": 3 * FORWARD_FLOPS[args.arch](model, lengths) / words,
         "params": sum(p.numel() for p in model.parameters()),
     }))
 
@@ -152,7 +177,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=300, help="training updates, as the peers' budget")
     parser.add_argument("--warmup", type=int, default=20, help="updates left out of the throughput")
     parser.add_argument("--threads", type=int, default=2, help="torch threads, as the peers' OMP_NUM_THREADS")
-    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="training and decoding precision")
+    parser.add_argument("--arch", default="rnn", choices=list(CONFIGS), help="the peers' RNN or Transformer model")
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "auto"],
+                        help="training and decoding precision (auto: bf16 where this CPU computes it natively)")
     parser.add_argument("--also-decode", default="", help="more decodings, e.g. int8,int8-compiled (a precision, "
                                                            "-compiled: with --compile); their lines name peer "
                                                            "attnmt-<decoding>")
@@ -194,7 +221,7 @@ def main() -> None:
     emit("model_gflop_per_tgt_word", record["flops_per_word"] / 1e9, "GFLOP")
     achieved = record["flops_per_word"] * record["tok_per_s_steady"] / 1e9               # GFLOP/s
     emit("train_mfu_fp32_pct", 100 * achieved / peak, "%")
-    if args.precision == "bf16":
+    if resolve(args.precision, torch.device("cpu")) == "bf16":
         # bf16 products run over twice as fast as fp32 ones on CPUs with AVX512-BF16: against the
         # fp32 peak a bf16 run can pass 100 %, so its fraction of the bf16 peak is printed too.
         bf16_peak = max(matmul_peak_gflops(args.threads, torch.bfloat16) for _ in range(2))
