@@ -234,8 +234,8 @@ def train(config: Config, resume: bool = False, overwrite: bool = False,
     parts_per_batch = ranks.world_size * tc.accumulate
     if checkpoint and checkpoint[1].get("parts_per_batch", 1) != parts_per_batch:
         log(f"the checkpoint's batches were cut into {checkpoint[1].get('parts_per_batch', 1)} parts (ranks x "
-            f"train.accumulate), these into {parts_per_batch}: the same batches and gradients up to rounding, "
-            f"but dropout draws differ from the run's first part")
+            f"train.accumulate), these into {parts_per_batch}: the same batches and gradients up to float "
+            f"rounding, but other dropout draws than an uninterrupted run's")
 
     started = time.monotonic() - progress.elapsed_s
     metrics = MetricsWriter(out_dir, progress.step if resume else None, tc.tensorboard) if ranks.is_main else None
