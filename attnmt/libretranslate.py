@@ -11,7 +11,8 @@ pair, sentence by sentence, so a text is translated line by line; `source` may b
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Optional, Union
+import re
+from typing import Annotated, Any, Callable, Optional, Union
 from urllib.parse import parse_qs
 
 from fastapi import APIRouter, Request
@@ -41,7 +42,8 @@ class LibreTranslateRequest(BaseModel):
     source: str = Field(description="the model's source language, or auto")
     target: str = Field(description="the model's target language")
     format: str = Field("text", description="text (html is not supported)")
-    alternatives: int = Field(0, ge=0, description="how many next best translations to give, per text")
+    alternatives: Union[Annotated[int, Field(ge=0)], Annotated[str, Field(pattern="^[0-9]+$")]] = Field(
+        0, description="how many next best translations to give, per text; its digits as a form sends them")
     api_key: Optional[str] = Field(None, description="the API key, on a server with keys (or Authorization: Bearer)")
 
 
@@ -152,13 +154,15 @@ def libretranslate_router(translator: Translator, decode_nbest: Callable[..., An
             raise LibreTranslateError(f"{target} is not supported: this server translates {src} to {tgt}")
         if fields.get("format", "text") != "text":
             raise LibreTranslateError(f"format {fields['format']} is not supported: this server translates plain text")
-        try:
-            alternatives = int(fields.get("alternatives", 0))
-        except (TypeError, ValueError):
-            alternatives = -1
-        if alternatives < 0:
+        # A whole number, or its digits as a form sends them (and some JSON clients); never a bool or 1.5.
+        alternatives = fields.get("alternatives", 0)
+        if isinstance(alternatives, str) and re.fullmatch(r"[0-9]+", alternatives):
+            alternatives = int(alternatives)
+        if not isinstance(alternatives, int) or isinstance(alternatives, bool) or alternatives < 0:
             raise LibreTranslateError(f"Invalid request: alternatives must be a whole number, 0 or more, "
                                       f"not {fields.get('alternatives')!r}")
+        if not isinstance(fields.get("api_key", ""), (str, type(None))):
+            raise LibreTranslateError("Invalid request: api_key must be a text")
 
         lines = [text.split("\n") for text in texts]
         flat = [line for text_lines in lines for line in text_lines]
@@ -177,9 +181,13 @@ def libretranslate_router(translator: Translator, decode_nbest: Callable[..., An
         return answer
 
     if with_translate:
-        # The handler reads the body itself (JSON or a form); its schema is described here.
-        body = {"required": True, "content": {"application/json": {"schema": LibreTranslateRequest.model_json_schema()},
-                                              FORM: {"schema": LibreTranslateRequest.model_json_schema()}}}
+        # The handler reads the body itself (JSON or a form); its schema is described here, with
+        # the languages this model translates.
+        fields = LibreTranslateRequest.model_json_schema()
+        fields["properties"]["source"]["enum"] = [src, "auto"]
+        fields["properties"]["target"]["enum"] = [tgt]
+        fields["properties"]["format"]["enum"] = ["text"]
+        body = {"required": True, "content": {"application/json": {"schema": fields}, FORM: {"schema": fields}}}
         router.add_api_route("/translate", translate, methods=["POST"], response_model=LibreTranslateResponse,
                              response_model_exclude_none=True, openapi_extra={"requestBody": body},
                              responses=responses)

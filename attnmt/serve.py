@@ -428,7 +428,8 @@ def create_app(translator: Translator, limits: Optional[ServeConfig] = None, key
 
     @app.exception_handler(HTTPException)
     async def _http_error(_request: Any, err: HTTPException) -> JSONResponse:
-        return error_response(err.status_code, str(err.detail))
+        # The headers too: a 405 says which methods the path has (Allow), as RFC 9110 asks.
+        return error_response(err.status_code, str(err.detail), err.headers)
 
     def check(http: Request, texts: list[str], beam: int, n_best: int) -> None:
         """Refuse what is over a limit; a request that passes counts its sentences against its caller."""
