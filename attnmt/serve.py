@@ -299,8 +299,9 @@ class BodyLimit:
 
 
 class Guard:
-    """The API keys and request rate of the translating paths, checked before a body is parsed;
-    the caller goes on in the request's state, for the sentence rate (create_app's check)."""
+    """The API keys and request rate of the POSTs that translate (`paths`), checked before a body
+    is parsed; the caller goes on in the request's state, for the sentence rate (create_app's
+    check). Other methods pass, to be answered 405 as on a server without keys."""
 
     def __init__(self, app: ASGIApp, paths: frozenset[str], keys: Optional[KeyFile], rates: RateLimits):
         self.app = app
@@ -309,7 +310,7 @@ class Guard:
         self.rates = rates
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] not in self.paths:
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] not in self.paths:
             await self.app(scope, receive, send)
             return
         if self.keys is None:

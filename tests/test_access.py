@@ -79,6 +79,8 @@ def test_translating_needs_a_key_and_the_rest_stays_open(dates_model, tmp_path):
 
         for path in "/health", "/model", "/languages", "/libretranslate/languages", "/", "/static/explorer.js":
             assert http.get(path).status_code == 200, path
+        # A method the endpoint lacks is answered as without keys (schemathesis's unsupported_method found a 401).
+        assert http.get("/translate").status_code == 405 and http.get("/translate").headers["allow"] == "POST"
     log, errors = process.stdout.read(), process.stderr.read()
     assert f"API keys read from {keys}: 2; translating needs one" in log and errors == ""  # 127.0.0.1: no warning
     assert ALICE not in log + errors and BOB not in log + errors
