@@ -370,10 +370,17 @@ def _plot_curves(args: argparse.Namespace) -> None:
 
 
 def _serve(args: argparse.Namespace) -> None:
+    from .access import KeyFile
+    from .config import validate_serve
     from .serve import serve  # imported here: FastAPI and uvicorn take a while to import
+
+    def log(line: str) -> None:
+        print(line, flush=True)
+
     limits = ServeConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(ServeConfig)})
-    serve(_load_translator(args, args.model), args.host, args.port, limits, log=lambda line: print(line, flush=True),
-          name=args.model)
+    validate_serve(limits)  # the flags, and the key file below, are refused before the model loads
+    keys = KeyFile(args.api_keys, log) if args.api_keys else None
+    serve(_load_translator(args, args.model), args.host, args.port, limits, log=log, name=args.model, keys=keys)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -532,6 +539,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     serve.add_argument("--port", type=Number(int, Range("[0, 65535]")), default=8000,
                        help="port (default: %(default)s; 0 = any free port)")
+    serve.add_argument("--api-keys", metavar="FILE",
+                       help="translating then needs one of the keys in FILE (one per line, a name after a tab), as "
+                            "Authorization: Bearer KEY or LibreTranslate's api_key; read again when it changes or on SIGHUP")
     limits = serve.add_argument_group("limits")
     for f in dataclasses.fields(ServeConfig):
         limits.add_argument(f"--{f.name.replace('_', '-')}", type=number_flag(ServeConfig, f.name), default=f.default,

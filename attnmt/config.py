@@ -293,6 +293,14 @@ class ServeConfig:
     # Requests arriving within this window with the same options share one model call.
     batch_window_ms: float = ranged(5.0, "[0, 10000]", help="milliseconds to gather requests into a batch")
     max_batch: int = ranged(64, "[1, 100000]", help="sentences per model call")
+    # Per API key, or per client address without keys (access.py); 0 = no limit, as a server for
+    # one user on 127.0.0.1 needs none.
+    requests_per_minute: int = ranged(0, "[0, 1000000]", help="translating requests per minute per key or "
+                                                              "client address (0 = no limit)")
+    sentences_per_minute: int = ranged(0, "[0, 100000000]", help="sentences per minute per key or client address "
+                                                                 "(0 = no limit)")
+    rate_window_s: int = ranged(60, "[1, 86400]", help="the moving window the per-minute limits are counted over, "
+                                                       "in seconds: a window of 10 allows a sixth of each per 10 s")
 
     def max_body_bytes(self) -> int:
         # A JSON-escaped character takes at most 6 bytes (\uXXXX); the rest is room for the keys.
@@ -302,6 +310,16 @@ class ServeConfig:
 def validate_serve(config: ServeConfig) -> None:
     for f in dataclasses.fields(config):
         check_range(getattr(config, f.name), f.metadata["range"], f"serve {f.name}")
+    for name in "requests_per_minute", "sentences_per_minute":
+        rate = getattr(config, name)
+        if rate * config.rate_window_s % 60:
+            raise AttnmtError(f"serve {name}: {rate} per minute is {rate * config.rate_window_s / 60:g} per "
+                              f"rate_window_s of {config.rate_window_s} s; choose values that make it a whole number")
+    sentences = config.sentences_per_minute * config.rate_window_s // 60
+    if 0 < sentences < config.max_sentences:
+        raise AttnmtError(f"serve sentences_per_minute: {config.sentences_per_minute} allows {sentences} sentences per "
+                          f"{config.rate_window_s} s, fewer than a request may hold (max_sentences "
+                          f"{config.max_sentences}): such a request could never pass")
 
 
 def check_range(value: float, allowed: Range, where: str) -> None:

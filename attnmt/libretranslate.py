@@ -11,7 +11,8 @@ pair, sentence by sentence, so a text is translated line by line; `source` may b
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Optional, Union
+import re
+from typing import Annotated, Any, Callable, Optional, Union
 from urllib.parse import parse_qs
 
 from fastapi import APIRouter, Request
@@ -36,6 +37,16 @@ class LibreTranslateError(Exception):
     """Answered as LibreTranslate answers errors: {"error": "..."} with status 400."""
 
 
+class LibreTranslateRequest(BaseModel):
+    q: Union[str, list[str]] = Field(description="a text, or a list of texts answered as a list")
+    source: str = Field(description="the model's source language, or auto")
+    target: str = Field(description="the model's target language")
+    format: str = Field("text", description="text (html is not supported)")
+    alternatives: Union[Annotated[int, Field(ge=0)], Annotated[str, Field(pattern="^[0-9]+$")]] = Field(
+        0, description="how many next best translations to give, per text; its digits as a form sends them")
+    api_key: Optional[str] = Field(None, description="the API key, on a server with keys (or Authorization: Bearer)")
+
+
 class LibreTranslateResponse(BaseModel):
     translatedText: Union[str, list[str]] = Field(description="a text for a text, a list for a list, in order")
     alternatives: Optional[Union[list[str], list[list[str]]]] = Field(
@@ -58,24 +69,35 @@ class RouteLibreTranslate:
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != "/translate":
             await self.app(scope, receive, send)
             return
-        body, more = b"", True
-        while more:  # the body limit (BodyLimit) runs before this and bounds it
-            message = await receive()
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
-        content_type = dict(scope["headers"]).get(b"content-type", b"").decode("latin-1")
-        if "q" in _fields(content_type, body, strict=False):
+        body, replay = await buffered(receive)
+        if "q" in body_fields(scope, body):
             scope = {**scope, "path": PREFIX + "/translate", "raw_path": (PREFIX + "/translate").encode()}
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if replayed:
-                return await receive()
-            replayed = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
         await self.app(scope, replay, send)
+
+
+async def buffered(receive: Receive) -> tuple[bytes, Receive]:
+    """A request's whole body (the body limit, BodyLimit, runs first and bounds it), and a receive
+    that gives it again to the app."""
+    body, more = b"", True
+    while more:
+        message = await receive()
+        body += message.get("body", b"")
+        more = message.get("more_body", False)
+    replayed = False
+
+    async def replay() -> Message:
+        nonlocal replayed
+        if replayed:
+            return await receive()
+        replayed = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return body, replay
+
+
+def body_fields(scope: Scope, body: bytes) -> dict[str, Any]:
+    """The fields of a LibreTranslate request's body, or none if it has none that can be read."""
+    return _fields(dict(scope["headers"]).get(b"content-type", b"").decode("latin-1"), body, strict=False)
 
 
 def _fields(content_type: str, body: bytes, strict: bool = True) -> dict[str, Any]:
@@ -103,10 +125,12 @@ def _fields(content_type: str, body: bytes, strict: bool = True) -> dict[str, An
 
 
 def libretranslate_router(translator: Translator, decode_nbest: Callable[..., Any], prefix: str = PREFIX,
-                          with_translate: bool = True) -> APIRouter:
+                          with_translate: bool = True, responses: Optional[dict[int | str, dict[str, Any]]] = None
+                          ) -> APIRouter:
     """/translate and /languages of the LibreTranslate API under `prefix` (the root gets /languages
     only: its /translate is attnmt's, and RouteLibreTranslate sends LibreTranslate's requests on);
-    `decode_nbest(texts, beam, n_best)` is the server's batched, limit-checked n-best translation."""
+    `decode_nbest(request, texts, beam, n_best)` is the server's batched, limit-checked n-best
+    translation; `responses` are the server's error answers, for the OpenAPI description."""
     src, tgt = translator.config.data.src_lang, translator.config.data.tgt_lang
     default_beam = translator.config.decode.beam_size
     router = APIRouter(prefix=prefix, tags=["LibreTranslate"])
@@ -130,18 +154,20 @@ def libretranslate_router(translator: Translator, decode_nbest: Callable[..., An
             raise LibreTranslateError(f"{target} is not supported: this server translates {src} to {tgt}")
         if fields.get("format", "text") != "text":
             raise LibreTranslateError(f"format {fields['format']} is not supported: this server translates plain text")
-        try:
-            alternatives = int(fields.get("alternatives", 0))
-        except (TypeError, ValueError):
-            alternatives = -1
-        if alternatives < 0:
+        # A whole number, or its digits as a form sends them (and some JSON clients); never a bool or 1.5.
+        alternatives = fields.get("alternatives", 0)
+        if isinstance(alternatives, str) and re.fullmatch(r"[0-9]+", alternatives):
+            alternatives = int(alternatives)
+        if not isinstance(alternatives, int) or isinstance(alternatives, bool) or alternatives < 0:
             raise LibreTranslateError(f"Invalid request: alternatives must be a whole number, 0 or more, "
                                       f"not {fields.get('alternatives')!r}")
+        if not isinstance(fields.get("api_key", ""), (str, type(None))):
+            raise LibreTranslateError("Invalid request: api_key must be a text")
 
         lines = [text.split("\n") for text in texts]
         flat = [line for text_lines in lines for line in text_lines]
         n_best = alternatives + 1
-        nbests = await decode_nbest(flat, max(default_beam, n_best), n_best)
+        nbests = await decode_nbest(request, flat, max(default_beam, n_best), n_best)
         # [text][rank] -> the text's lines at that rank, joined again; a rank a line lacks keeps its best.
         ranked, start = [], 0
         for text_lines in lines:
@@ -155,8 +181,16 @@ def libretranslate_router(translator: Translator, decode_nbest: Callable[..., An
         return answer
 
     if with_translate:
+        # The handler reads the body itself (JSON or a form); its schema is described here, with
+        # the languages this model translates.
+        fields = LibreTranslateRequest.model_json_schema()
+        fields["properties"]["source"]["enum"] = [src, "auto"]
+        fields["properties"]["target"]["enum"] = [tgt]
+        fields["properties"]["format"]["enum"] = ["text"]
+        body = {"required": True, "content": {"application/json": {"schema": fields}, FORM: {"schema": fields}}}
         router.add_api_route("/translate", translate, methods=["POST"], response_model=LibreTranslateResponse,
-                             response_model_exclude_none=True)
+                             response_model_exclude_none=True, openapi_extra={"requestBody": body},
+                             responses=responses)
 
     @router.get("/languages", response_model=list[Language])
     async def languages() -> list[dict[str, Any]]:

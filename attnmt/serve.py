@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
+import signal
 import socket
+import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -21,11 +25,12 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from .access import Caller, KeyFile, RateLimited, RateLimits
 from .config import ServeConfig, validate_serve
 from .errors import AttnmtError
 from .explain import explain
 from .family import AttentionView
-from .libretranslate import LibreTranslateError, RouteLibreTranslate, libretranslate_router
+from .libretranslate import PREFIX, LibreTranslateError, RouteLibreTranslate, body_fields, buffered, libretranslate_router
 from .translate import Translation, Translator
 
 STATIC = Path(__file__).parent / "static"
@@ -143,10 +148,14 @@ class ModelInfo(BaseModel):
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorResponse, "description": "malformed JSON or Content-Length"},
+    401: {"model": ErrorResponse, "description": "no API key, on a server with keys (--api-keys)"},
+    403: {"model": ErrorResponse, "description": "an API key this server does not know"},
     411: {"model": ErrorResponse, "description": "a body without Content-Length"},
     413: {"model": ErrorResponse, "description": "over a size limit (body, sentences, characters, tokens)"},
     415: {"model": ErrorResponse, "description": "a body that is not sent as application/json"},
     422: {"model": ErrorResponse, "description": "a field missing or of the wrong type, or options out of range"},
+    429: {"model": ErrorResponse, "description": "over a rate limit; retry after the seconds in Retry-After",
+          "headers": {"Retry-After": {"description": "seconds", "schema": {"type": "integer"}}}},
     503: {"model": ErrorResponse, "description": "the request queue is full; retry later"},
     504: {"model": ErrorResponse, "description": "the request took longer than the server's timeout"},
 }
@@ -159,8 +168,12 @@ class ServeError(Exception):
         self.message = message
 
 
-def error_response(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status)
+def error_response(status: int, message: str, headers: Optional[dict[str, str]] = None) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+def rate_limited(err: RateLimited) -> JSONResponse:
+    return error_response(429, str(err), {"Retry-After": str(err.retry_after)})
 
 
 @dataclass
@@ -285,6 +298,56 @@ class BodyLimit:
         await self.app(scope, receive, send)
 
 
+class Guard:
+    """The API keys and request rate of the POSTs that translate (`paths`), checked before a body
+    is parsed; the caller goes on in the request's state, for the sentence rate (create_app's
+    check). Other methods pass, to be answered 405 as on a server without keys."""
+
+    def __init__(self, app: ASGIApp, paths: frozenset[str], keys: Optional[KeyFile], rates: RateLimits):
+        self.app = app
+        self.paths = paths
+        self.keys = keys
+        self.rates = rates
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] not in self.paths:
+            await self.app(scope, receive, send)
+            return
+        if self.keys is None:
+            address = scope["client"][0] if scope.get("client") else "an unknown address"
+            caller: Optional[Caller] = Caller(f"address {address}", address)
+        else:
+            presented, receive = await self._presented(scope, receive)
+            if not presented:
+                where = " or the api_key field" if scope["path"].startswith(PREFIX + "/") else ""
+                await error_response(401, f"this server needs an API key: send it as Authorization: Bearer KEY{where}",
+                                     {"WWW-Authenticate": "Bearer"})(scope, receive, send)
+                return
+            caller = self.keys.identify(presented) if isinstance(presented, str) else None
+            if caller is None:
+                await error_response(403, "this API key is not valid here")(scope, receive, send)
+                return
+        try:
+            self.rates.request(caller)
+        except RateLimited as err:
+            await rate_limited(err)(scope, receive, send)
+            return
+        scope.setdefault("state", {})["caller"] = caller
+        await self.app(scope, receive, send)
+
+    @staticmethod
+    async def _presented(scope: Scope, receive: Receive) -> tuple[Any, Receive]:
+        """The key a request carries: its Bearer token, or LibreTranslate's api_key field (any JSON value)."""
+        authorization = dict(scope["headers"]).get(b"authorization")
+        if authorization is not None:
+            scheme, _, key = authorization.decode("latin-1").strip().partition(" ")
+            return (key.strip() if scheme.lower() == "bearer" else None), receive
+        if scope["path"].startswith(PREFIX + "/"):
+            body, receive = await buffered(receive)
+            return body_fields(scope, body).get("api_key"), receive
+        return None, receive
+
+
 def _validation_message(request: Request, err: RequestValidationError) -> tuple[int, str]:
     if "json" not in request.headers.get("content-type", ""):
         return 415, "send the body as JSON, with Content-Type: application/json"
@@ -320,10 +383,13 @@ def _sentence(nbest: list[Translation], attention: bool, n_best: int,
     return result
 
 
-def create_app(translator: Translator, limits: Optional[ServeConfig] = None) -> FastAPI:
-    """The ASGI app: /translate, /health, /model, the explorer page at / and its /static files."""
+def create_app(translator: Translator, limits: Optional[ServeConfig] = None, keys: Optional[KeyFile] = None) -> FastAPI:
+    """The ASGI app: /translate, /explain, the LibreTranslate API, /health, /model, the explorer page
+    at / and its /static files. With `keys`, what translates needs one of them; /health, /model,
+    /languages and the page stay open (they tell nothing a key protects, and run no model)."""
     limits = limits or ServeConfig()
     validate_serve(limits)
+    rates = RateLimits(limits)
     decode = translator.config.decode
     # Never let the translator cut a long input silently: refuse it instead.
     max_tokens = min(limits.max_tokens, decode.max_src_len)
@@ -338,12 +404,20 @@ def create_app(translator: Translator, limits: Optional[ServeConfig] = None) -> 
     # FastAPI's /docs and /redoc pages load scripts from a CDN; the server must work offline.
     app = FastAPI(title="attnmt", description="Attention-based NMT: translations with their attention weights.",
                   lifespan=lifespan, docs_url=None, redoc_url=None)
-    app.add_middleware(RouteLibreTranslate)  # inside BodyLimit (added last, so run first), which bounds the body
+    # Run outermost first: BodyLimit bounds the body, RouteLibreTranslate sends LibreTranslate's
+    # POST /translate on, Guard then sees the path that will answer.
+    app.add_middleware(Guard, paths=frozenset({"/translate", "/explain", PREFIX + "/translate"}), keys=keys,
+                       rates=rates)
+    app.add_middleware(RouteLibreTranslate)
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes())
 
     @app.exception_handler(ServeError)
     async def _serve_error(_request: Any, err: ServeError) -> JSONResponse:
         return error_response(err.status, err.message)
+
+    @app.exception_handler(RateLimited)
+    async def _rate_limited(_request: Any, err: RateLimited) -> JSONResponse:
+        return rate_limited(err)
 
     @app.exception_handler(LibreTranslateError)
     async def _libretranslate_error(_request: Any, err: LibreTranslateError) -> JSONResponse:
@@ -355,9 +429,11 @@ def create_app(translator: Translator, limits: Optional[ServeConfig] = None) -> 
 
     @app.exception_handler(HTTPException)
     async def _http_error(_request: Any, err: HTTPException) -> JSONResponse:
-        return error_response(err.status_code, str(err.detail))
+        # The headers too: a 405 says which methods the path has (Allow), as RFC 9110 asks.
+        return error_response(err.status_code, str(err.detail), err.headers)
 
-    def check(texts: list[str], beam: int, n_best: int) -> None:
+    def check(http: Request, texts: list[str], beam: int, n_best: int) -> None:
+        """Refuse what is over a limit; a request that passes counts its sentences against its caller."""
         if len(texts) > limits.max_sentences:
             raise ServeError(413, f"{len(texts)} sentences in one request; the limit is {limits.max_sentences}")
         for i, text in enumerate(texts, 1):
@@ -370,14 +446,15 @@ def create_app(translator: Translator, limits: Optional[ServeConfig] = None) -> 
             raise ServeError(422, f"beam: {beam} is over this server's limit of {limits.max_beam}")
         if n_best > beam:
             raise ServeError(422, f"n_best: {n_best} is more than the beam ({beam})")
+        rates.sentences_of(http.state.caller, len(texts))
 
     @app.post("/translate", response_model=TranslateResponse, response_model_exclude_none=True,
               responses=ERROR_RESPONSES)
-    async def translate(request: TranslateRequest) -> JSONResponse:
+    async def translate(request: TranslateRequest, http: Request) -> JSONResponse:
         """Translate one sentence or several; concurrent requests are decoded together."""
         texts = [request.text] if request.texts is None else request.texts
         beam = request.beam or decode.beam_size
-        check(texts, beam, request.n_best)
+        check(http, texts, beam, request.n_best)
         nbests = await app.state.batcher.translate(texts, beam, request.n_best)
         maps = await app.state.batcher.maps([nbest[0] for nbest in nbests]) if request.maps else [None] * len(nbests)
         # Built to match TranslateResponse (the tests check it) and sent as is: validating attention
@@ -386,17 +463,17 @@ def create_app(translator: Translator, limits: Optional[ServeConfig] = None) -> 
                                          for nbest, sentence_maps in zip(nbests, maps)],
                              "beam": beam, "n_best": request.n_best})
 
-    async def decode_nbest(texts: list[str], beam: int, n_best: int) -> list[list[Translation]]:
-        check(texts, beam, n_best)
+    async def decode_nbest(http: Request, texts: list[str], beam: int, n_best: int) -> list[list[Translation]]:
+        check(http, texts, beam, n_best)
         return await app.state.batcher.translate(texts, beam, n_best)
 
-    app.include_router(libretranslate_router(translator, decode_nbest))
+    app.include_router(libretranslate_router(translator, decode_nbest, responses=ERROR_RESPONSES))
     app.include_router(libretranslate_router(translator, decode_nbest, prefix="", with_translate=False))
 
     @app.post("/explain", response_model=ExplainResponse, responses=ERROR_RESPONSES)
-    async def explain_step_by_step(request: ExplainRequest) -> dict[str, Any]:
+    async def explain_step_by_step(request: ExplainRequest, http: Request) -> dict[str, Any]:
         """Every number of each greedy decoding step of one sentence (attnmt explain --json)."""
-        check([request.text], 1, 1)
+        check(http, [request.text], 1, 1)
         view = AttentionView(request.attention, request.layer, request.head)
 
         def work() -> dict[str, Any]:
@@ -435,14 +512,15 @@ def create_app(translator: Translator, limits: Optional[ServeConfig] = None) -> 
     return app
 
 
-def serve(translator: Translator, host: str, port: int, limits: ServeConfig,
-          log: Callable[[str], None] = print, name: str = "the model") -> None:
-    """Serve the translator's model (`name` in the log) until interrupted; port 0 picks a free port (printed)."""
+def serve(translator: Translator, host: str, port: int, limits: ServeConfig, log: Callable[[str], None] = print,
+          name: str = "the model", keys: Optional[KeyFile] = None) -> None:
+    """Serve the translator's model (`name` in the log) until interrupted; port 0 picks a free port
+    (printed). With `keys`, translating needs a key; SIGHUP reads the key file again."""
     validate_serve(limits)
     note = translator.precision_note()
     if note:
         log(f"attnmt serve: {note}")
-    app = create_app(translator, limits)
+    app = create_app(translator, limits, keys)
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
@@ -451,9 +529,24 @@ def serve(translator: Translator, host: str, port: int, limits: ServeConfig,
     except (OSError, OverflowError) as err:
         sock.close()
         raise AttnmtError(f"cannot listen on {host}:{port}: {getattr(err, 'strerror', None) or err}") from None
+    bound = ipaddress.ip_address(sock.getsockname()[0])
+    if keys is None and not bound.is_loopback:
+        print(f"attnmt: warning: listening on {host} without --api-keys: the server is open to anyone who can "
+              f"reach it", file=sys.stderr, flush=True)
     shown = f"[{host}]" if ":" in host else host
     log(f"attnmt serve: {name} on http://{shown}:{sock.getsockname()[1]}/ (Ctrl-C stops)")
+    if keys is not None:
+        log(f"attnmt serve: API keys read from {keys.path}: {len(keys.keys)}; translating needs one")
     # Idle connections stay open longer than clients keep them (httpx: 5 s), so the client is the one
     # that closes them: otherwise a request sent as the server closes its connection fails.
+    # uvicorn's proxy_headers (on) takes the client address from X-Forwarded-For when the connection
+    # comes from FORWARDED_ALLOW_IPS (127.0.0.1 unless set): a reverse proxy's clients get their own rates.
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, timeout_keep_alive=75))
-    server.run(sockets=[sock])
+    # Only the main thread may set a handler; uvicorn handles SIGINT and SIGTERM, not SIGHUP.
+    hangup = keys is not None and hasattr(signal, "SIGHUP") and threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGHUP, lambda _signum, _frame: keys.reload()) if hangup else None
+    try:
+        server.run(sockets=[sock])
+    finally:
+        if previous is not None:  # None: not set here, or not by Python
+            signal.signal(signal.SIGHUP, previous)

@@ -61,16 +61,24 @@ def shared_data() -> Path:
 
 
 @contextlib.contextmanager
-def serving(model: Path) -> Iterator[str]:
-    """`attnmt serve MODEL` on a free port; yields its URL."""
-    process = subprocess.Popen([sys.executable, "-m", "attnmt", "serve", str(model), "--port", "0"],
+def server_process(model: Path, *flags: str) -> Iterator[tuple[str, subprocess.Popen]]:
+    """`attnmt serve MODEL --port 0 FLAGS`; yields the URL it prints and the process, whose stdout
+    (the log) and stderr stay readable after it is stopped."""
+    process = subprocess.Popen([sys.executable, "-m", "attnmt", "serve", str(model), "--port", "0", *flags],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                env={**os.environ, "PYTHONIOENCODING": "utf-8"})
     try:
         line = process.stdout.readline()
-        url = re.search(r"http://127\.0\.0\.1:\d+/", line)
+        url = re.search(r"http://\S+:\d+/", line)
         assert url, line + process.stderr.read()
-        yield url.group()
+        yield url.group(), process
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+@contextlib.contextmanager
+def serving(model: Path, *flags: str) -> Iterator[str]:
+    """`attnmt serve MODEL` on a free port of 127.0.0.1; yields its URL."""
+    with server_process(model, *flags) as (url, _):
+        yield url

@@ -68,6 +68,9 @@ def test_a_list_of_texts_and_alternatives_as_json(client, translator):
     ({"q": "<p>1 May 2000</p>", "source": "de", "target": "en", "format": "html"}, 400, "format html is not supported"),
     ({"q": [], "source": "de", "target": "en"}, 400, "q must be a text or a non-empty list"),
     ({"q": "1 May 2000", "source": "de", "target": "en", "alternatives": "two"}, 400, "alternatives must be"),
+    ({"q": "1 May 2000", "source": "de", "target": "en", "alternatives": True}, 400, "not True"),
+    ({"q": "1 May 2000", "source": "de", "target": "en", "alternatives": 1.5}, 400, "not 1.5"),
+    ({"q": "1 May 2000", "source": "de", "target": "en", "api_key": 7}, 400, "api_key must be a text"),
     ({"q": ["1 May 2000"] * 5, "source": "de", "target": "en"}, 413, "5 sentences in one request; the limit is 4"),
     ({"q": "1 May 2000", "source": "de", "target": "en", "alternatives": 4}, 422, "beam: 5 is over"),
 ])

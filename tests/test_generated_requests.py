@@ -1,0 +1,62 @@
+"""Requests nobody wrote by hand: schemathesis against `attnmt serve`'s own OpenAPI description, over loopback.
+
+Schemathesis's command runs its coverage phase (the edges of each schema, missing and extra
+fields, wrong types, methods an endpoint lacks) and its fuzzing phase (hypothesis: bodies, query
+strings and headers that fit the description and that do not) against every endpoint of a real
+server on 127.0.0.1. The checks:
+- not_a_server_error: no 500, whatever comes in;
+- status_code_conformance, content_type_conformance, response_schema_conformance,
+  response_headers_conformance: every answer is one the description promises;
+- negative_data_rejection: what the description rules out is refused with a 4xx, so the
+  description says what the server really takes;
+- unsupported_method: a method an endpoint lacks gets 405 with an Allow header;
+- missing_required_header: a required header left out is refused.
+The server runs without keys, and with keys and the right one sent with every request (so that
+the generated bodies get past the keys and the rate counting to the handlers).
+Left out: positive_data_acceptance (a request that fits the description may still be over one of
+this server's limits, 413, or ask a layer of an RNN model, 422), ignored_auth (the description
+declares no security scheme: a LibreTranslate client's key comes in the body; tests/test_access.py
+checks the keys), max_response_time (no timings in tests), and
+the checks of resources created and deleted (use_after_free, ensure_resource_availability): the
+API has none.
+"""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import server_process
+
+CHECKS = ["not_a_server_error", "status_code_conformance", "content_type_conformance", "response_schema_conformance",
+          "response_headers_conformance", "negative_data_rejection", "unsupported_method", "missing_required_header"]
+# Examples per endpoint and phase: enough to reach odd corners, few enough for a fast suite.
+EXAMPLES = 25
+
+
+@pytest.mark.parametrize("with_keys", [False, True], ids=["open", "keys"])
+def test_generated_requests_get_answers_the_description_promises(dates_model: Path, tmp_path: Path, with_keys: bool):
+    key = "generated-requests-0123456789"
+    (tmp_path / "keys").write_text(key + "\n", encoding="utf-8")
+    keys, header = (["--api-keys", str(tmp_path / "keys")], ["--header", f"Authorization: Bearer {key}"]) \
+        if with_keys else ([], [])
+    # Small limits, so that generated texts run into them and no request keeps the model long.
+    with server_process(dates_model, "--max-sentences", "4", "--max-chars", "60", "--max-beam", "3", *keys) \
+            as (url, process):
+        # In tmp_path: schemathesis keeps its cache in the working directory; no example database.
+        run = subprocess.run([sys.executable, "-m", "schemathesis.cli", "run", url + "openapi.json",
+                              "--checks", ",".join(CHECKS), "--phases", "examples,coverage,fuzzing",
+                              "--max-examples", str(EXAMPLES), "--generation-database", "none",
+                              "--request-timeout", "30", "--no-color", *header],
+                             capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
+        assert "Operations:       7 selected / 7 total" in run.stdout, run.stdout  # every endpoint
+        # Still alive and answering afterwards.
+        health = httpx.get(url + "health", timeout=10)
+        assert health.status_code == 200 and health.json()["status"] == "ok"
+        assert health.json()["model_calls"] > 0  # the generated requests reached the model
+        answer = httpx.post(url + "translate", json={"text": "3. Oktober 1990"}, timeout=30,
+                            headers=dict([header[1].split(": ")]) if with_keys else None)
+        assert answer.status_code == 200
+    assert "Traceback" not in process.stderr.read()
