@@ -28,7 +28,7 @@ from .errors import AttnmtError
 from .files import check_parent_dir
 
 if typing.TYPE_CHECKING:
-    from .translate import Translator
+    from .translate import TextTranslator, Translator
 
 
 class Parser(argparse.ArgumentParser):
@@ -61,11 +61,25 @@ def number_flag(cls: type, name: str) -> Number:
     return Number(typing.get_type_hints(cls)[name], field_range(cls, name))
 
 
-def _load_translator(args: argparse.Namespace, path: str) -> Translator:
-    """The model at `path` with the device, precision and compile flags."""
-    from .translate import Translator  # here, not at the top: `attnmt --help` need not import torch
+def _load_translator(args: argparse.Namespace, path: str) -> TextTranslator:
+    """The model at `path` with the device, precision and compile flags, decoded by attnmt or, for a
+    directory `attnmt export --to ctranslate2` wrote (or --engine ctranslate2), by CTranslate2."""
+    from .ct2 import CTranslate2Translator  # here: `attnmt --help` need not import torch
+    from .translate import Translator
 
-    return Translator.load(path, args.device, args.precision, args.compile, fast_paths=not args.reference)
+    if _engine(args, path) == "attnmt":
+        return Translator.load(path, args.device, args.precision, args.compile, fast_paths=not args.reference)
+    if args.compile or args.reference:
+        raise AttnmtError(f"{'--compile' if args.compile else '--reference'} is an option of attnmt's own engine; "
+                          f"CTranslate2 decodes {path}")
+    return CTranslate2Translator.load(path, args.device, args.precision)
+
+
+def _engine(args: argparse.Namespace, path: str) -> str:
+    """--engine, with auto resolved: ctranslate2 for a directory attnmt export wrote."""
+    from .ct2 import is_ctranslate2_model
+
+    return args.engine if args.engine != "auto" else "ctranslate2" if is_ctranslate2_model(path) else "attnmt"
 
 
 def _say_precision(*notes: Optional[str]) -> None:
@@ -218,6 +232,9 @@ def _plot(args: argparse.Namespace) -> None:
     from .plot import missing_glyphs, plot_attention, plot_attention_grid
 
     check_parent_dir(args.out)
+    if args.target is not None and _engine(args, args.model) == "ctranslate2":
+        raise AttnmtError("--target reads attention by teacher forcing, which attnmt's own engine does: give the "
+                          "attnmt model file instead of the CTranslate2 directory")
     translator = _load_translator(args, args.model)
     if args.target is not None:
         return _plot_alignment(args, translator)
@@ -417,6 +434,12 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("model", help="model file (model.safetensors)")
         add_device(sub)
 
+    def add_engine(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--engine", choices=["auto", "attnmt", "ctranslate2"], default="auto",
+                         help="what decodes: attnmt's own search, or CTranslate2 for a Transformer exported with "
+                              "attnmt export --to ctranslate2, whose directory then stands for the model file "
+                              "(auto: CTranslate2 for such a directory)")
+
     def add_search(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("--beam", type=number_flag(DecodeConfig, "beam_size"), default=None,
                          help="beam size (default: the model's decode.beam_size; 1 = greedy)")
@@ -425,6 +448,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     translate = commands.add_parser("translate", help="translate lines from stdin or a file")
     add_model(translate)
+    add_engine(translate)
     translate.add_argument("--input", "-i", help="one sentence per line (default: stdin)")
     translate.add_argument("--output", "-o", help="where translations go (default: stdout)")
     translate.add_argument("--batch-size", type=number_flag(DecodeConfig, "batch_size"), default=None,
@@ -438,6 +462,7 @@ def build_parser() -> argparse.ArgumentParser:
         "evaluate", help="translate and score against references (exact match, BLEU, chrF; by source length)")
     evaluate.add_argument("models", nargs="+", metavar="MODEL", help="model file(s); several are scored side by side")
     add_device(evaluate)
+    add_engine(evaluate)
     evaluate.add_argument("--src", help="source sentences, one per line")
     evaluate.add_argument("--ref", help="reference translations, line-aligned with --src")
     evaluate.add_argument("--split", choices=["train", "valid", "test"],
@@ -454,6 +479,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     plot = commands.add_parser("plot", help="draw the attention of one translation as a heatmap")
     add_model(plot)
+    add_engine(plot)
     plot.add_argument("sentence", help="the sentence to translate")
     plot.add_argument("--out", required=True, help="PNG file to write")
     plot.add_argument("--attention", choices=list(MAP_AXES), default="cross",
@@ -536,6 +562,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = commands.add_parser("serve", help="translate over HTTP, with the attention explorer page at /")
     add_model(serve)
+    serve.set_defaults(engine="attnmt")  # the explorer and /explain read the model itself
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     serve.add_argument("--port", type=Number(int, Range("[0, 65535]")), default=8000,
                        help="port (default: %(default)s; 0 = any free port)")

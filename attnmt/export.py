@@ -9,6 +9,7 @@ CTranslate2 has no RNN encoder-decoder, so only model.arch transformer exports. 
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -20,16 +21,18 @@ import torch
 from .config import CTRANSLATE2_QUANTIZATIONS
 from .errors import AttnmtError
 from .files import check_parent_dir
+from .modelfile import CTRANSLATE2_ENGINE_FILE
 from .transformer import sinusoids
 from .translate import Translator
 from .vocab import EOS, SOS, UNK
 
 
-def _ctranslate2() -> Any:
+def ctranslate2_package() -> Any:
     try:
         import ctranslate2
     except ImportError:
-        raise AttnmtError("exporting to CTranslate2 needs the ctranslate2 package: pip install ctranslate2") from None
+        raise AttnmtError("CTranslate2 (export, --engine ctranslate2) needs the ctranslate2 package: "
+                          "pip install ctranslate2") from None
     return ctranslate2
 
 
@@ -38,7 +41,7 @@ def export_ctranslate2(model_path: str | Path, out_dir: str | Path, quantization
     """Write the Transformer at `model_path` as a CTranslate2 model directory. Its alignment (the
     attention CTranslate2 returns) is the mean of the last layer's heads, as attnmt's heatmaps show;
     `max_positions` sinusoidal positions are written (CTranslate2 reads no further)."""
-    ctranslate2 = _ctranslate2()
+    ctranslate2 = ctranslate2_package()
     from ctranslate2.specs import common_spec, transformer_spec
 
     translator = Translator.load(model_path, device="cpu", precision="fp32")
@@ -100,6 +103,7 @@ def export_ctranslate2(model_path: str | Path, out_dir: str | Path, quantization
     partial = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
         spec.save(str(partial))
+        write_engine_file(partial, translator)
         if out_dir.exists():
             shutil.rmtree(out_dir)
         partial.rename(out_dir)
@@ -107,6 +111,15 @@ def export_ctranslate2(model_path: str | Path, out_dir: str | Path, quantization
         shutil.rmtree(partial, ignore_errors=True)
     assert ctranslate2.contains_model(str(out_dir))
     return out_dir
+
+
+def write_engine_file(out_dir: Path, translator: Translator) -> None:
+    """What attnmt needs besides CTranslate2's model to translate text with it (`ct2.py`): the
+    config (decoding settings, languages) and both tokenizers."""
+    description = translator.description.metadata()
+    engine = {"kind": "attnmt-ctranslate2", "config": description["config"],
+              "src_tokenizer": description["src_tokenizer"], "tgt_tokenizer": description["tgt_tokenizer"]}
+    (out_dir / CTRANSLATE2_ENGINE_FILE).write_text(json.dumps(engine), encoding="utf-8")
 
 
 def _linear(spec: Any, weights: dict, name: str) -> None:

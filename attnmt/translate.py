@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import abc
 import copy
 import itertools
 from dataclasses import dataclass
@@ -38,7 +39,85 @@ class Translation:
     log_prob: float                 # log-probability the model gives this output (EOS included)
 
 
-class Translator:
+class TextTranslator(abc.ABC):
+    """Sentences in, translations out: what every decoding engine shares (tokenizing, empty
+    sentences, streaming in chunks, the n-best checks). An engine (attnmt's own `Translator`, or
+    ct2.CTranslate2Translator for an exported model) sets `config` and the tokenizers, and runs
+    the search of tokenized sentences in `_search`."""
+
+    config: Config
+    src_tokenizer: Tokenizer
+    tgt_tokenizer: Tokenizer
+
+    def tokenize_source(self, text: str) -> list[str]:
+        return self.src_tokenizer.tokenize(text)[: self.config.decode.max_src_len]
+
+    def translate(self, texts: list[str], beam_size: Optional[int] = None, alpha: Optional[float] = None,
+                  batch_size: Optional[int] = None) -> list[Translation]:
+        """Translate sentences: greedy, or beam search when beam_size > 1 (default: the config's)."""
+        return [nbest[0] for nbest in self.translate_nbest(texts, 1, beam_size, alpha, batch_size)]
+
+    def translate_nbest(self, texts: list[str], n_best: int = 1, beam_size: Optional[int] = None,
+                        alpha: Optional[float] = None, batch_size: Optional[int] = None) -> list[list[Translation]]:
+        """The n_best translations of each sentence, best first, in the order of `texts` (see translate_stream)."""
+        return [nbest for chunk in self.translate_stream(texts, n_best, beam_size, alpha, batch_size) for nbest in chunk]
+
+    def translate_stream(self, texts: Iterable[str], n_best: int = 1, beam_size: Optional[int] = None,
+                         alpha: Optional[float] = None,
+                         batch_size: Optional[int] = None) -> Iterator[list[list[Translation]]]:
+        """Translate sentences as they come: pulls CHUNK batches' worth of `texts` at a time and
+        yields their n_best lists (best first), in the order of `texts`, before it pulls more.
+
+        Memory does not grow with the input, which may be a lazy iterator (a file's lines).
+        Sentences are decoded longest first within their chunk, at most `batch_size` at a time; an
+        empty sentence gets one empty translation. Mistakes in the arguments raise at the call.
+        """
+        if isinstance(texts, str):
+            raise TypeError("translate() takes a list of sentences; wrap a single one: translate([text])")
+        decode = self.config.decode
+        beam_size = beam_size or decode.beam_size
+        alpha = decode.alpha if alpha is None else alpha
+        if not 1 <= n_best <= beam_size:
+            raise AttnmtError(f"n_best ({n_best}) must be between 1 and the beam size ({beam_size})")
+        return self._stream(iter(texts), n_best, beam_size, alpha, batch_size or decode.batch_size)
+
+    def _stream(self, texts: Iterator[str], n_best: int, beam_size: int, alpha: float,
+                batch_size: int) -> Iterator[list[list[Translation]]]:
+        while chunk := list(itertools.islice(texts, CHUNK * batch_size)):
+            yield self._translate_chunk(chunk, n_best, beam_size, alpha, batch_size)
+
+    def _translate_chunk(self, texts: list[str], n_best: int, beam_size: int, alpha: float,
+                         batch_size: int) -> list[list[Translation]]:
+        """The n_best lists of `texts`, decoded by one search call."""
+        sources = [self.tokenize_source(t) for t in texts]
+        results: list[list[Translation]] = [[] for _ in texts]
+        for i, tokens in enumerate(sources):
+            if not tokens:  # nothing to translate: say nothing, do not make the model guess
+                results[i] = [Translation("", [], [], np.zeros((0, 0), dtype=np.float32), 0.0)]
+        ids = [i for i, tokens in enumerate(sources) if tokens]
+        if ids:
+            for i, nbest in zip(ids, self._search([sources[i] for i in ids], n_best, beam_size, alpha, batch_size)):
+                results[i] = nbest
+        return results
+
+    @abc.abstractmethod
+    def _search(self, sources: list[list[str]], n_best: int, beam_size: int, alpha: float,
+                batch_size: int) -> list[list[Translation]]:
+        """The n_best translations of each tokenized (non-empty) source, in their order."""
+
+    @abc.abstractmethod
+    def precision_note(self) -> Optional[str]:
+        """One line on the precision chosen (for `auto`) or a warning, or None."""
+
+    @abc.abstractmethod
+    def attention_maps(self, translation: Translation) -> dict[str, np.ndarray]:
+        """Every attention map the engine can give for one translation, name -> [layers, heads,
+        queries, keys] (Translator.attention_maps says which)."""
+
+
+class Translator(TextTranslator):
+    """attnmt's own engine: a trained model with its tokenizers and vocabularies."""
+
     def __init__(self, model: Model, config: Config, src_tokenizer: Tokenizer, tgt_tokenizer: Tokenizer,
                  src_vocab: Vocabulary, tgt_vocab: Vocabulary, compile: bool = False):
         self.model = model
@@ -100,57 +179,12 @@ class Translator:
         """One line on the precision chosen (for `auto`) or a warning (bf16 without native bf16), or None."""
         return precision_note({"decode.precision": self.config.decode.precision}, self.device)
 
-    def tokenize_source(self, text: str) -> list[str]:
-        return self.src_tokenizer.tokenize(text)[: self.config.decode.max_src_len]
-
-    def translate(self, texts: list[str], beam_size: Optional[int] = None, alpha: Optional[float] = None,
-                  batch_size: Optional[int] = None) -> list[Translation]:
-        """Translate sentences: greedy, or beam search when beam_size > 1 (default: the config's)."""
-        return [nbest[0] for nbest in self.translate_nbest(texts, 1, beam_size, alpha, batch_size)]
-
-    def translate_nbest(self, texts: list[str], n_best: int = 1, beam_size: Optional[int] = None,
-                        alpha: Optional[float] = None, batch_size: Optional[int] = None) -> list[list[Translation]]:
-        """The n_best translations of each sentence, best first, in the order of `texts` (see translate_stream)."""
-        return [nbest for chunk in self.translate_stream(texts, n_best, beam_size, alpha, batch_size) for nbest in chunk]
-
-    def translate_stream(self, texts: Iterable[str], n_best: int = 1, beam_size: Optional[int] = None,
-                         alpha: Optional[float] = None,
-                         batch_size: Optional[int] = None) -> Iterator[list[list[Translation]]]:
-        """Translate sentences as they come: pulls CHUNK batches' worth of `texts` at a time and
-        yields their n_best lists (best first), in the order of `texts`, before it pulls more.
-
-        Memory does not grow with the input, which may be a lazy iterator (a file's lines).
-        Sentences are decoded longest first within their chunk, at most `batch_size` at a time; an
-        empty sentence gets one empty translation. Mistakes in the arguments raise at the call.
-        """
-        if isinstance(texts, str):
-            raise TypeError("translate() takes a list of sentences; wrap a single one: translate([text])")
+    def _search(self, sources: list[list[str]], n_best: int, beam_size: int, alpha: float,
+                batch_size: int) -> list[list[Translation]]:
         decode = self.config.decode
-        beam_size = beam_size or decode.beam_size
-        alpha = decode.alpha if alpha is None else alpha
-        if not 1 <= n_best <= beam_size:
-            raise AttnmtError(f"n_best ({n_best}) must be between 1 and the beam size ({beam_size})")
-        return self._stream(iter(texts), n_best, beam_size, alpha, batch_size or decode.batch_size)
-
-    def _stream(self, texts: Iterator[str], n_best: int, beam_size: int, alpha: float,
-                batch_size: int) -> Iterator[list[list[Translation]]]:
-        while chunk := list(itertools.islice(texts, CHUNK * batch_size)):
-            yield self._translate_chunk(chunk, n_best, beam_size, alpha, batch_size)
-
-    def _translate_chunk(self, texts: list[str], n_best: int, beam_size: int, alpha: float,
-                         batch_size: int) -> list[list[Translation]]:
-        """The n_best lists of `texts`, decoded by one search call."""
-        decode = self.config.decode
-        sources = [self.tokenize_source(t) for t in texts]
-        results: list[list[Translation]] = [[] for _ in texts]
-        for i, tokens in enumerate(sources):
-            if not tokens:  # nothing to translate: say nothing, do not make the model guess
-                results[i] = [Translation("", [], [], np.zeros((0, 0), dtype=np.float32), 0.0)]
         # Longest first: sentences of similar length share the batch (few pads), and the last steps,
         # where the batch empties, are those of the shortest sentences.
-        ids = sorted((i for i, tokens in enumerate(sources) if tokens), key=lambda i: -len(sources[i]))
-        if not ids:
-            return results
+        ids = sorted(range(len(sources)), key=lambda i: -len(sources[i]))
         self.model.eval()
         model, step = self._decoding()
         src = pad([self.src_vocab.encode(sources[i]) for i in ids]).to(self.device)  # [len(ids), longest source]
@@ -162,6 +196,7 @@ class Translator:
         else:
             nbests = beam_search(model, src, lengths, max_lengths, beam_size, alpha, n_best, batch_size, step,
                                  fast_top_k)
+        results: list[list[Translation]] = [[] for _ in sources]
         for i, hypotheses in zip(ids, nbests):
             results[i] = [self._translation(sources[i], h) for h in hypotheses]
         return results

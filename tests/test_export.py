@@ -59,3 +59,47 @@ def test_refusals_are_one_line(dates_model, transformer_dates_model, tmp_path, m
     monkeypatch.setitem(sys.modules, "ctranslate2", None)  # as if not installed
     with pytest.raises(AttnmtError, match="needs the ctranslate2 package: pip install ctranslate2"):
         export_ctranslate2(transformer_dates_model, tmp_path / "none")
+
+
+def test_the_ctranslate2_engine_translates_as_attnmt_does(transformer_dates_model, tmp_path, capsys):
+    from attnmt.ct2 import CTranslate2Translator
+
+    out = export_ctranslate2(transformer_dates_model, tmp_path / "ct2")
+    ours = Translator.load(transformer_dates_model, "cpu", precision="fp32")
+    engine = CTranslate2Translator.load(out, "cpu", precision="fp32")
+    for beam in (1, 3):
+        mine, theirs = ours.translate(DATES + [""], beam_size=beam), engine.translate(DATES + [""], beam_size=beam)
+        assert [t.text for t in theirs] == [t.text for t in mine]
+        for a, b in zip(theirs, mine):
+            assert a.log_prob == pytest.approx(b.log_prob, abs=1e-4)
+            np.testing.assert_allclose(a.attention, b.attention, atol=1e-4)  # the heatmaps' matrix
+    # With a length penalty the scores CTranslate2 ranks by are normalised; log_prob stays the model's.
+    (best,) = engine.translate([DATES[0]], beam_size=3, alpha=0.6)
+    (scored,) = ctranslate2.Translator(str(out), compute_type="float32").score_batch([best.source_tokens], [best.tokens])
+    assert best.log_prob == pytest.approx(sum(scored.log_probs), abs=1e-4)
+
+    # The CLI takes the exported directory where it takes a model file, and says which engine ran.
+    source = tmp_path / "dates.txt"
+    source.write_text("\n".join(DATES) + "\n", encoding="utf-8")
+    assert main(["translate", str(out), "--input", str(source), "--precision", "fp32"]) == 0
+    assert capsys.readouterr().out.splitlines() == [t.text for t in ours.translate(DATES)]
+    assert main(["plot", str(out), DATES[0], "--out", str(tmp_path / "map.png"), "--precision", "fp32"]) == 0
+    assert (tmp_path / "map.png").stat().st_size > 0
+    capsys.readouterr()
+    assert main(["evaluate", str(out), "--src", str(source), "--ref", str(source)]) == 0
+    assert "bleu:" in capsys.readouterr().out
+
+
+def test_what_the_ctranslate2_engine_cannot_do_is_one_line(transformer_dates_model, tmp_path, capsys):
+    out = export_ctranslate2(transformer_dates_model, tmp_path / "ct2")
+    for argv, message in (
+            (["translate", str(out), "--compile"], "--compile is an option of attnmt's own engine"),
+            (["plot", str(out), DATES[0], "--target", "x", "--out", str(tmp_path / "a.png")],
+             "--target reads attention by teacher forcing"),
+            (["serve", str(out)], "a CTranslate2 model (attnmt export), which only translate, evaluate and plot"),
+            (["explain", str(out), DATES[0]], "a CTranslate2 model (attnmt export)"),
+            (["translate", str(transformer_dates_model), "--engine", "ctranslate2"],
+             "not a model that attnmt export --to ctranslate2 wrote")):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1, err
