@@ -12,9 +12,12 @@ import sentencepiece
 
 from .errors import AttnmtError
 
-# Spaces that str.split() may or may not treat as such, all made plain spaces.
-_SPACES = dict.fromkeys(map(ord, "\u00a0\u202f\u2007\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2008\u2009\u200a"
-                                 "\u3000\t\r\n\x0b\x0c"), " ")
+# Every character str.isspace() accepts (tabs, line breaks, the ASCII separators \x1c-\x1f, NEL,
+# no-break, typographic and ideographic spaces, line and paragraph separators) made a plain space:
+# the word tokenizer splits at all of them, so none may stay in a text (hypothesis found \x1f).
+WHITE_SPACE = ("\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006"
+               "\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
+_SPACES = dict.fromkeys(map(ord, WHITE_SPACE), " ")
 # Invisible characters that only split or join words by accident: zero-width space, soft hyphen,
 # word joiner, BOM. ZWJ/ZWNJ (U+200D, U+200C) are kept: Devanagari and Persian spell with them.
 _DROP = dict.fromkeys(map(ord, "\u200b\u00ad\u2060\ufeff"), None)
