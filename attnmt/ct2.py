@@ -65,8 +65,9 @@ class CTranslate2Translator(TextTranslator):
         where = resolve_device(device)
         compute_type = COMPUTE_TYPES[resolve_precision(config.decode.precision, where)]
         try:
+            # As many threads as torch decodes with (CTranslate2's own default is 4, whatever the CPU).
             engine = ctranslate2_package().Translator(str(path), device=where.type, device_index=where.index or 0,
-                                                      compute_type=compute_type)
+                                                      compute_type=compute_type, intra_threads=torch.get_num_threads())
         except (RuntimeError, ValueError) as err:
             raise AttnmtError(f"{path}: CTranslate2 cannot load it in {compute_type} on {where}: "
                               f"{first_line(err)}") from None
@@ -78,19 +79,15 @@ class CTranslate2Translator(TextTranslator):
     def _search(self, sources: list[list[str]], n_best: int, beam_size: int, alpha: float,
                 batch_size: int) -> list[list[Translation]]:
         decode = self.config.decode
-        found: list[tuple[int, list[str], list[list[float]]]] = []  # (source, tokens, attention), best first
-        # CTranslate2 takes one length limit per call; attnmt's depends on the source length, which
-        # the sentences of one call then share.
-        by_length: dict[int, list[int]] = {}
-        for i, tokens in enumerate(sources):
-            by_length.setdefault(len(tokens), []).append(i)
-        for length, ids in sorted(by_length.items(), reverse=True):
-            outputs = self.engine.translate_batch(
-                [sources[i] for i in ids], max_batch_size=batch_size, beam_size=beam_size, num_hypotheses=n_best,
-                length_penalty=alpha, return_attention=True, max_input_length=0,
-                max_decoding_length=int(length * decode.max_len_ratio) + decode.max_len_extra)
-            found += [(i, tokens, attention) for i, output in zip(ids, outputs)
-                      for tokens, attention in zip(output.hypotheses, output.attention)]
+        # CTranslate2 takes one length limit per call, attnmt one per sentence (by its source
+        # length): one call with the longest limit, each output then cut to its own. For greedy
+        # search that is exactly attnmt's rule; a beam's hypotheses can only be cut after the search.
+        limits = [int(len(tokens) * decode.max_len_ratio) + decode.max_len_extra for tokens in sources]
+        outputs = self.engine.translate_batch(
+            sources, max_batch_size=batch_size, beam_size=beam_size, num_hypotheses=n_best, length_penalty=alpha,
+            return_attention=True, max_input_length=0, max_decoding_length=max(limits))
+        found = [(i, tokens[: limits[i]], attention) for i, output in enumerate(outputs)
+                 for tokens, attention in zip(output.hypotheses, output.attention)]
         if beam_size > 1 and found:
             # The attention CTranslate2 4.x returns from a beam search over several sentences can
             # belong to another hypothesis (tests/test_export.py); a pass forced through each output
