@@ -159,9 +159,12 @@ class LayerCache:
         if self.keys.shape[1] == 0:                  # nothing cached: the new positions are all there is
             self.keys, self.values = keys, values
         else:
+            # In place: copying every cache at every step was a large share of decoding's time
+            # (docs/speed.md). The state these tensors came from reads no position past its own
+            # steps, so what it says stays true.
             rows = torch.arange(keys.shape[0], device=keys.device).unsqueeze(1)   # [B, 1]
-            self.keys = self.keys.index_put((rows, self.positions), keys)        # [B, C, D]
-            self.values = self.values.index_put((rows, self.positions), values)
+            self.keys.index_put_((rows, self.positions), keys)                   # [B, C, D]
+            self.values.index_put_((rows, self.positions), values)
         return self.keys, self.values
 
 
