@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from typing import Callable
 
 import torch
 
@@ -26,18 +27,28 @@ from attnmt.translate import Translator
 from speed import tokens_bleu
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def decoding_arguments(description: str, rounds: int,
+                       more: Callable[[argparse.ArgumentParser], None] = lambda parser: None
+                       ) -> tuple[argparse.Namespace, list[str], list[str]]:
+    """The arguments of a bench that decodes a test set in alternating rounds (MODEL SOURCES
+    REFERENCES, --rounds, --batch-size, --threads; `more` adds its own), the threads set, the
+    sentences read."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", help="model file (model.safetensors)")
     parser.add_argument("sources", help="source sentences, one per line")
     parser.add_argument("references", help="reference translations, line-aligned")
-    parser.add_argument("--precision", default="int8", choices=["fp32", "bf16", "int8"])
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=rounds)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
+    more(parser)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    sources, references = list(read_lines(args.sources)), list(read_lines(args.references))
+    return args, list(read_lines(args.sources)), list(read_lines(args.references))
+
+
+def main() -> None:
+    args, sources, references = decoding_arguments(__doc__, rounds=5, more=lambda parser: parser.add_argument(
+        "--precision", default="int8", choices=["fp32", "bf16", "int8"]))
     translators = {"eager": Translator.load(args.model, "cpu", args.precision),
                    "compiled": Translator.load(args.model, "cpu", args.precision, compile=True)}
     for translator in translators.values():  # warm-up: the decoding copy, oneDNN's kernels

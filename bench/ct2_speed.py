@@ -14,7 +14,6 @@ Run it on an otherwise idle machine.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import tempfile
 import time
@@ -22,25 +21,15 @@ from pathlib import Path
 from typing import Callable
 
 import sacrebleu
-import torch
+from compiled import decoding_arguments
 
 from attnmt.ct2 import CTranslate2Translator
-from attnmt.data import read_lines
 from attnmt.export import ctranslate2_package, export_ctranslate2
 from attnmt.translate import Translator
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("model", help="a Transformer model file (model.safetensors)")
-    parser.add_argument("sources", help="source sentences, one per line")
-    parser.add_argument("references", help="reference translations, line-aligned")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--threads", type=int, default=2)
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    sources, references = list(read_lines(args.sources)), list(read_lines(args.references))
+    args, sources, references = decoding_arguments(__doc__, rounds=3)
     with tempfile.TemporaryDirectory() as scratch:
         exported = {q: export_ctranslate2(args.model, Path(scratch) / q, None if q == "fp32" else q)
                     for q in ("fp32", "int8")}
