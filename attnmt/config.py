@@ -307,6 +307,16 @@ class ServeConfig:
         return self.max_sentences * self.max_chars * 6 + 4096
 
 
+def override_decode_precision(config: "Config", precision: Optional[str]) -> None:
+    """A decoding engine's `precision` argument (fp32, bf16, int8, auto; None keeps the file's) over
+    the decode.precision a model was saved with."""
+    if precision is None:
+        return
+    if precision not in PRECISIONS:
+        raise AttnmtError(f"precision {precision!r}: choose {', '.join(PRECISIONS)}")
+    config.decode.precision = precision
+
+
 def validate_serve(config: ServeConfig) -> None:
     for f in dataclasses.fields(config):
         check_range(getattr(config, f.name), f.metadata["range"], f"serve {f.name}")

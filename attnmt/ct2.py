@@ -14,7 +14,7 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from .config import PRECISIONS, Config, config_from_dict
+from .config import Config, config_from_dict, override_decode_precision
 from .errors import AttnmtError, first_line
 from .export import ctranslate2_package
 from .model import resolve_device
@@ -38,9 +38,9 @@ class CTranslate2Translator(TextTranslator):
     documented way: beam search's length normalisation (`alpha`) divides a score by length^alpha,
     where attnmt uses GNMT's ((5 + length) / 6)^alpha; with alpha 0 (the default) both rank alike."""
 
-    def __init__(self, path: Path, engine: Any, config: Config, src_tokenizer: Tokenizer, tgt_tokenizer: Tokenizer,
+    def __init__(self, engine: Any, config: Config, src_tokenizer: Tokenizer, tgt_tokenizer: Tokenizer,
                  device: torch.device) -> None:
-        self.path, self.engine, self.config = path, engine, config
+        self.engine, self.config = engine, config
         self.src_tokenizer, self.tgt_tokenizer = src_tokenizer, tgt_tokenizer
         self._device = device
 
@@ -58,10 +58,7 @@ class CTranslate2Translator(TextTranslator):
             src_tokenizer, tgt_tokenizer = tokenizers_from_dicts(saved["src_tokenizer"], saved["tgt_tokenizer"])
         except (OSError, ValueError, KeyError, TypeError, AttnmtError) as err:
             raise AttnmtError(f"{engine_file}: unreadable ({first_line(err)}); export the model again") from None
-        if precision is not None:
-            if precision not in PRECISIONS:
-                raise AttnmtError(f"precision {precision!r}: choose {', '.join(PRECISIONS)}")
-            config.decode.precision = precision
+        override_decode_precision(config, precision)
         where = resolve_device(device)
         compute_type = COMPUTE_TYPES[resolve_precision(config.decode.precision, where)]
         try:
@@ -71,7 +68,7 @@ class CTranslate2Translator(TextTranslator):
         except (RuntimeError, ValueError) as err:
             raise AttnmtError(f"{path}: CTranslate2 cannot load it in {compute_type} on {where}: "
                               f"{first_line(err)}") from None
-        return cls(path, engine, config, src_tokenizer, tgt_tokenizer, where)
+        return cls(engine, config, src_tokenizer, tgt_tokenizer, where)
 
     def precision_note(self) -> Optional[str]:
         return precision_note({"decode.precision": self.config.decode.precision}, self._device)

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from .batch import pad
-from .config import PRECISIONS, Config
+from .config import Config, override_decode_precision
 from .errors import AttnmtError, first_line
 from .family import Model
 from .fast import top_k
@@ -159,10 +159,7 @@ class Translator(TextTranslator):
             model.load_state_dict(weights)
         except RuntimeError as err:
             raise AttnmtError(f"{path}: weights do not match the model described in the file ({first_line(err)})") from None
-        if precision is not None:
-            if precision not in PRECISIONS:
-                raise AttnmtError(f"precision {precision!r}: choose {', '.join(PRECISIONS)}")
-            config.decode.precision = precision
+        override_decode_precision(config, precision)
         model.to(resolve_device(device)).eval()
         translator = cls(model, config, description.src_tokenizer, description.tgt_tokenizer, description.src_vocab,
                          description.tgt_vocab, compile)
