@@ -33,6 +33,13 @@ CHECKS = ["not_a_server_error", "status_code_conformance", "content_type_conform
           "response_headers_conformance", "negative_data_rejection", "unsupported_method", "missing_required_header"]
 # Examples per endpoint and phase: enough to reach odd corners, few enough for a fast suite.
 EXAMPLES = 25
+# negative_data_rejection's own list of refusals, and 413: a generated body over the server's size
+# limit is refused by its length before it is read, rightly (a CI run's random seed found it).
+SCHEMATHESIS_CONFIG = """[checks.negative_data_rejection]
+expected-statuses = ["400", "401", "403", "404", "405", "406", "409", "413", "415", "422", "428", "429", "5xx"]
+"""
+# A fixed seed: the same generated requests on every run, so that CI passes or fails for the code alone.
+SEED = "251271193538900815758476341207641696344"
 
 
 @pytest.mark.parametrize("with_keys", [False, True], ids=["open", "keys"])
@@ -44,11 +51,13 @@ def test_generated_requests_get_answers_the_description_promises(dates_model: Pa
     # Small limits, so that generated texts run into them and no request keeps the model long.
     with server_process(dates_model, "--max-sentences", "4", "--max-chars", "60", "--max-beam", "3", *keys) \
             as (url, process):
-        # In tmp_path: schemathesis keeps its cache in the working directory; no example database.
+        # In tmp_path: schemathesis reads schemathesis.toml and keeps its cache in the working
+        # directory; no example database.
+        (tmp_path / "schemathesis.toml").write_text(SCHEMATHESIS_CONFIG, encoding="utf-8")
         run = subprocess.run([sys.executable, "-m", "schemathesis.cli", "run", url + "openapi.json",
                               "--checks", ",".join(CHECKS), "--phases", "examples,coverage,fuzzing",
                               "--max-examples", str(EXAMPLES), "--generation-database", "none",
-                              "--request-timeout", "30", "--no-color", *header],
+                              "--request-timeout", "30", "--no-color", "--seed", SEED, *header],
                              capture_output=True, text=True, timeout=300, cwd=tmp_path)
         assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
         assert "Operations:       7 selected / 7 total" in run.stdout, run.stdout  # every endpoint
