@@ -3,13 +3,18 @@
     python bench/alignment.py --gold ../shared/data/rwth_deen_gold --data ../shared/data/multi30k \
         --budget-min 8 --out runs/align                     # trains a de->en model per kind, then scores
     python bench/alignment.py --gold ../shared/data/rwth_deen_gold --model general=runs/q_rnn/model.safetensors
+    python bench/alignment.py --gold ../shared/data/rwth_deen_gold --coverage runs/de_en_data \
+        --model t=runs/t_de_en/model.safetensors --reverse t=runs/t_en_de/model.safetensors   # + both ways
 
 With --data, trains one de->en model per attention kind (--kinds; `transformer` is the Transformer
 recipe) from the Multi30k recipe configs/multi30k_de_en.yaml with model.attention=KIND, each for
 --budget-min minutes of wall clock or --epochs epochs, one after the other; models already in
 --out are reused.
 Then scores every model on the gold standard: links by argmax (Luong's rule) and by threshold,
-for a Transformer the default layer and each layer's mean of heads. Prints one
+for a Transformer the default layer and each layer's mean of heads; a model with a --reverse
+model (en->de, same name) also gets the reverse direction's links alone and each symmetrization of
+the two directions' argmax links. The first row is no model at all: each target word linked to the
+source word at its relative position (the diagonal), the figure attention has to beat. Prints one
 `metric=<name> value=<number>` line per figure and a Markdown table, and how many of the gold
 standard's running words the training data holds (the gold set is Europarl, far from it).
 """
@@ -22,8 +27,17 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from attnmt.align import cross_attention_layers, default_layer, links_of, read_gold, score, word_attention
-from attnmt.config import load_config
+from attnmt.align import (
+    AlignmentScores,
+    cross_attention_layers,
+    default_layer,
+    links_of,
+    read_gold,
+    score,
+    symmetrize,
+    word_attention,
+)
+from attnmt.config import SYMMETRIZATIONS, load_config
 from attnmt.data import find_split_file, read_lines
 from attnmt.tokenize import WordTokenizer
 from attnmt.train import train
@@ -59,6 +73,20 @@ def coverage(gold_lines: list[str], training_text: list[str]) -> tuple[float, Co
     return sum(n for w, n in words.items() if w in seen) / sum(words.values()), words
 
 
+def both_ways(name: str, reverse: Translator, pairs: list[tuple[list[str], list[str]]], forward: list[set],
+              gold: list) -> list[tuple[str, str, str, AlignmentScores]]:
+    """Rows of the reverse model's argmax links alone (flipped to de-en) and of each symmetrization."""
+    backward = [{(s, t) for t, s in links_of(a, "argmax")} for a in word_attention(reverse, [(t, s) for s, t in pairs])]
+    rows = []
+    for method, links in [("reverse", backward),
+                          *((m, [symmetrize(f, b, m) for f, b in zip(forward, backward)]) for m in SYMMETRIZATIONS)]:
+        result = score(links, gold)
+        print(f"metric=aer_{name}_{method} value={result.aer:.4f}")
+        rows.append((name, "en->de model alone" if method == "reverse" else "both directions, argmax links",
+                     method, result))
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gold", required=True, help="directory with test.de, test.en, test.talp")
@@ -69,6 +97,10 @@ def main() -> None:
                                                    "machine do not change)")
     parser.add_argument("--out", default="runs/align", help="where the trained models go, one folder per kind")
     parser.add_argument("--model", action="append", default=[], metavar="NAME=PATH", help="score this model too")
+    parser.add_argument("--reverse", action="append", default=[], metavar="NAME=PATH",
+                        help="the en->de model paired with the de->en model NAME: both ways, symmetrized")
+    parser.add_argument("--coverage", metavar="DIR", help="directory with train.de and train.en: how many gold words "
+                                                          "they hold (default: --data)")
     parser.add_argument("--threshold", type=float, default=0.3, help="for the threshold rows")
     args = parser.parse_args()
 
@@ -84,12 +116,20 @@ def main() -> None:
             budget = ([f"train.epochs={args.epochs}", "train.max_minutes=0"] if args.epochs
                       else [f"train.max_minutes={args.budget_min}"])
             models[kind] = str(train_kind(kind, args.data, budget, Path(args.out) / kind))
+    if args.data or args.coverage:
         for lang, lines in (("de", sources), ("en", targets)):
-            share, words = coverage(lines, list(read_lines(find_split_file(args.data, "train", lang))))
+            share, words = coverage(lines, list(read_lines(find_split_file(args.coverage or args.data, "train", lang))))
             print(f"metric=gold_words_in_training_{lang} value={share:.4f}")
             print(f"# {lang}: {sum(words.values())} running words, {len(words)} distinct", file=sys.stderr)
+    reverse = dict(item.split("=", 1) for item in args.reverse)
+    if set(reverse) - set(models):
+        parser.error(f"--reverse {', '.join(sorted(set(reverse) - set(models)))}: no --model of that name to pair with")
 
-    rows = []
+    diagonal = [{(min(round((t + 0.5) * len(s) / len(t_words) - 0.5), len(s) - 1), t) for t in range(len(t_words))}
+                for s, t_words in pairs]
+    result = score(diagonal, gold)
+    print(f"metric=aer_diagonal value={result.aer:.4f}")
+    rows = [("no model", "target word t of T to source word round((t + 0.5)·S/T − 0.5)", "diagonal", result)]
     for name, path in models.items():
         translator = Translator.load(path, "cpu")
         pieces = [translator.src_tokenizer.tokenize(s) for s in sources]
@@ -105,10 +145,13 @@ def main() -> None:
                 print(f"metric=aer_{key} value={result.aer:.4f}")
                 rows.append((name, label if layer or not label else f"default (layer {default_layer(layers)})",
                              method, result))
+        if name in reverse:
+            rows += both_ways(name, Translator.load(reverse[name], "cpu"), pairs,
+                              [links_of(a, "argmax") for a in word_attention(translator, pairs)], gold)
     print("\n| model | attention read | links | AER | precision | recall | links predicted |")
     print("|---|---|---|---:|---:|---:|---:|")
     for name, label, method, result in rows:
-        rule = method if method == "argmax" else f"threshold {args.threshold}"
+        rule = f"threshold {args.threshold}" if method == "threshold" else method
         print(f"| {name} | {label or 'its attention'} | {rule} | {result.aer:.3f} | {result.precision:.3f} | "
               f"{result.recall:.3f} | {result.links} |")
 
