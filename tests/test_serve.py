@@ -1,6 +1,8 @@
 """The HTTP server in-process (FastAPI's TestClient): answers, batching, limits, errors, OpenAPI."""
 
+import asyncio
 import contextlib
+import json
 import socket
 import subprocess
 import sys
@@ -15,7 +17,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from attnmt.config import ServeConfig
-from attnmt.serve import STATIC, create_app
+from attnmt.serve import STATIC, BodyLimit, create_app
 from attnmt.translate import Translator
 
 DATES = ["March 14, 2026", "3. Oktober 1990", "the 21st of June 1975", "12/25/2031", "Fr., 09.11.1989",
@@ -173,6 +175,39 @@ def test_bodies_that_are_not_requests(client, content, headers, status, fragment
     response = client.post("/translate", content=content, headers=headers)
     assert response.status_code == status, response.text
     assert fragment in response.json()["error"]
+
+
+def test_a_body_that_stalls_is_answered_408_and_one_cut_short_reaches_no_handler():
+    """BodyLimit on its own (a client that stops sending cannot be played through TestClient)."""
+    body = b'{"text": "1 May 2000"}'
+    handled: list[bytes] = []
+
+    async def app(_scope, receive, _send) -> None:
+        handled.append((await receive())["body"])
+
+    async def exchange(*messages: dict) -> list[dict]:
+        """The messages the client sends, then nothing more (the client stalls)."""
+        queue = [*messages]
+        answer: list[dict] = []
+
+        async def receive() -> dict:
+            return queue.pop(0) if queue else await asyncio.Event().wait()
+
+        async def send(message: dict) -> None:
+            answer.append(message)
+
+        scope = {"type": "http", "method": "POST", "path": "/translate",
+                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]}
+        await BodyLimit(app, max_bytes=1000, timeout_s=0.2)(scope, receive, send)
+        return answer
+
+    half = {"type": "http.request", "body": body[:9], "more_body": True}
+    rest = {"type": "http.request", "body": body[9:], "more_body": False}
+    assert asyncio.run(exchange(half, rest)) == [] and handled == [body]
+    start, answer_body = asyncio.run(exchange(half))
+    assert start["status"] == 408 and (b"connection", b"close") in start["headers"]
+    assert json.loads(answer_body["body"]) == {"error": "the body did not arrive within 0.2 s"}
+    assert asyncio.run(exchange(half, {"type": "http.disconnect"})) == [] and handled == [body]
 
 
 def test_unknown_paths_and_methods_are_json_errors(client):
