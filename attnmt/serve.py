@@ -529,8 +529,9 @@ def create_app(translator: Translator, limits: Optional[ServeConfig] = None, key
 
 def serve(translator: Translator, host: str, port: int, limits: ServeConfig, log: Callable[[str], None] = print,
           name: str = "the model", keys: Optional[KeyFile] = None) -> None:
-    """Serve the translator's model (`name` in the log) until interrupted; port 0 picks a free port
-    (printed). With `keys`, translating needs a key; SIGHUP reads the key file again."""
+    """Serve the translator's model (`name` in the log) until SIGTERM or SIGINT: the requests in flight
+    are answered, then serve() returns (SIGTERM) or raises KeyboardInterrupt (SIGINT). Port 0 picks a
+    free port (printed). With `keys`, translating needs a key; SIGHUP reads the key file again."""
     validate_serve(limits)
     note = translator.precision_note()
     if note:
@@ -557,11 +558,20 @@ def serve(translator: Translator, host: str, port: int, limits: ServeConfig, log
     # uvicorn's proxy_headers (on) takes the client address from X-Forwarded-For when the connection
     # comes from FORWARDED_ALLOW_IPS (127.0.0.1 unless set): a reverse proxy's clients get their own rates.
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, timeout_keep_alive=75))
-    # Only the main thread may set a handler; uvicorn handles SIGINT and SIGTERM, not SIGHUP.
-    hangup = keys is not None and hasattr(signal, "SIGHUP") and threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGHUP, lambda _signum, _frame: keys.reload()) if hangup else None
+    # uvicorn stops on SIGTERM once the requests in flight are answered, then raises the signal again
+    # for the handler it found (attnmt's CLI: exit 143, as for a killed training run). That stop is
+    # the end of serving, not a failure: with uvicorn's own handler found, serve() returns, and a
+    # SIGTERM just before uvicorn starts listening for it stops the server too. uvicorn handles
+    # SIGINT and SIGTERM, not SIGHUP, which reads the key file again.
+    handlers: dict[int, Callable[[int, Any], None]] = {signal.SIGTERM: server.handle_exit}
+    if keys is not None and hasattr(signal, "SIGHUP"):
+        handlers[signal.SIGHUP] = lambda _signum, _frame: keys.reload()
+    # Only the main thread may set a handler.
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = {signum: signal.signal(signum, handler) for signum, handler in handlers.items()} if main_thread else {}
     try:
         server.run(sockets=[sock])
     finally:
-        if previous is not None:  # None: not set here, or not by Python
-            signal.signal(signal.SIGHUP, previous)
+        for signum, handler in previous.items():
+            if handler is not None:  # None: not set by Python
+                signal.signal(signum, handler)

@@ -3,6 +3,7 @@
 import asyncio
 import contextlib
 import json
+import signal
 import socket
 import subprocess
 import sys
@@ -11,9 +12,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterator
+from urllib.parse import urlsplit
 
 import numpy as np
 import pytest
+from conftest import server_process
 from fastapi.testclient import TestClient
 
 from attnmt.config import ServeConfig
@@ -247,6 +250,20 @@ def test_cli_serve_reports_a_busy_port_in_one_line(dates_model):
                                 capture_output=True, text=True, timeout=120)
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip() == f"attnmt: error: cannot listen on 127.0.0.1:{port}: Address already in use"
+
+
+def test_sigterm_answers_the_request_in_flight_then_exits_0(dates_model):
+    body = b'{"text": "1 May 2000"}'
+    with server_process(dates_model) as (url, process), \
+            socket.create_connection((urlsplit(url).hostname, urlsplit(url).port)) as held:
+        held.sendall(b"POST /translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n%s" % (len(body), body[:-1]))
+        time.sleep(0.5)  # the server has the request's start
+        process.send_signal(signal.SIGTERM)
+        time.sleep(0.5)  # and is stopping
+        held.sendall(body[-1:])
+        assert held.makefile("rb").readline().startswith(b"HTTP/1.1 200")
+        assert process.wait(timeout=10) == 0, process.stderr.read()
 
 
 def test_a_model_without_attention_answers_without_weights(no_attention_model: Path):
