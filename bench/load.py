@@ -263,9 +263,10 @@ async def faulty_client(rng: random.Random, port: int, kind: Kind, sentences: li
         await asyncio.sleep(FAULT_PAUSE_S)
 
 
-async def sample_memory(server: subprocess.Popen, stop: asyncio.Event, samples: list[tuple[float, int]]) -> None:
-    while not stop.is_set() and server.poll() is None:
-        samples.append((time.monotonic(), rss_kib(server.pid)))
+async def sample_memory(server: subprocess.Popen, samples: list[int]) -> None:
+    """The server's resident memory in KiB every MEMORY_SAMPLE_S, until cancelled or the server ends."""
+    while server.poll() is None:
+        samples.append(rss_kib(server.pid))
         await asyncio.sleep(MEMORY_SAMPLE_S)
 
 
@@ -313,14 +314,15 @@ async def check(base: str, server: subprocess.Popen, clients: int, seconds: floa
         tally, memory, stop = Tally(), [], asyncio.Event()
         started, cpu_started = time.monotonic(), cpu_seconds(pid)
         stop_at = started + seconds
+        sampler = asyncio.create_task(sample_memory(server, memory))
         running = [asyncio.create_task(well_behaved_client(random.Random(seed), http, well_behaved, sentences, stop,
                                                            tally)) for seed in range(clients - len(faults))]
-        running.append(asyncio.create_task(sample_memory(server, stop, memory)))
         # The faulty clients end with their last request (a stalled body waits for its 408 past stop_at).
         await asyncio.gather(*(faulty_client(random.Random(-1 - i), port, kind, sentences, stop_at, limits,
                                              answer_timeout_s, tally) for i, kind in enumerate(faults)))
         stop.set()
         await asyncio.gather(*running)
+        sampler.cancel()
         if server.poll() is not None:
             return [f"the server exited during the load, with status {server.returncode}"]
         elapsed, server_cpu = time.monotonic() - started, cpu_seconds(pid) - cpu_started
@@ -332,9 +334,7 @@ async def check(base: str, server: subprocess.Popen, clients: int, seconds: floa
                                                 answer_timeout_s)
 
     requests = sum(tally.requests.values())
-    third = elapsed / 3
-    first = [kib for t, kib in memory if t < started + third]
-    last = [kib for t, kib in memory if t >= started + elapsed - third]
+    third = max(len(memory) // 3, 1)  # of the samples, taken at even intervals
     metrics = {
         "clients": clients, "faulty_clients": len(faults), "seconds": round(elapsed, 1), "requests": requests,
         "requests_per_s": round(requests / elapsed, 1),
@@ -348,11 +348,11 @@ async def check(base: str, server: subprocess.Popen, clients: int, seconds: floa
         "server_cpu_ms_per_request": round(1000 * server_cpu / requests, 2),
         "model_calls": health["model_calls"],
         "sentences_per_model_call": round(health["sentences"] / health["model_calls"], 1),
-        "server_rss_start_mib": round(memory[0][1] / 1024, 1),
-        "server_rss_end_mib": round(memory[-1][1] / 1024, 1),
-        "server_rss_peak_mib": round(max(kib for _, kib in memory) / 1024, 1),
-        "server_rss_first_third_mib": round(statistics.mean(first) / 1024, 1),
-        "server_rss_last_third_mib": round(statistics.mean(last) / 1024, 1),
+        "server_rss_start_mib": round(memory[0] / 1024, 1),
+        "server_rss_end_mib": round(memory[-1] / 1024, 1),
+        "server_rss_peak_mib": round(max(memory) / 1024, 1),
+        "server_rss_first_third_mib": round(statistics.mean(memory[:third]) / 1024, 1),
+        "server_rss_last_third_mib": round(statistics.mean(memory[-third:]) / 1024, 1),
         "stop_requests_in_flight": len(held_answers),
         "stop_requests_answered": held_answers.count(200),
         "server_exit_code": server.returncode,
