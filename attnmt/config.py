@@ -289,6 +289,10 @@ class ServeConfig:
     max_sentences: int = ranged(32, "[1, 100000]", help="sentences per request")
     max_beam: int = ranged(10, "[1, 1000]", help="largest beam a request may ask for")
     timeout_s: float = ranged(30.0, "(0, 86400]", help="seconds a request may wait and run before a 504")
+    # A client that stops half-way through its body would otherwise hold its request, and a graceful
+    # shutdown, forever.
+    body_timeout_s: float = ranged(10.0, "(0, 86400]", help="seconds a request's body may take to arrive "
+                                                            "before a 408")
     queue_size: int = ranged(256, "[1, 1000000]", help="requests waiting for the model before a 503")
     # Requests arriving within this window with the same options share one model call.
     batch_window_ms: float = ranged(5.0, "[0, 10000]", help="milliseconds to gather requests into a batch")

@@ -76,8 +76,8 @@ class RouteLibreTranslate:
 
 
 async def buffered(receive: Receive) -> tuple[bytes, Receive]:
-    """A request's whole body (the body limit, BodyLimit, runs first and bounds it), and a receive
-    that gives it again to the app."""
+    """A request's whole body (the server's BodyLimit runs first: it bounds the body, reads it within
+    a timeout and passes on only whole ones), and a receive that gives it again to the app."""
     body, more = b"", True
     while more:
         message = await receive()

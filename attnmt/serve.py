@@ -150,6 +150,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorResponse, "description": "malformed JSON or Content-Length"},
     401: {"model": ErrorResponse, "description": "no API key, on a server with keys (--api-keys)"},
     403: {"model": ErrorResponse, "description": "an API key this server does not know"},
+    408: {"model": ErrorResponse, "description": "a body that took longer than the server's body timeout to arrive"},
     411: {"model": ErrorResponse, "description": "a body without Content-Length"},
     413: {"model": ErrorResponse, "description": "over a size limit (body, sentences, characters, tokens)"},
     415: {"model": ErrorResponse, "description": "a body that is not sent as application/json"},
@@ -275,26 +276,40 @@ class Batcher:
 
 
 class BodyLimit:
-    """Refuse a body over the limit before reading it (413), and one of unknown length (411)."""
+    """Refuse a body over the limit before reading it (413) and one of unknown length (411); read the
+    rest whole within `timeout_s`, or answer 408 and close the connection; pass nothing on from a
+    client that leaves half-way through its body (no one is left to answer)."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int):
+    def __init__(self, app: ASGIApp, max_bytes: int, timeout_s: float):
         self.app = app
         self.max_bytes = max_bytes
+        self.timeout_s = timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            headers = dict(scope["headers"])
-            length = headers.get(b"content-length")
-            problem = None
-            if length is None and b"transfer-encoding" in headers:
-                problem = error_response(411, "send the body with a Content-Length header")
-            elif length is not None and not length.isdigit():
-                problem = error_response(400, "Content-Length is not a number")
-            elif length is not None and int(length) > self.max_bytes:
-                problem = error_response(413, f"the body has {int(length)} bytes; the limit is {self.max_bytes}")
-            if problem is not None:
-                await problem(scope, receive, send)
-                return
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope["headers"])
+        length = headers.get(b"content-length")
+        problem = None
+        if length is None and b"transfer-encoding" in headers:
+            problem = error_response(411, "send the body with a Content-Length header")
+        elif length is not None and not length.isdigit():
+            problem = error_response(400, "Content-Length is not a number")
+        elif length is not None and int(length) > self.max_bytes:
+            problem = error_response(413, f"the body has {int(length)} bytes; the limit is {self.max_bytes}")
+        elif length is not None and int(length) > 0:
+            try:
+                body, receive = await asyncio.wait_for(buffered(receive), self.timeout_s)
+            except asyncio.TimeoutError:
+                problem = error_response(408, f"the body did not arrive within {self.timeout_s:g} s",
+                                         {"Connection": "close"})
+            else:
+                if len(body) < int(length):  # the client went away
+                    return
+        if problem is not None:
+            await problem(scope, receive, send)
+            return
         await self.app(scope, receive, send)
 
 
@@ -404,12 +419,12 @@ def create_app(translator: Translator, limits: Optional[ServeConfig] = None, key
     # FastAPI's /docs and /redoc pages load scripts from a CDN; the server must work offline.
     app = FastAPI(title="attnmt", description="Attention-based NMT: translations with their attention weights.",
                   lifespan=lifespan, docs_url=None, redoc_url=None)
-    # Run outermost first: BodyLimit bounds the body, RouteLibreTranslate sends LibreTranslate's
-    # POST /translate on, Guard then sees the path that will answer.
+    # Run outermost first: BodyLimit bounds the body and reads it, RouteLibreTranslate sends
+    # LibreTranslate's POST /translate on, Guard then sees the path that will answer.
     app.add_middleware(Guard, paths=frozenset({"/translate", "/explain", PREFIX + "/translate"}), keys=keys,
                        rates=rates)
     app.add_middleware(RouteLibreTranslate)
-    app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes())
+    app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes(), timeout_s=limits.body_timeout_s)
 
     @app.exception_handler(ServeError)
     async def _serve_error(_request: Any, err: ServeError) -> JSONResponse:
@@ -514,8 +529,9 @@ def create_app(translator: Translator, limits: Optional[ServeConfig] = None, key
 
 def serve(translator: Translator, host: str, port: int, limits: ServeConfig, log: Callable[[str], None] = print,
           name: str = "the model", keys: Optional[KeyFile] = None) -> None:
-    """Serve the translator's model (`name` in the log) until interrupted; port 0 picks a free port
-    (printed). With `keys`, translating needs a key; SIGHUP reads the key file again."""
+    """Serve the translator's model (`name` in the log) until SIGTERM or SIGINT: the requests in flight
+    are answered, then serve() returns (SIGTERM) or raises KeyboardInterrupt (SIGINT). Port 0 picks a
+    free port (printed). With `keys`, translating needs a key; SIGHUP reads the key file again."""
     validate_serve(limits)
     note = translator.precision_note()
     if note:
@@ -542,11 +558,20 @@ def serve(translator: Translator, host: str, port: int, limits: ServeConfig, log
     # uvicorn's proxy_headers (on) takes the client address from X-Forwarded-For when the connection
     # comes from FORWARDED_ALLOW_IPS (127.0.0.1 unless set): a reverse proxy's clients get their own rates.
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, timeout_keep_alive=75))
-    # Only the main thread may set a handler; uvicorn handles SIGINT and SIGTERM, not SIGHUP.
-    hangup = keys is not None and hasattr(signal, "SIGHUP") and threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGHUP, lambda _signum, _frame: keys.reload()) if hangup else None
+    # uvicorn stops on SIGTERM once the requests in flight are answered, then raises the signal again
+    # for the handler it found (attnmt's CLI: exit 143, as for a killed training run). That stop is
+    # the end of serving, not a failure: with uvicorn's own handler found, serve() returns, and a
+    # SIGTERM just before uvicorn starts listening for it stops the server too. uvicorn handles
+    # SIGINT and SIGTERM, not SIGHUP, which reads the key file again.
+    handlers: dict[int, Callable[[int, Any], None]] = {signal.SIGTERM: server.handle_exit}
+    if keys is not None and hasattr(signal, "SIGHUP"):
+        handlers[signal.SIGHUP] = lambda _signum, _frame: keys.reload()
+    # Only the main thread may set a handler.
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = {signum: signal.signal(signum, handler) for signum, handler in handlers.items()} if main_thread else {}
     try:
         server.run(sockets=[sock])
     finally:
-        if previous is not None:  # None: not set here, or not by Python
-            signal.signal(signal.SIGHUP, previous)
+        for signum, handler in previous.items():
+            if handler is not None:  # None: not set by Python
+                signal.signal(signum, handler)

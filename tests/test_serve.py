@@ -1,6 +1,9 @@
 """The HTTP server in-process (FastAPI's TestClient): answers, batching, limits, errors, OpenAPI."""
 
+import asyncio
 import contextlib
+import json
+import signal
 import socket
 import subprocess
 import sys
@@ -9,13 +12,15 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterator
+from urllib.parse import urlsplit
 
 import numpy as np
 import pytest
+from conftest import server_process
 from fastapi.testclient import TestClient
 
 from attnmt.config import ServeConfig
-from attnmt.serve import STATIC, create_app
+from attnmt.serve import STATIC, BodyLimit, create_app
 from attnmt.translate import Translator
 
 DATES = ["March 14, 2026", "3. Oktober 1990", "the 21st of June 1975", "12/25/2031", "Fr., 09.11.1989",
@@ -175,6 +180,39 @@ def test_bodies_that_are_not_requests(client, content, headers, status, fragment
     assert fragment in response.json()["error"]
 
 
+def test_a_body_that_stalls_is_answered_408_and_one_cut_short_reaches_no_handler():
+    """BodyLimit on its own (a client that stops sending cannot be played through TestClient)."""
+    body = b'{"text": "1 May 2000"}'
+    handled: list[bytes] = []
+
+    async def app(_scope, receive, _send) -> None:
+        handled.append((await receive())["body"])
+
+    async def exchange(*messages: dict) -> list[dict]:
+        """The messages the client sends, then nothing more (the client stalls)."""
+        queue = [*messages]
+        answer: list[dict] = []
+
+        async def receive() -> dict:
+            return queue.pop(0) if queue else await asyncio.Event().wait()
+
+        async def send(message: dict) -> None:
+            answer.append(message)
+
+        scope = {"type": "http", "method": "POST", "path": "/translate",
+                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]}
+        await BodyLimit(app, max_bytes=1000, timeout_s=0.2)(scope, receive, send)
+        return answer
+
+    half = {"type": "http.request", "body": body[:9], "more_body": True}
+    rest = {"type": "http.request", "body": body[9:], "more_body": False}
+    assert asyncio.run(exchange(half, rest)) == [] and handled == [body]
+    start, answer_body = asyncio.run(exchange(half))
+    assert start["status"] == 408 and (b"connection", b"close") in start["headers"]
+    assert json.loads(answer_body["body"]) == {"error": "the body did not arrive within 0.2 s"}
+    assert asyncio.run(exchange(half, {"type": "http.disconnect"})) == [] and handled == [body]
+
+
 def test_unknown_paths_and_methods_are_json_errors(client):
     assert client.get("/nowhere").json() == {"error": "Not Found"}
     refused = client.get("/translate")
@@ -212,6 +250,20 @@ def test_cli_serve_reports_a_busy_port_in_one_line(dates_model):
                                 capture_output=True, text=True, timeout=120)
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip() == f"attnmt: error: cannot listen on 127.0.0.1:{port}: Address already in use"
+
+
+def test_sigterm_answers_the_request_in_flight_then_exits_0(dates_model):
+    body = b'{"text": "1 May 2000"}'
+    with server_process(dates_model) as (url, process), \
+            socket.create_connection((urlsplit(url).hostname, urlsplit(url).port)) as held:
+        held.sendall(b"POST /translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n%s" % (len(body), body[:-1]))
+        time.sleep(0.5)  # the server has the request's start
+        process.send_signal(signal.SIGTERM)
+        time.sleep(0.5)  # and is stopping
+        held.sendall(body[-1:])
+        assert held.makefile("rb").readline().startswith(b"HTTP/1.1 200")
+        assert process.wait(timeout=10) == 0, process.stderr.read()
 
 
 def test_a_model_without_attention_answers_without_weights(no_attention_model: Path):

@@ -1,0 +1,29 @@
+"""bench/load.py, briefly: mixed and faulty traffic against a real server, then its stop with requests in flight."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+FAULTS = ["disconnect_after_request", "disconnect_mid_body", "slow_body", "stalled_body", "oversized_body"]
+
+
+@pytest.mark.slow  # a real server under load for 5 s, then stopped
+def test_the_load_check_passes_with_every_fault_sent_and_a_clean_stop(dates_model):
+    # A body timeout of 1 s lets the stalled bodies get their 408 within the run.
+    run = subprocess.run([sys.executable, str(REPO / "bench" / "load.py"), "--model", str(dates_model),
+                          "--clients", "10", "--seconds", "5", "--", "--body-timeout-s", "1"],
+                         cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    assert run.stdout.splitlines()[-1] == "load check passed"
+    metrics = {name: float(value) for name, value in re.findall(r"^metric=(\S+) value=(\S+)$", run.stdout, re.M)}
+    assert metrics["errors"] == 0 and metrics["server_log_errors"] == 0
+    assert metrics["requests_valid_json"] > 0 and metrics["requests_valid_libretranslate_form"] > 0
+    valid = metrics["requests_valid_json"] + metrics["requests_valid_libretranslate_form"]
+    assert metrics["valid_requests_answered"] == valid
+    assert all(metrics[f"requests_fault_{fault}"] >= 1 for fault in FAULTS), metrics
+    assert metrics["stop_requests_in_flight"] == metrics["stop_requests_answered"] == 10 - len(FAULTS)
+    assert metrics["server_exit_code"] == 0 and metrics["stop_seconds"] < 10
