@@ -562,7 +562,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = commands.add_parser("serve", help="translate over HTTP, with the attention explorer page at /")
     add_model(serve)
-    serve.set_defaults(engine="attnmt")  # the explorer and /explain read the model itself
+    add_engine(serve)
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     serve.add_argument("--port", type=Number(int, Range("[0, 65535]")), default=8000,
                        help="port (default: %(default)s; 0 = any free port)")

@@ -22,7 +22,7 @@ from .modelfile import CTRANSLATE2_ENGINE_FILE
 from .precision import precision_note
 from .precision import resolve as resolve_precision
 from .tokenize import Tokenizer, tokenizers_from_dicts
-from .translate import TextTranslator, Translation
+from .translate import EngineInfo, TextTranslator, Translation
 
 # attnmt's decode.precision as CTranslate2's compute type (int8: int8 products, float32 elsewhere).
 COMPUTE_TYPES = {"fp32": "float32", "bf16": "bfloat16", "int8": "int8_float32"}
@@ -39,10 +39,11 @@ class CTranslate2Translator(TextTranslator):
     where attnmt uses GNMT's ((5 + length) / 6)^alpha; with alpha 0 (the default) both rank alike."""
 
     def __init__(self, engine: Any, config: Config, src_tokenizer: Tokenizer, tgt_tokenizer: Tokenizer,
-                 device: torch.device) -> None:
+                 device: torch.device, architecture: dict[str, int | str | bool], vocab_sizes: tuple[int, int]) -> None:
         self.engine, self.config = engine, config
         self.src_tokenizer, self.tgt_tokenizer = src_tokenizer, tgt_tokenizer
         self._device = device
+        self.architecture, self.vocab_sizes = architecture, vocab_sizes
 
     @classmethod
     def load(cls, path: str | Path, device: str = "auto", precision: Optional[str] = None) -> "CTranslate2Translator":
@@ -56,6 +57,8 @@ class CTranslate2Translator(TextTranslator):
             saved = json.loads(engine_file.read_text(encoding="utf-8"))
             config = config_from_dict(saved["config"])
             src_tokenizer, tgt_tokenizer = tokenizers_from_dicts(saved["src_tokenizer"], saved["tgt_tokenizer"])
+            architecture, vocab_sizes = dict(saved["architecture"]), (int(saved["src_vocab_size"]),
+                                                                     int(saved["tgt_vocab_size"]))
         except (OSError, ValueError, KeyError, TypeError, AttnmtError) as err:
             raise AttnmtError(f"{engine_file}: unreadable ({first_line(err)}); export the model again") from None
         override_decode_precision(config, precision)
@@ -68,10 +71,14 @@ class CTranslate2Translator(TextTranslator):
         except (RuntimeError, ValueError) as err:
             raise AttnmtError(f"{path}: CTranslate2 cannot load it in {compute_type} on {where}: "
                               f"{first_line(err)}") from None
-        return cls(engine, config, src_tokenizer, tgt_tokenizer, where)
+        return cls(engine, config, src_tokenizer, tgt_tokenizer, where, architecture, vocab_sizes)
 
     def precision_note(self) -> Optional[str]:
         return precision_note({"decode.precision": self.config.decode.precision}, self._device)
+
+    def engine_info(self) -> EngineInfo:
+        return EngineInfo("ctranslate2", self.architecture, *self.vocab_sizes,
+                          resolve_precision(self.config.decode.precision, self._device), {"cross": (1, 1)})
 
     def _search(self, sources: list[list[str]], n_best: int, beam_size: int, alpha: float,
                 batch_size: int) -> list[list[Translation]]:

@@ -115,10 +115,13 @@ def export_ctranslate2(model_path: str | Path, out_dir: str | Path, quantization
 
 def write_engine_file(out_dir: Path, translator: Translator) -> None:
     """What attnmt needs besides CTranslate2's model to translate text with it (`ct2.py`): the
-    config (decoding settings, languages) and both tokenizers."""
+    config (decoding settings, languages), both tokenizers, and what a server reports of the model."""
     description = translator.description.metadata()
+    info = translator.engine_info()
     engine = {"kind": "attnmt-ctranslate2", "config": description["config"],
-              "src_tokenizer": description["src_tokenizer"], "tgt_tokenizer": description["tgt_tokenizer"]}
+              "src_tokenizer": description["src_tokenizer"], "tgt_tokenizer": description["tgt_tokenizer"],
+              "architecture": info.architecture, "src_vocab_size": info.src_vocab_size,
+              "tgt_vocab_size": info.tgt_vocab_size}
     (out_dir / CTRANSLATE2_ENGINE_FILE).write_text(json.dumps(engine), encoding="utf-8")
 
 

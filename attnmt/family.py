@@ -69,6 +69,10 @@ class Model(Protocol):
 
     def describe(self) -> dict[str, int | str | bool]: ...   # the family's sizes and kinds, for /model
 
+    def map_shapes(self) -> dict[str, tuple[int, int]]:
+        """The maps attention_maps gives, name -> (layers, heads); empty for a model without attention."""
+        ...
+
     def encode(self, src: torch.Tensor, src_lengths: torch.Tensor) -> tuple[Memory, State]: ...
 
     def step(self, prev_tokens: torch.Tensor, state: State, memory: Memory

@@ -19,7 +19,7 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .translate import Translator
+from .translate import TextTranslator
 
 PREFIX = "/libretranslate"
 FORM = "application/x-www-form-urlencoded"
@@ -124,7 +124,7 @@ def _fields(content_type: str, body: bytes, strict: bool = True) -> dict[str, An
     return fields
 
 
-def libretranslate_router(translator: Translator, decode_nbest: Callable[..., Any], prefix: str = PREFIX,
+def libretranslate_router(translator: TextTranslator, decode_nbest: Callable[..., Any], prefix: str = PREFIX,
                           with_translate: bool = True, responses: Optional[dict[int | str, dict[str, Any]]] = None
                           ) -> APIRouter:
     """/translate and /languages of the LibreTranslate API under `prefix` (the root gets /languages

@@ -70,6 +70,9 @@ class Seq2Seq(nn.Module):
                 "enc_hidden": c.enc_hidden, "bidirectional": c.bidirectional, "enc_layers": c.enc_layers,
                 "dec_hidden": c.dec_hidden, "dec_layers": c.dec_layers, "input_feeding": c.input_feeding}
 
+    def map_shapes(self) -> dict[str, tuple[int, int]]:
+        return {"cross": (1, 1)} if self.returns_attention else {}
+
     def int8_layers(self) -> list[tuple[nn.Module, torch.dtype]]:
         """The layers whose products run at every decoding step, each with the dtype of its output
         in int8 decoding (fast/int8.py): the decoder's RNN, the attention's query projection, the

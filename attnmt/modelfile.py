@@ -61,8 +61,8 @@ def load_file(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]
     """Tensors and metadata of an attnmt file; a clear error for anything else."""
     path = Path(path)
     if (path / CTRANSLATE2_ENGINE_FILE).is_file():
-        raise AttnmtError(f"{path}: a CTranslate2 model (attnmt export), which only translate, evaluate and plot "
-                          f"decode (--engine ctranslate2); give this command the attnmt model file it came from")
+        raise AttnmtError(f"{path}: a CTranslate2 model (attnmt export), which only translate, evaluate, plot and "
+                          f"serve decode (--engine ctranslate2); give this command the attnmt model file it came from")
     if not path.is_file():
         raise AttnmtError(f"{path}: model file not found" if not path.exists() else f"{path}: not a regular file")
     try:

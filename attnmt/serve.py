@@ -28,10 +28,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from .access import Caller, KeyFile, RateLimited, RateLimits
 from .config import ServeConfig, validate_serve
 from .errors import AttnmtError
-from .explain import explain
 from .family import AttentionView
 from .libretranslate import PREFIX, LibreTranslateError, RouteLibreTranslate, body_fields, buffered, libretranslate_router
-from .translate import Translation, Translator
+from .translate import TextTranslator, Translation
 
 STATIC = Path(__file__).parent / "static"
 # Four decimals keep an attention matrix small in JSON and are more than a heatmap can show.
@@ -143,6 +142,10 @@ class ModelInfo(BaseModel):
     tgt_vocab_size: int
     beam_size: int = Field(description="the beam used when a request names none")
     precision: str = Field(description="what decoding runs in here: fp32, bf16 or int8 (`auto` resolved)")
+    engine: str = Field(description="what decodes: attnmt (its own engine) or ctranslate2 (an exported model)")
+    explains: bool = Field(description="whether /explain can open the decoding steps (attnmt's own engine)")
+    maps: dict[str, tuple[int, int]] = Field(description="the attention maps `maps: true` returns, name -> "
+                                                         "[layers, heads]; none without attention")
     limits: dict[str, int | float] = Field(description="the server's limits (ServeConfig), max_tokens as enforced")
 
 
@@ -188,7 +191,7 @@ class _Job:
 class Batcher:
     """Queued requests in, one model call per group of requests with the same beam and n_best."""
 
-    def __init__(self, translator: Translator, limits: ServeConfig):
+    def __init__(self, translator: TextTranslator, limits: ServeConfig):
         self.translator = translator
         self.limits = limits
         self.queue: asyncio.Queue[_Job] = asyncio.Queue(limits.queue_size)
@@ -398,7 +401,7 @@ def _sentence(nbest: list[Translation], attention: bool, n_best: int,
     return result
 
 
-def create_app(translator: Translator, limits: Optional[ServeConfig] = None, keys: Optional[KeyFile] = None) -> FastAPI:
+def create_app(translator: TextTranslator, limits: Optional[ServeConfig] = None, keys: Optional[KeyFile] = None) -> FastAPI:
     """The ASGI app: /translate, /explain, the LibreTranslate API, /health, /model, the explorer page
     at / and its /static files. With `keys`, what translates needs one of them; /health, /model,
     /languages and the page stay open (they tell nothing a key protects, and run no model)."""
@@ -406,6 +409,7 @@ def create_app(translator: Translator, limits: Optional[ServeConfig] = None, key
     validate_serve(limits)
     rates = RateLimits(limits)
     decode = translator.config.decode
+    engine = translator.engine_info()
     # Never let the translator cut a long input silently: refuse it instead.
     max_tokens = min(limits.max_tokens, decode.max_src_len)
 
@@ -485,15 +489,20 @@ def create_app(translator: Translator, limits: Optional[ServeConfig] = None, key
     app.include_router(libretranslate_router(translator, decode_nbest, responses=ERROR_RESPONSES))
     app.include_router(libretranslate_router(translator, decode_nbest, prefix="", with_translate=False))
 
-    @app.post("/explain", response_model=ExplainResponse, responses=ERROR_RESPONSES)
+    @app.post("/explain", response_model=ExplainResponse, responses={
+        **ERROR_RESPONSES, 501: {"model": ErrorResponse, "description": "this server's engine (CTranslate2) gives no "
+                                                                          "per-step numbers"}})
     async def explain_step_by_step(request: ExplainRequest, http: Request) -> dict[str, Any]:
         """Every number of each greedy decoding step of one sentence (attnmt explain --json)."""
+        if not translator.explains:
+            raise ServeError(501, f"this server decodes with {engine.engine}, which gives no per-step numbers: serve "
+                                  f"the model file (.safetensors) to explain")
         check(http, [request.text], 1, 1)
         view = AttentionView(request.attention, request.layer, request.head)
 
         def work() -> dict[str, Any]:
             try:
-                return explain(translator, request.text, view).to_dict()
+                return translator.explain(request.text, view).to_dict()
             except AttnmtError as err:
                 raise ServeError(422, str(err)) from None
 
@@ -508,11 +517,10 @@ def create_app(translator: Translator, limits: Optional[ServeConfig] = None, key
     config = translator.config
     rnn = config.model.arch == "rnn"
     info = {"src_lang": config.data.src_lang, "tgt_lang": config.data.tgt_lang, "arch": config.model.arch,
-            "architecture": translator.model.describe(), "rnn": config.model.rnn if rnn else None,
-            "decoder": config.model.decoder if rnn else None, "attention": config.model.attention if rnn else "multihead",
-            "tokenizer": config.tokenizer.level, "src_vocab_size": len(translator.src_vocab),
-            "tgt_vocab_size": len(translator.tgt_vocab), "beam_size": decode.beam_size,
-            "precision": translator.precision, "limits": {**asdict(limits), "max_tokens": max_tokens}}
+            "rnn": config.model.rnn if rnn else None, "decoder": config.model.decoder if rnn else None,
+            "attention": config.model.attention if rnn else "multihead", "tokenizer": config.tokenizer.level,
+            "beam_size": decode.beam_size, **asdict(engine), "explains": translator.explains,
+            "limits": {**asdict(limits), "max_tokens": max_tokens}}
 
     @app.get("/model", response_model=ModelInfo)
     async def model() -> dict[str, Any]:
@@ -527,7 +535,7 @@ def create_app(translator: Translator, limits: Optional[ServeConfig] = None, key
     return app
 
 
-def serve(translator: Translator, host: str, port: int, limits: ServeConfig, log: Callable[[str], None] = print,
+def serve(translator: TextTranslator, host: str, port: int, limits: ServeConfig, log: Callable[[str], None] = print,
           name: str = "the model", keys: Optional[KeyFile] = None) -> None:
     """Serve the translator's model (`name` in the log) until SIGTERM or SIGINT: the requests in flight
     are answered, then serve() returns (SIGTERM) or raises KeyboardInterrupt (SIGINT). Port 0 picks a

@@ -268,6 +268,10 @@ class Transformer(nn.Module):
         return {"d_model": c.emb_dim, "heads": c.heads, "ff_dim": c.ff_dim, "enc_layers": c.enc_layers,
                 "dec_layers": c.dec_layers, "norm": c.norm, "positions": c.positions, "activation": c.activation}
 
+    def map_shapes(self) -> dict[str, tuple[int, int]]:
+        c = self.config
+        return {"cross": (c.dec_layers, c.heads), "encoder": (c.enc_layers, c.heads), "decoder": (c.dec_layers, c.heads)}
+
     def int8_layers(self) -> list[tuple[nn.Module, torch.dtype]]:
         return []                # fast/int8.py quantizes the RNN decoder only, so far
 

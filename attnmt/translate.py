@@ -7,7 +7,7 @@ import copy
 import itertools
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, Optional
+from typing import TYPE_CHECKING, Iterable, Iterator, Optional
 
 import numpy as np
 import torch
@@ -15,7 +15,7 @@ import torch
 from .batch import pad
 from .config import Config, override_decode_precision
 from .errors import AttnmtError, first_line
-from .family import Model
+from .family import AttentionView, Model
 from .fast import top_k
 from .fast.compiled import compiled_step
 from .fast.int8 import int8_decoding_copy
@@ -26,6 +26,9 @@ from .precision import resolve as resolve_precision
 from .search import Hypothesis, Step, beam_search, greedy
 from .tokenize import Tokenizer
 from .vocab import SOS_ID, Vocabulary
+
+if TYPE_CHECKING:
+    from .explain import Explanation
 
 CHUNK = 64  # batches of sentences read, handed to one search call and yielded at a time
 
@@ -48,6 +51,7 @@ class TextTranslator(abc.ABC):
     config: Config
     src_tokenizer: Tokenizer
     tgt_tokenizer: Tokenizer
+    explains: bool = False   # `explain` can open each decoding step (attnmt's own engine)
 
     def tokenize_source(self, text: str) -> list[str]:
         return self.src_tokenizer.tokenize(text)[: self.config.decode.max_src_len]
@@ -114,9 +118,30 @@ class TextTranslator(abc.ABC):
         """Every attention map the engine can give for one translation, name -> [layers, heads,
         queries, keys] (Translator.attention_maps says which)."""
 
+    @abc.abstractmethod
+    def engine_info(self) -> EngineInfo:
+        """What decodes here, as a server reports it (/model)."""
+
+    def explain(self, sentence: str, view: AttentionView = AttentionView()) -> Explanation:
+        """Every number of each greedy decoding step of `sentence` (explain.py), where `explains`."""
+        raise AttnmtError(f"the {self.engine_info().engine} engine gives no per-step numbers: explain the model file "
+                          f"(.safetensors) with attnmt's own engine")
+
+
+@dataclass
+class EngineInfo:
+    engine: str                                  # attnmt or ctranslate2
+    architecture: dict[str, int | str | bool]    # the family's sizes and kinds (Model.describe)
+    src_vocab_size: int
+    tgt_vocab_size: int
+    precision: str                               # fp32, bf16 or int8: decode.precision with auto resolved
+    maps: dict[str, tuple[int, int]]             # the maps attention_maps gives, name -> (layers, heads)
+
 
 class Translator(TextTranslator):
     """attnmt's own engine: a trained model with its tokenizers and vocabularies."""
+
+    explains = True
 
     def __init__(self, model: Model, config: Config, src_tokenizer: Tokenizer, tgt_tokenizer: Tokenizer,
                  src_vocab: Vocabulary, tgt_vocab: Vocabulary, compile: bool = False):
@@ -249,6 +274,15 @@ class Translator(TextTranslator):
         tgt_in = torch.tensor([[SOS_ID] + output[:-1]], device=self.device)    # the inputs that produced `output`
         maps = model.attention_maps(src, torch.tensor([src.shape[1]]), tgt_in)
         return {name: weights[0].float().cpu().numpy() for name, weights in maps.items()}
+
+    def engine_info(self) -> EngineInfo:
+        return EngineInfo("attnmt", self.model.describe(), len(self.src_vocab), len(self.tgt_vocab), self.precision,
+                          self.model.map_shapes())
+
+    def explain(self, sentence: str, view: AttentionView = AttentionView()) -> Explanation:
+        from .explain import explain  # explain.py reads a Translator's model
+
+        return explain(self, sentence, view)
 
     def _translation(self, source_tokens: list[str], hypothesis: Hypothesis) -> Translation:
         tokens = self.tgt_vocab.decode(hypothesis.ids)

@@ -154,6 +154,24 @@ def test_every_map_of_a_transformer(browser, transformer_dates_model):
         assert weights == pytest.approx(expected["weights"], abs=1e-4) and len(weights) == 3  # <sos> and 2 outputs
 
 
+def test_a_server_on_ctranslate2_shows_its_one_map(browser, transformer_dates_model, tmp_path):
+    """CTranslate2 gives the last layer's mean over heads and no steps: no map choices, no explain panel."""
+    pytest.importorskip("ctranslate2", reason="the ctranslate2 package (the test extra) is not installed")
+    from attnmt.export import export_ctranslate2
+
+    out = export_ctranslate2(transformer_dates_model, tmp_path / "ct2")
+    with serving(out) as url, browsing(browser, url) as page:
+        page.wait_for_function("document.querySelector('#model-info').textContent.includes('Transformer')")
+        text = "May 5, 2001"
+        translate_on_page(page, text)
+        result = httpx.post(url + "translate", json={"text": text}).json()["results"][0]
+        assert page.locator("#heatmap .cell").count() == len(result["tokens"]) * len(result["source_tokens"])
+        assert page.locator("#map-controls").is_hidden() and page.locator("#explain-hint").is_hidden()
+        page.click('#heatmap .tok.out[data-row="1"]')
+        page.wait_for_timeout(300)  # time for a request the page must not send
+        assert page.locator("#explain").is_hidden()
+
+
 def test_the_explain_panel_shows_every_number_of_a_step(page, server):
     text = "3. Oktober 1990"
     translate_on_page(page, text)

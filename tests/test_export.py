@@ -96,10 +96,39 @@ def test_what_the_ctranslate2_engine_cannot_do_is_one_line(transformer_dates_mod
             (["translate", str(out), "--compile"], "--compile is an option of attnmt's own engine"),
             (["plot", str(out), DATES[0], "--target", "x", "--out", str(tmp_path / "a.png")],
              "--target reads attention by teacher forcing"),
-            (["serve", str(out)], "a CTranslate2 model (attnmt export), which only translate, evaluate and plot"),
-            (["explain", str(out), DATES[0]], "a CTranslate2 model (attnmt export)"),
+            (["serve", str(out), "--reference"], "--reference is an option of attnmt's own engine"),
+            (["explain", str(out), DATES[0]],
+             "a CTranslate2 model (attnmt export), which only translate, evaluate, plot and serve decode"),
             (["translate", str(transformer_dates_model), "--engine", "ctranslate2"],
              "not a model that attnmt export --to ctranslate2 wrote")):
         assert main(argv) == 2, argv
         err = capsys.readouterr().err
         assert message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_server_decodes_with_ctranslate2(transformer_dates_model, tmp_path):
+    """attnmt serve on an exported directory: the same translations and heatmap matrix as attnmt's own
+    engine in fp32, one map (CTranslate2's) where the explorer asks for maps, and /explain refused."""
+    from fastapi.testclient import TestClient
+
+    from attnmt.ct2 import CTranslate2Translator
+    from attnmt.serve import create_app
+
+    out = export_ctranslate2(transformer_dates_model, tmp_path / "ct2")
+    ours = Translator.load(transformer_dates_model, "cpu", precision="fp32").translate(DATES[:4])
+    with TestClient(create_app(CTranslate2Translator.load(out, "cpu", "fp32"))) as client:
+        info = client.get("/model").json()
+        assert info["engine"] == "ctranslate2" and info["explains"] is False and info["maps"] == {"cross": [1, 1]}
+        assert info["arch"] == "transformer" and info["architecture"]["heads"] == 4
+        own = Translator.load(transformer_dates_model, "cpu").engine_info()
+        assert (info["src_vocab_size"], info["tgt_vocab_size"]) == (own.src_vocab_size, own.tgt_vocab_size)
+        answer = client.post("/translate", json={"texts": DATES[:4], "attention": True, "maps": True})
+        assert answer.status_code == 200
+        for result, mine in zip(answer.json()["results"], ours):
+            assert result["translation"] == mine.text
+            np.testing.assert_allclose(result["attention"], mine.attention, atol=1e-3)
+            assert np.array(result["maps"]["cross"]).shape == (1, 1, len(mine.tokens), len(mine.source_tokens))
+        libre = client.post("/translate", data={"q": DATES[0], "source": "de", "target": "en"})
+        assert libre.status_code == 200 and libre.json()["translatedText"] == ours[0].text
+        refused = client.post("/explain", json={"text": DATES[0]})
+        assert refused.status_code == 501 and "ctranslate2, which gives no per-step numbers" in refused.json()["error"]

@@ -108,6 +108,7 @@ def test_health_and_model(client, translator):
     assert (info["src_lang"], info["tgt_lang"], info["attention"], info["rnn"]) == ("de", "en", "bahdanau", "gru")
     assert (info["src_vocab_size"], info["tgt_vocab_size"]) == (len(translator.src_vocab), len(translator.tgt_vocab))
     assert info["limits"]["max_sentences"] == 4 and info["limits"]["max_tokens"] == 30
+    assert info["maps"] == {"cross": [1, 1]} and info["engine"] == "attnmt" and info["explains"] is True
 
 
 def test_concurrent_requests_share_one_model_call(client, translator):
@@ -268,7 +269,8 @@ def test_sigterm_answers_the_request_in_flight_then_exits_0(dates_model):
 
 def test_a_model_without_attention_answers_without_weights(no_attention_model: Path):
     with TestClient(create_app(Translator.load(no_attention_model, device="cpu"), LIMITS)) as client:
-        assert client.get("/model").json()["attention"] == "none"
+        info = client.get("/model").json()
+        assert info["attention"] == "none" and info["maps"] == {}
         body = client.post("/translate", json={"texts": DATES[:2], "beam": 2, "n_best": 2, "attention": True})
         assert body.status_code == 200, body.text
         for result in body.json()["results"]:

@@ -184,6 +184,8 @@ def test_serving_reports_the_family(transformer_dates_model):
         assert torch.tensor(maps["cross"]).shape == (2, 4, n_out, n_src)
         assert torch.tensor(maps["encoder"]).shape == (2, 4, n_src, n_src)
         assert torch.tensor(maps["decoder"]).shape == (2, 4, n_out, n_out)
+        assert info["maps"] == {name: list(torch.tensor(m).shape[:2]) for name, m in maps.items()}  # layers, heads
+        assert info["engine"] == "attnmt" and info["explains"] is True
         assert empty == {}
 
 

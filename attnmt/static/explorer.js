@@ -14,7 +14,7 @@
   let pinned = null;        // a token or cell clicked: its highlight stays until the next click
   let inFlight = null;      // AbortController of the request in flight
   let timer = null;
-  let model = null;         // /model: the family and its sizes
+  let model = null;         // /model: the family, its sizes, the engine's maps (name -> [layers, heads])
   const mapSelect = $("map"), layerSelect = $("layer"), headSelect = $("head");
   // What each map's rows and columns are (Translator.attention_maps).
   const MAPS = {
@@ -38,6 +38,12 @@
 
   function setStatus(text) { $("status").textContent = text; }
 
+  // More than one map, layer or head to choose from (a Transformer on attnmt's own engine).
+  function mapChoices() {
+    const shapes = Object.values(model ? model.maps : {});
+    return shapes.length > 1 || shapes.some(([layers, heads]) => layers > 1 || heads > 1);
+  }
+
   function showError(message) {
     $("error").textContent = message;
     $("error").hidden = false;
@@ -58,9 +64,12 @@
       beamInput.max = info.limits.max_beam;
       source.maxLength = info.limits.max_chars;
       model = info;
-      if (info.arch === "transformer") {
+      $("explain-hint").hidden = !info.explains;
+      if (mapChoices()) {
         $("map-controls").hidden = false;
-        fillOptions(headSelect, ["mean", ...Array.from({ length: a.heads }, (_, h) => String(h + 1))], "mean");
+        for (const option of [...mapSelect.options]) if (!(option.value in info.maps)) option.remove();
+        const heads = info.maps.cross[1];
+        fillOptions(headSelect, ["mean", ...Array.from({ length: heads }, (_, h) => String(h + 1))], "mean");
         fillLayers();
       }
     } catch (err) {
@@ -77,10 +86,9 @@
     select.value = chosen;
   }
 
-  // The encoder's layers for its self-attention, the decoder's for the other two; the last by default.
+  // The layers of the map chosen (the encoder's or the decoder's); the last by default.
   function fillLayers() {
-    const a = model.architecture;
-    const layers = mapSelect.value === "encoder" ? a.enc_layers : a.dec_layers;
+    const layers = model.maps[mapSelect.value][0];
     fillOptions(layerSelect, Array.from({ length: layers }, (_, l) => String(l + 1)), String(layers));
   }
 
@@ -103,7 +111,7 @@
       const response = await fetch("/translate", {
         method: "POST",
         headers: { "Content-Type": "application/json" },
-        body: JSON.stringify({ text, beam, n_best, attention: true, maps: Boolean(model && model.arch === "transformer") }),
+        body: JSON.stringify({ text, beam, n_best, attention: true, maps: mapChoices() }),
         signal: inFlight.signal,
       });
       const body = await response.json();
@@ -241,8 +249,10 @@
     const target = event.target.closest(".tok, .cell");
     pinned = target && target !== pinned ? target : null;
     highlight(pinned || target);
-    const encoderMap = model && model.arch === "transformer" && mapSelect.value === "encoder";  // rows: source
-    if (target && target.classList.contains("out") && !encoderMap) explainStep(Number(target.dataset.row));
+    const encoderMap = mapChoices() && mapSelect.value === "encoder";  // rows: source
+    if (target && target.classList.contains("out") && !encoderMap && model.explains) {
+      explainStep(Number(target.dataset.row));
+    }
   });
 
   // The explain panel: every number of one decoding step (POST /explain, as attnmt explain --json).
