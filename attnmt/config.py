@@ -271,8 +271,9 @@ class DecodeConfig:
     # GNMT length penalty exponent for beam search (0 = rank by plain log-probability).
     alpha: float = ranged(0.0, "[0, 10]")
     # fp32; bf16 matrix products (faster on CPUs with AVX512-BF16/AMX and recent GPUs); int8,
-    # bf16 with the decoder's per-step products (RNN, query, combine, output layer) in int8
-    # (CPUs only; fastest on CPUs with AVX512-VNNI/AMX); or auto: bf16 where the device computes
+    # bf16 with the decoder's per-step products in int8 (RNN: its RNN, query, combine, output layer;
+    # Transformer: each decoder layer's but the source's keys and values, output layer) (CPUs only;
+    # fastest on CPUs with AVX512-VNNI/AMX); or auto: bf16 where the device computes
     # it natively, fp32 elsewhere.
     precision: DecodePrecision = "fp32"
     # Decode with the fast paths (attnmt/fast); false runs the plain reference modules (slower,

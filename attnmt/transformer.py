@@ -273,7 +273,16 @@ class Transformer(nn.Module):
         return {"cross": (c.dec_layers, c.heads), "encoder": (c.enc_layers, c.heads), "decoder": (c.dec_layers, c.heads)}
 
     def int8_layers(self) -> list[tuple[nn.Module, torch.dtype]]:
-        return []                # fast/int8.py quantizes the RNN decoder only, so far
+        """The layers whose products run at every decoding step (fast/int8.py): in each decoder layer
+        the self-attention's four projections, the cross-attention's query and output projections
+        and the feed-forward pair; then the classifier (float32 logits). The cross-attention's key
+        and value projections read the source once per sentence and stay bfloat16."""
+        per_layer = [linear for layer in self.decoder_layers
+                     for linear in (layer.self_attention.query_proj, layer.self_attention.key_proj,
+                                    layer.self_attention.value_proj, layer.self_attention.out_proj,
+                                    layer.cross_attention.query_proj, layer.cross_attention.out_proj,
+                                    layer.feed_forward[0], layer.feed_forward[3])]
+        return [*((linear, torch.bfloat16) for linear in per_layer), (self.classifier, torch.float32)]
 
     def embed(self, embedding: nn.Embedding, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """√d-scaled token embeddings plus position encodings, [B, T, D]."""

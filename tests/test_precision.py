@@ -20,6 +20,7 @@ from attnmt.fast import int8 as int8_module
 from attnmt.fast.int8 import Int8Linear, Int8RNN, int8_decoding_copy, int8_products_exact
 from attnmt.model import Seq2Seq
 from attnmt.train import Part, make_optimizer, train, train_step
+from attnmt.transformer import Transformer
 from attnmt.translate import Translator
 
 MODELS = [
@@ -153,6 +154,37 @@ def test_int8_decoding_copy_runs_every_product_of_a_step_in_int8(model):
             steps = []
             for t in range(tokens.shape[1]):
                 step_logits, state, _ = m.decoder.step(tokens[:, t : t + 1], state, memory)
+                steps.append(step_logits)
+            logits[name] = torch.cat(steps, dim=1)
+    assert logits["int8"].dtype == torch.float32
+    assert (logits["int8"] - logits["fp32"]).norm() / logits["fp32"].norm() < 0.05
+
+
+@needs_exact_int8
+def test_int8_transformer_runs_each_step_product_in_int8_and_reads_the_source_in_bf16():
+    torch.manual_seed(0)
+    values = tiny_dates_config("unused", arch="transformer", emb_dim=32, heads=4, ff_dim=64, enc_layers=2, dec_layers=2,
+                               tie_embeddings=True)
+    fp32 = Transformer(config_from_dict(values).model, 30, 20).eval()
+    int8 = int8_decoding_copy(fp32)
+    for layer in int8.decoder_layers:
+        attention, cross = layer.self_attention, layer.cross_attention
+        assert all(isinstance(linear, Int8Linear) for linear in (
+            attention.query_proj, attention.key_proj, attention.value_proj, attention.out_proj, cross.query_proj,
+            cross.out_proj, layer.feed_forward[0], layer.feed_forward[3]))
+        assert isinstance(cross.key_proj, torch.nn.Linear) and isinstance(cross.value_proj, torch.nn.Linear)
+    assert isinstance(int8.classifier, Int8Linear) and isinstance(fp32.classifier, torch.nn.Linear)
+    assert all(isinstance(m, torch.nn.Linear) for layer in int8.encoder_layers for m in layer.modules()
+               if isinstance(m, (torch.nn.Linear, Int8Linear)))                   # the encoder runs once: bf16
+    src, lengths = torch.randint(4, 30, (4, 9)), torch.tensor([9, 7, 5, 3])
+    tokens = torch.randint(4, 20, (4, 5))
+    logits = {}
+    with torch.inference_mode():
+        for name, m in (("fp32", fp32), ("int8", int8)):
+            memory, state = m.encode(src, lengths)
+            steps = []
+            for t in range(tokens.shape[1]):  # step by step, through the caches, as decoding runs
+                step_logits, state, _ = m.step(tokens[:, t : t + 1], state, memory)
                 steps.append(step_logits)
             logits[name] = torch.cat(steps, dim=1)
     assert logits["int8"].dtype == torch.float32

@@ -1,10 +1,12 @@
 """int8 decoding on CPUs: every matrix product of a decoding step in int8 (decode.precision int8;
 replaces the bfloat16 products of those layers).
 
-A decoding step multiplies the batch's vectors by the decoder RNN's input and recurrent weights,
-the attention's query projection, the combine layer and the output layer. The int8 copy runs
-those in int8; what runs once per sentence (the encoder, the bridge, the key projection) and the
-attention's own arithmetic stay bfloat16.
+A decoding step multiplies the batch's vectors by weight matrices: for the RNN its decoder RNN's
+input and recurrent weights, the attention's query projection, the combine layer and the output
+layer; for the Transformer each decoder layer's projections and feed-forward pair, and the output
+layer (each family lists them: `int8_layers`). The int8 copy runs those in int8; what runs once
+per sentence (the encoder, the bridge, the source's keys and values) and the attention's own
+arithmetic stay bfloat16.
 """
 
 from __future__ import annotations
