@@ -4,7 +4,8 @@
 
 Exports MODEL (a Transformer model file) to CTranslate2 in fp32 and int8 (into a temporary
 directory), then translates SOURCES greedy and with beam 5, `--rounds` times in turn with:
-attnmt's engine in fp32 and in `auto` (bf16 where the CPU computes it natively); CTranslate2 fp32
+attnmt's engine in fp32, in `auto` (bf16 where the CPU computes it natively) and in int8 (where
+this CPU's int8 products are exact); CTranslate2 fp32
 and int8 through attnmt's engine interface (`attnmt translate --engine ctranslate2`: text in and
 out, attention and log-probabilities as attnmt gives them); and CTranslate2 int8 raw
 (`translate_batch` on the tokens, nothing else: the engine at its fastest). Prints each round's
@@ -25,6 +26,7 @@ from compiled import decoding_arguments
 
 from attnmt.ct2 import CTranslate2Translator
 from attnmt.export import ctranslate2_package, export_ctranslate2
+from attnmt.fast.int8 import int8_products_exact
 from attnmt.translate import Translator
 
 
@@ -33,7 +35,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         exported = {q: export_ctranslate2(args.model, Path(scratch) / q, None if q == "fp32" else q)
                     for q in ("fp32", "int8")}
-        attnmt = {p: Translator.load(args.model, "cpu", p) for p in ("fp32", "auto")}
+        precisions = ("fp32", "auto", "int8") if int8_products_exact() else ("fp32", "auto")
+        attnmt = {p: Translator.load(args.model, "cpu", p) for p in precisions}
         ct2 = {q: CTranslate2Translator.load(exported[q], "cpu", q) for q in ("fp32", "int8")}
         raw = ctranslate2_package().Translator(str(exported["int8"]), compute_type="int8_float32",
                                                 intra_threads=args.threads)
