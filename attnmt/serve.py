@@ -144,8 +144,9 @@ class ModelInfo(BaseModel):
     precision: str = Field(description="what decoding runs in here: fp32, bf16 or int8 (`auto` resolved)")
     engine: str = Field(description="what decodes: attnmt (its own engine) or ctranslate2 (an exported model)")
     explains: bool = Field(description="whether /explain can open the decoding steps (attnmt's own engine)")
-    maps: dict[str, tuple[int, int]] = Field(description="the attention maps `maps: true` returns, name -> "
-                                                         "[layers, heads]; none without attention")
+    # A list, not a tuple: FastAPI writes a tuple's schema in a form OpenAPI 3.1 does not allow.
+    maps: dict[str, list[int]] = Field(description="the attention maps `maps: true` returns, name -> "
+                                                   "[layers, heads]; none without attention")
     limits: dict[str, int | float] = Field(description="the server's limits (ServeConfig), max_tokens as enforced")
 
 
