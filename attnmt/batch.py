@@ -63,8 +63,8 @@ def batch_indices(
     by length within pools of 50 batches (few pads, yet no fixed order), and the batches shuffled.
     """
     order = list(range(len(lengths)))
+    rng = rng or random.Random()
     if shuffle:
-        rng = rng or random.Random()
         rng.shuffle(order)
         pool = 50 * (batch_size if batch_type == "sentences" else max(1, batch_size // 20))
     else:

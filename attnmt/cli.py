@@ -65,14 +65,20 @@ def _load_translator(args: argparse.Namespace, path: str) -> TextTranslator:
     """The model at `path` with the device, precision and compile flags, decoded by attnmt or, for a
     directory `attnmt export --to ctranslate2` wrote (or --engine ctranslate2), by CTranslate2."""
     from .ct2 import CTranslate2Translator  # here: `attnmt --help` need not import torch
-    from .translate import Translator
 
     if _engine(args, path) == "attnmt":
-        return Translator.load(path, args.device, args.precision, args.compile, fast_paths=not args.reference)
+        return _load_attnmt(args, path)
     if args.compile or args.reference:
         raise AttnmtError(f"{'--compile' if args.compile else '--reference'} is an option of attnmt's own engine; "
                           f"CTranslate2 decodes {path}")
     return CTranslate2Translator.load(path, args.device, args.precision)
+
+
+def _load_attnmt(args: argparse.Namespace, path: str) -> Translator:
+    """The model at `path`, decoded by attnmt's own engine, with the device, precision and compile flags."""
+    from .translate import Translator
+
+    return Translator.load(path, args.device, args.precision, args.compile, fast_paths=not args.reference)
 
 
 def _engine(args: argparse.Namespace, path: str) -> str:
@@ -132,7 +138,7 @@ def _read_input(path: str | None) -> list[str]:
 
 
 @contextmanager
-def _output(path: str | None) -> Iterator[Callable[[str], None]]:
+def _output(path: str | None) -> Iterator[Callable[[str], object]]:
     """A function that writes text where the output goes, as it is done: to stdout at once, to a
     file (path) only when the block ends without an error, through files.atomic_writer."""
     from .files import atomic_writer
@@ -235,9 +241,9 @@ def _plot(args: argparse.Namespace) -> None:
     if args.target is not None and _engine(args, args.model) == "ctranslate2":
         raise AttnmtError("--target reads attention by teacher forcing, which attnmt's own engine does: give the "
                           "attnmt model file instead of the CTranslate2 directory")
-    translator = _load_translator(args, args.model)
     if args.target is not None:
-        return _plot_alignment(args, translator)
+        return _plot_alignment(args, _load_attnmt(args, args.model))
+    translator = _load_translator(args, args.model)
     if args.gold is not None:
         raise AttnmtError("--gold needs --target: gold links are drawn over the attention of the given translation")
     result = translator.translate([args.sentence])[0]
@@ -397,7 +403,8 @@ def _serve(args: argparse.Namespace) -> None:
     limits = ServeConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(ServeConfig)})
     validate_serve(limits)  # the flags, and the key file below, are refused before the model loads
     keys = KeyFile(args.api_keys, log) if args.api_keys else None
-    serve(_load_translator(args, args.model), args.host, args.port, limits, log=log, name=args.model, keys=keys)
+    # attnmt's own engine: the explorer and /explain read the model itself.
+    serve(_load_attnmt(args, args.model), args.host, args.port, limits, log=log, name=args.model, keys=keys)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -35,7 +35,7 @@ def parse_yaml(text: str) -> Any:
 # auto: bf16 where the device computes it natively, fp32 elsewhere (precision.py).
 TrainPrecision = Literal["fp32", "bf16", "auto"]
 DecodePrecision = Literal["fp32", "bf16", "int8", "auto"]
-PRECISIONS: tuple[str, ...] = typing.get_args(DecodePrecision)
+PRECISIONS: tuple[DecodePrecision, ...] = typing.get_args(DecodePrecision)
 # How `attnmt export --to ctranslate2` may store the weights (CTranslate2's quantization names).
 CTRANSLATE2_QUANTIZATIONS = ("int8", "int8_float32", "int16", "float16", "bfloat16")
 # How `attnmt align` turns attention into links, and combines the links of two directions (align.py).
@@ -76,8 +76,9 @@ def ranged(default: float, interval: str, help: str = "") -> Any:
     return field(default=default, metadata={"range": Range(interval), "help": help})
 
 
-def field_range(cls: type, name: str) -> Optional[Range]:
-    return next(f.metadata.get("range") for f in dataclasses.fields(cls) if f.name == name)
+def field_range(cls: type, name: str) -> Range:
+    """The range of the field `cls.name`, made by `ranged`."""
+    return next(f.metadata["range"] for f in dataclasses.fields(cls) if f.name == name)
 
 
 MAX_SEED = 2**32 - 1
@@ -402,7 +403,7 @@ def _build(cls: type, values: dict, where: str) -> Any:
         if key not in fields:
             raise AttnmtError(f"unknown config key {path!r}; valid keys here: {', '.join(fields)}")
         hint = hints[key]
-        if dataclasses.is_dataclass(hint):
+        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
             kwargs[key] = _build(hint, value or {}, path)
         else:
             kwargs[key] = _check_value(value, hint, path)

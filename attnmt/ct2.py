@@ -120,4 +120,5 @@ class CTranslate2Translator(TextTranslator):
         heads, as one layer of one head (attnmt's own engine gives every layer and head)."""
         if not translation.tokens or not translation.source_tokens:
             raise AttnmtError("no attention to show: the sentence or its translation is empty")
+        assert translation.attention is not None, "CTranslate2's translations carry their attention"
         return {"cross": translation.attention[None, None]}

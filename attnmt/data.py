@@ -7,7 +7,7 @@ import gzip
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import Iterator, Protocol
 
 from .config import DataConfig
 from .corpora import is_corpus_name, resolve
@@ -22,7 +22,13 @@ Pair = tuple[str, str]
 MAX_LINE_BYTES = 1 << 20
 
 
-def decode_lines(handle: BinaryIO, name: str) -> Iterator[str]:
+class LineReader(Protocol):
+    """A binary handle (a file, gzip's, stdin's buffer) as decode_lines reads it."""
+
+    def readline(self, size: int, /) -> bytes: ...
+
+
+def decode_lines(handle: LineReader, name: str) -> Iterator[str]:
     """Decode the UTF-8 lines of a binary handle, naming `name` and the line number for binary or
     non-UTF-8 input and for a line (with its end) of more than MAX_LINE_BYTES, of which no more is read."""
     number = 0

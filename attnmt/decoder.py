@@ -14,7 +14,7 @@ from typing import NamedTuple, Optional
 import torch
 from torch import nn
 
-from .attention import Attention
+from .attention import Attention, AttentionProbe
 from .encoder import RNN_CLASSES, RNNState, as_state, as_torch_state
 from .family import SourceMemory
 from .precision import run_rnn
@@ -80,7 +80,7 @@ class Decoder(nn.Module):
         self.output_size = emb_dim if tie_embeddings else hidden
         self.embedding = nn.Embedding(vocab_size, emb_dim, padding_idx=PAD_ID)
         self.dropout = nn.Dropout(dropout)
-        self.attention = attention
+        self.attention: Attention | AttentionProbe = attention  # an AttentionProbe in Seq2Seq.probed's copy
         if order == "bahdanau":
             rnn_input = emb_dim + context_dim
             combine_input = hidden + context_dim + emb_dim  # the paper's deep output over [s_t; c_t; y_{t-1}]
@@ -142,7 +142,7 @@ class Decoder(nn.Module):
             # h_t = RNN([y_{t-1}; h~_{t-1}], h_{t-1})  (h~_{t-1} only with input feeding);
             # c_t = Σ_j α_tj h_j, α_t = attention(h_t, h);  h~_t = tanh(W_c [c_t; h_t])
             rnn_input = embedded
-            if self.input_feeding:
+            if state.attn_vector is not None:                               # input feeding
                 rnn_input = torch.cat([embedded, state.attn_vector.unsqueeze(1)], dim=-1)  # [B, 1, E + O]
             output, hidden = self._recur(rnn_input, state.hidden)           # [B, T, H] = h_t
             context, weights = self.attention(output, memory.keys, memory.values, memory.mask, positions)  # c_t [B, T, D]
@@ -155,7 +155,7 @@ class Decoder(nn.Module):
     def _recur(self, inputs: torch.Tensor, hidden: RNNState) -> tuple[torch.Tensor, RNNState]:
         """The RNN over inputs [B, T, I]: its outputs [B, T, H] and the new hidden state."""
         output, new = run_rnn(self.rnn, inputs, as_torch_state(self.rnn, hidden))
-        return output, as_state(self.rnn, new)
+        return output, as_state(new)
 
     def forward(self, tgt_in: torch.Tensor, state: DecoderState, memory: Memory, teacher_forcing: float = 1.0,
                 classify_at: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
@@ -179,12 +179,14 @@ class Decoder(nn.Module):
         # the largest layer, once over all steps afterwards (one big matrix product, not T small ones).
         forced = teacher_forcing >= 1.0
         embedded = self.embed(tgt_in) if forced else None                   # [B, T, E]
-        outputs, all_weights = [], []
+        outputs: list[torch.Tensor] = []
+        all_weights: list[torch.Tensor] = []                                # none without attention
         tokens = tgt_in[:, :1]                                              # [B, 1]
         for t in range(tgt_in.shape[1]):
-            step_input = embedded[:, t : t + 1] if forced else self.embed(tokens)
+            step_input = self.embed(tokens) if embedded is None else embedded[:, t : t + 1]
             features, state, weights = self._features(step_input, state, memory)
-            all_weights.append(weights)
+            if weights is not None:
+                all_weights.append(weights)
             if forced:
                 outputs.append(features)
                 continue
@@ -199,5 +201,5 @@ class Decoder(nn.Module):
             logits = self.classify(stacked, classify_at)
         else:
             logits = stacked if classify_at is None else stacked[classify_at]
-        weights = None if all_weights[0] is None else torch.cat(all_weights, dim=1)
+        weights = torch.cat(all_weights, dim=1) if all_weights else None
         return logits, weights

@@ -11,7 +11,7 @@ from .train import train
 from .translate import Translator
 
 # Chosen so the demo reaches >= 95 % test exact match within about two minutes on two CPU cores.
-DEMO_SETTINGS = {
+DEMO_SETTINGS: dict[str, dict[str, str | int | float | bool]] = {
     "data": {"format": "dates", "num_pairs": 22000, "valid_size": 500, "test_size": 1000, "max_len": 60},
     "tokenizer": {"level": "char"},
     "model": {"rnn": "gru", "emb_dim": 32, "enc_hidden": 64, "bidirectional": True, "dec_hidden": 128,
@@ -38,6 +38,7 @@ def run_demo(out_dir: str = "attnmt-demo", overwrite: bool = False, log: Callabl
         log(f"  {source:28s} -> {translation.text}")
     heatmap = Path(out_dir) / "attention.png"
     first = translations[0]
+    assert first.attention is not None, "the demo's model has Bahdanau attention"
     plot_attention(first.attention, first.source_tokens, first.tokens, heatmap,
                    title=f"{EXAMPLES[0]} -> {first.text}")
     log(f"\ntest exact match: {result.test_scores['exact']:.1f}% of {DEMO_SETTINGS['data']['test_size']} "

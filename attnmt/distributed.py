@@ -15,7 +15,7 @@ import re
 import threading
 import time
 from datetime import timedelta
-from typing import Any, ContextManager, Iterator
+from typing import ContextManager, Iterator, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -27,6 +27,8 @@ from .model import resolve_device
 
 # What torchrun sets in each process it starts.
 TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+T = TypeVar("T")
 
 
 def split(ids: list[int], parts: int) -> list[list[int]]:
@@ -71,7 +73,7 @@ class Ranks:
         """Each value summed over the ranks."""
         return values
 
-    def share(self, value: Any) -> Any:
+    def share(self, value: T) -> T:
         """Rank 0's value, on every rank (any picklable value)."""
         return value
 
@@ -96,7 +98,10 @@ class ProcessGroupRanks(Ranks):
         return DistributedDataParallel(model, device_ids=ids, forward_sync_buffers=False)
 
     def exchanging(self, model: torch.nn.Module, last: bool) -> ContextManager:
-        return self._exchange(model_too=True) if last else model.no_sync()
+        if last:
+            return self._exchange(model_too=True)
+        assert isinstance(model, DistributedDataParallel), "the module wrap returned"
+        return model.no_sync()
 
     def sum(self, values: list[float]) -> list[float]:
         totals = torch.tensor(values, dtype=torch.float64, device=self._device)
@@ -104,7 +109,7 @@ class ProcessGroupRanks(Ranks):
             dist.all_reduce(totals)
         return totals.tolist()
 
-    def share(self, value: Any) -> Any:
+    def share(self, value: T) -> T:
         box = [value]
         with self._exchange():
             dist.broadcast_object_list(box, src=0, device=self._device)
@@ -140,7 +145,8 @@ class Heartbeat:
 
     def __init__(self, rank: int, world_size: int, period_s: float = 1.0) -> None:
         # A store client of its own: the training thread keeps using the group's.
-        self._store = dist.distributed_c10d._get_default_store().clone()  # PyTorch has no public accessor
+        # PyTorch has no public accessor; torch's stub lacks Store.clone, which it has (torch 2.x).
+        self._store = dist.distributed_c10d._get_default_store().clone()  # type: ignore[attr-defined]
         self._rank, self._world_size, self._period_s = rank, world_size, period_s
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._beat, name="attnmt-heartbeat", daemon=True)

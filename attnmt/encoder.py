@@ -13,6 +13,7 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from .precision import TorchRNNState
 from .vocab import PAD_ID
 
 # GRU: (h,); LSTM: (h, c); each [layers, B, H].
@@ -21,14 +22,17 @@ RNNState = tuple[torch.Tensor, ...]
 RNN_CLASSES = {"gru": nn.GRU, "lstm": nn.LSTM}
 
 
-def as_state(rnn: nn.RNNBase, torch_state: torch.Tensor | tuple[torch.Tensor, torch.Tensor]) -> RNNState:
+def as_state(torch_state: TorchRNNState) -> RNNState:
     """An RNNState from the state nn.GRU (h) or nn.LSTM ((h, c)) returns."""
-    return tuple(torch_state) if rnn.mode == "LSTM" else (torch_state,)
+    return torch_state if isinstance(torch_state, tuple) else (torch_state,)
 
 
-def as_torch_state(rnn: nn.RNNBase, state: RNNState) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+def as_torch_state(rnn: nn.RNNBase, state: RNNState) -> TorchRNNState:
     """The state as nn.GRU (h) or nn.LSTM ((h, c)) takes it."""
-    return state if rnn.mode == "LSTM" else state[0]
+    if rnn.mode == "LSTM":
+        hidden, cell = state
+        return hidden, cell
+    return state[0]
 
 
 class EncoderOutput(NamedTuple):
@@ -65,7 +69,7 @@ class Encoder(nn.Module):
         packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
         packed_out, final = self.rnn(packed)
         outputs, _ = pad_packed_sequence(packed_out, batch_first=True, total_length=x.shape[1])
-        return outputs, as_state(self.rnn, final)
+        return outputs, as_state(final)
 
     def _join_directions(self, state: torch.Tensor) -> torch.Tensor:
         layers_x_dirs, batch, hidden = state.shape                          # [layers*dirs, B, H]

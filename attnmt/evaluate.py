@@ -9,7 +9,7 @@ import sacrebleu
 
 from .errors import AttnmtError
 from .tokenize import WordTokenizer
-from .translate import Translator
+from .translate import TextTranslator, Translator
 
 
 def exact_match(hypotheses: list[str], references: list[str]) -> float:
@@ -64,7 +64,7 @@ def score_translations(translator: Translator, pairs: list[tuple[str, str]], bea
     return score_outputs(translator, pairs, hypotheses, lc_tok)
 
 
-def score_outputs(translator: Translator, pairs: list[tuple[str, str]], hypotheses: list[str],
+def score_outputs(translator: TextTranslator, pairs: list[tuple[str, str]], hypotheses: list[str],
                   lc_tok: bool = False) -> dict:
     """The scores of `score_translations` for outputs already made."""
     if not pairs:
@@ -74,7 +74,7 @@ def score_outputs(translator: Translator, pairs: list[tuple[str, str]], hypothes
     # Exact match forgives what the tokenizer normalizes away (odd spaces; case when lowercasing).
     tokenizer = translator.tgt_tokenizer
     normalized = [tokenizer.detokenize(tokenizer.tokenize(r)) for r in references]
-    scores = {"exact": round(100 * exact_match(hypotheses, normalized), 2)}
+    scores: dict[str, float | str] = {"exact": round(100 * exact_match(hypotheses, normalized), 2)}
     if len(set(sources)) < len(sources):
         scores["exact_any_ref"] = round(100 * exact_match_any(sources, hypotheses, normalized), 2)
     scores.update(corpus_scores(hypotheses, references))

@@ -72,7 +72,8 @@ def explain(translator: Translator, sentence: str, view: AttentionView = Attenti
         values, ids = probabilities.topk(TOP)
         return [(vocab.itos[i], round(p, 6)) for p, i in zip(values.tolist(), ids.tolist())]
 
-    inputs, steps = [SOS_ID], []
+    inputs = [SOS_ID]
+    steps: list[ExplainedStep] = []
     while not steps or (inputs[-1] != EOS_ID and len(steps) < max_tokens):
         previous = torch.tensor([[inputs[-1]]], device=device)
         probe.uniform = True
@@ -81,6 +82,7 @@ def explain(translator: Translator, sentence: str, view: AttentionView = Attenti
         logits, state, _ = network.step(previous, state, memory)
         chosen = int(logits[0, -1].argmax())
         record = probe.record
+        assert record is not None, "the probed network records at every step"
         keys = (source_tokens if view.kind == "cross"
                 else [vocab.itos[i] for i in inputs])                           # <sos> and the outputs so far
         row = (0, (view.head or 1) - 1, -1)                                    # [sentence, head, this position]

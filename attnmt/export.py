@@ -22,7 +22,7 @@ from .config import CTRANSLATE2_QUANTIZATIONS
 from .errors import AttnmtError
 from .files import check_parent_dir
 from .modelfile import CTRANSLATE2_ENGINE_FILE
-from .transformer import sinusoids
+from .transformer import Transformer, sinusoids
 from .translate import Translator
 from .vocab import EOS, SOS, UNK
 
@@ -47,7 +47,7 @@ def export_ctranslate2(model_path: str | Path, out_dir: str | Path, quantization
     translator = Translator.load(model_path, device="cpu", precision="fp32")
     network = translator.model
     config = network.config
-    if config.arch != "transformer":
+    if not isinstance(network, Transformer):
         raise AttnmtError(f"{model_path}: CTranslate2 has no RNN encoder-decoder; only Transformer models "
                           f"(model.arch transformer) export to it")
     out_dir = Path(out_dir)
@@ -93,7 +93,7 @@ def export_ctranslate2(model_path: str | Path, out_dir: str | Path, quantization
 
     spec.config.unk_token, spec.config.bos_token, spec.config.eos_token = UNK, SOS, EOS
     spec.config.decoder_start_token = SOS
-    spec.config.layer_norm_epsilon = network.decoder_layers[0].attend_self.norm.eps
+    spec.config.layer_norm_epsilon = network.decoder_stack()[0].attend_self.norm.eps
     spec.register_source_vocabulary(translator.src_vocab.to_list())
     spec.register_target_vocabulary(translator.tgt_vocab.to_list())
     spec.validate()

@@ -7,11 +7,14 @@ model.FAMILIES.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Protocol, TypeVar, overload
 
 import torch
 
 from .config import ModelConfig
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 
 class Memory(Protocol):
@@ -23,44 +26,52 @@ class Memory(Protocol):
     @property
     def dtype(self) -> torch.dtype: ...
 
-    def select(self, rows: torch.Tensor) -> "Memory": ...       # rows `rows` [n], repeated as listed
+    def select(self, rows: torch.Tensor) -> Self: ...       # rows `rows` [n], repeated as listed
 
-    def rows(self, start: int, end: Optional[int] = None) -> "Memory": ...
+    def rows(self, start: int, end: Optional[int] = None) -> Self: ...
 
-    def narrow(self, length: int) -> "Memory": ...              # the first `length` source positions
+    def narrow(self, length: int) -> Self: ...              # the first `length` source positions
 
-    def pad(self, length: int) -> "Memory": ...                 # padded to `length` positions, masked
+    def pad(self, length: int) -> Self: ...                 # padded to `length` positions, masked
 
-    def put(self, rows: torch.Tensor, source: "Memory") -> None: ...  # in place
+    def put(self, rows: torch.Tensor, source: Self) -> None: ...  # in place
 
     def dims(self) -> list[tuple[int, int]]: ...            # per tensor: (row dim, source dim)
 
-    def __iter__(self): ...                                  # its tensors, in a fixed order
+    def __iter__(self) -> Iterator[torch.Tensor]: ...        # its tensors, in a fixed order
 
-    def like(self, tensors: list[torch.Tensor]) -> "Memory": ...  # this structure, from its tensors
+    def like(self, tensors: list[torch.Tensor]) -> Self: ...  # this structure, from its tensors
 
 
 class State(Protocol):
     """The decoder's state between steps; rows are sentences or beams."""
 
-    def select(self, index: torch.Tensor) -> "State": ...
+    def select(self, index: torch.Tensor) -> Self: ...
 
-    def put(self, index: torch.Tensor, source: "State") -> None: ...  # in place
+    def put(self, index: torch.Tensor, source: Self) -> None: ...  # in place
 
     def tensors(self) -> list[torch.Tensor]: ...
 
-    def like(self, tensors: list[torch.Tensor]) -> "State": ...  # this structure, from tensors()
+    def like(self, tensors: list[torch.Tensor]) -> Self: ...  # this structure, from tensors()
 
     def row_dims(self) -> list[int]: ...                    # per tensor of tensors()
 
 
-class Model(Protocol):
-    """A model family's network (an nn.Module)."""
+MemoryT = TypeVar("MemoryT", bound=Memory)
+StateT = TypeVar("StateT", bound=State)
+
+
+class Model(Protocol[MemoryT, StateT]):
+    """A model family's network: an nn.Module, of which the rest of attnmt uses the members below;
+    its steps take the memory and state of its own encode."""
 
     config: ModelConfig
 
-    returns_attention: bool  # decoding steps return weights over the source
-    supports_compile: bool   # `--compile` (fast/compiled.py) can export its step
+    @property
+    def returns_attention(self) -> bool: ...  # decoding steps return weights over the source
+
+    @property
+    def supports_compile(self) -> bool: ...   # `--compile` (fast/compiled.py) can export its step
 
     def int8_layers(self) -> list[tuple[torch.nn.Module, torch.dtype]]:
         """The nn.Linear, nn.GRU and nn.LSTM layers of a decoding step, each with the dtype its output
@@ -73,10 +84,10 @@ class Model(Protocol):
         """The maps attention_maps gives, name -> (layers, heads); empty for a model without attention."""
         ...
 
-    def encode(self, src: torch.Tensor, src_lengths: torch.Tensor) -> tuple[Memory, State]: ...
+    def encode(self, src: torch.Tensor, src_lengths: torch.Tensor) -> tuple[MemoryT, StateT]: ...
 
-    def step(self, prev_tokens: torch.Tensor, state: State, memory: Memory
-             ) -> tuple[torch.Tensor, State, Optional[torch.Tensor]]:
+    def step(self, prev_tokens: torch.Tensor, state: StateT, memory: MemoryT
+             ) -> tuple[torch.Tensor, StateT, Optional[torch.Tensor]]:
         """prev_tokens [B, T] -> logits [B, T, V], the new state, weights [B, T, S] (or None)."""
         ...
 
@@ -100,6 +111,29 @@ class Model(Protocol):
     def score_function(self, view: "AttentionView") -> str:
         """The score of `view` as the model computes it, in one line, for learners."""
         ...
+
+    # nn.Module's, as training, decoding and the model file use them.
+    def __call__(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor,
+                 teacher_forcing: float = 1.0, classify_at: Optional[torch.Tensor] = None
+                 ) -> tuple[torch.Tensor, Optional[torch.Tensor]]: ...   # forward
+
+    def parameters(self, recurse: bool = True) -> Iterator[torch.nn.Parameter]: ...
+
+    def modules(self) -> Iterator[torch.nn.Module]: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False) -> object: ...
+
+    @overload
+    def to(self, device: torch.device) -> "Model": ...
+
+    @overload
+    def to(self, dtype: torch.dtype) -> "Model": ...
+
+    def train(self, mode: bool = True) -> "Model": ...
+
+    def eval(self) -> "Model": ...
 
 
 @dataclass(frozen=True)
@@ -172,19 +206,19 @@ class SourceMemory:
     def dims(self) -> list[tuple[int, int]]:
         return [(0, 1)] * len(self.tensors)
 
-    def like(self, tensors: list[torch.Tensor]) -> "SourceMemory":
+    def like(self, tensors: list[torch.Tensor]) -> Self:
         return type(self)(*tensors)
 
-    def select(self, rows: torch.Tensor) -> "SourceMemory":
+    def select(self, rows: torch.Tensor) -> Self:
         return self.like([t.index_select(0, rows) for t in self.tensors])
 
-    def rows(self, start: int, end: Optional[int] = None) -> "SourceMemory":
+    def rows(self, start: int, end: Optional[int] = None) -> Self:
         return self.like([t[start:end] for t in self.tensors])
 
-    def narrow(self, length: int) -> "SourceMemory":
+    def narrow(self, length: int) -> Self:
         return self.like([t[:, :length].contiguous() for t in self.tensors])
 
-    def pad(self, length: int) -> "SourceMemory":
+    def pad(self, length: int) -> Self:
         """New positions are zeros: False in the mask, so nothing attends to them."""
         padded = []
         for t in self.tensors:
@@ -193,7 +227,7 @@ class SourceMemory:
             padded.append(grown)
         return self.like(padded)
 
-    def put(self, rows: torch.Tensor, source: "SourceMemory") -> None:
+    def put(self, rows: torch.Tensor, source: Self) -> None:
         for mine, theirs in zip(self.tensors, source.tensors):
             if mine.dtype == torch.bool:
                 mine.index_fill_(0, rows, False)  # positions past the source's length: masked

@@ -8,12 +8,12 @@ from typing import Optional
 import torch
 from torch import nn
 
-from .attention import AdditiveAttention, AttentionProbe, make_attention
+from .attention import AdditiveAttention, Attention, AttentionProbe, make_attention
 from .config import ModelConfig
 from .decoder import Decoder, DecoderState, Memory
 from .encoder import Encoder, EncoderOutput, RNNState
 from .errors import AttnmtError
-from .family import AttentionView, Model, Probe
+from .family import AttentionView, Probe
 from .fast import use_fast_paths
 from .transformer import Transformer
 from .vocab import PAD_ID
@@ -127,8 +127,10 @@ class Seq2Seq(nn.Module):
         if not self.returns_attention:
             raise AttnmtError("this model has no attention (model.attention none): there is nothing to explain")
         network = use_fast_paths(copy.deepcopy(self), False).eval()
+        attention = network.decoder.attention
+        assert isinstance(attention, Attention), "probed twice"
         probe = Probe()
-        network.decoder.attention = AttentionProbe(network.decoder.attention, probe)
+        network.decoder.attention = AttentionProbe(attention, probe)
         return network, probe, view
 
     def score_function(self, view: AttentionView) -> str:
@@ -147,9 +149,10 @@ class Seq2Seq(nn.Module):
 
 # The model families, by model.arch: each network is built from (config, source vocabulary size,
 # target vocabulary size) and implements family.Model.
-FAMILIES: dict[str, type] = {"rnn": Seq2Seq, "transformer": Transformer}
+Network = Seq2Seq | Transformer
+FAMILIES: dict[str, type[Network]] = {"rnn": Seq2Seq, "transformer": Transformer}
 
 
-def build_model(config: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, fast_paths: bool = True) -> Model:
+def build_model(config: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, fast_paths: bool = True) -> Network:
     """The network of the family `config.arch`, with its fast paths (fast/) or the reference modules only."""
     return use_fast_paths(FAMILIES[config.arch](config, src_vocab_size, tgt_vocab_size), fast_paths)

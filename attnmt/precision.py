@@ -16,6 +16,9 @@ from torch import nn
 
 # oneDNN's instruction set caps (ONEDNN_MAX_CPU_ISA) below AVX512_CORE_BF16: under them oneDNN
 # multiplies bf16 without the native instructions, whatever the CPU has.
+# An RNN's state as nn.GRU (h) and nn.LSTM ((h, c)) take and return it.
+TorchRNNState = torch.Tensor | tuple[torch.Tensor, torch.Tensor]
+
 ISAS_WITHOUT_BF16 = {"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI"}
 
 
@@ -85,7 +88,7 @@ def cpu_autocast_lstm() -> bool:
     return True
 
 
-def run_rnn(rnn: nn.Module, inputs: torch.Tensor, state: object) -> tuple[torch.Tensor, object]:
+def run_rnn(rnn: nn.Module, inputs: torch.Tensor, state: TorchRNNState) -> tuple[torch.Tensor, TorchRNNState]:
     """`rnn(inputs, state)`, with an LSTM under CPU autocast run in fp32 where oneDNN has no bf16
     LSTM kernel (cpu_autocast_lstm) instead of failing."""
     if (isinstance(rnn, nn.LSTM) and inputs.device.type == "cpu" and torch.is_autocast_enabled("cpu")

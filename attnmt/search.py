@@ -139,6 +139,7 @@ class Beams:
         history = self.history if rows is None else self.history.index_select(0, rows)
         self.history = torch.cat([history, tokens.unsqueeze(1)], dim=1)       # [b*K, w+1]
         if self.attention is not None:
+            assert weights is not None, "a model that returns attention returns it at every step"
             attention = self.attention if rows is None else self.attention.index_select(0, rows)
             weights = weights if rows is None else weights.index_select(0, rows)
             self.attention = torch.cat([attention, weights.unsqueeze(1).to(attention.dtype)], dim=1)  # [b*K, w+1, S]
@@ -224,7 +225,7 @@ def greedy(model: Model, src: torch.Tensor, src_lengths: torch.Tensor, max_lengt
     Returns one hypothesis per sentence.
     """
     beams = Beams(model, src, src_lengths, max_lengths, 1, batch_size, step)
-    results: list[Optional[Hypothesis]] = [None] * src.shape[0]
+    results: dict[int, Hypothesis] = {}                                         # by sentence
     while beams.decoding():
         logits, weights = beams.decode()                                        # [b, V], [b, S]
         # A sentence at its length limit ends here, as if it had produced EOS.
@@ -237,7 +238,7 @@ def greedy(model: Model, src: torch.Tensor, src_lengths: torch.Tensor, max_lengt
             results[int(beams.sentence[row])] = beams.hypothesis(row, float(scores[row]))
         beams.choose(None, tokens, scores.unsqueeze(1), weights)
         beams.retire(ended)
-    return results
+    return [results[i] for i in range(src.shape[0])]                            # every sentence ends
 
 
 def settled(hypotheses: list[Hypothesis], beam_size: int, n_best: int, best_live: float, max_length: int,

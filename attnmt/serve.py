@@ -12,7 +12,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Literal, Optional
+from typing import Any, AsyncIterator, Callable, Literal, Mapping, Optional
 
 import numpy as np
 import torch
@@ -173,7 +173,7 @@ class ServeError(Exception):
         self.message = message
 
 
-def error_response(status: int, message: str, headers: Optional[dict[str, str]] = None) -> JSONResponse:
+def error_response(status: int, message: str, headers: Optional[Mapping[str, str]] = None) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status, headers=headers)
 
 
@@ -334,7 +334,7 @@ class Guard:
             return
         if self.keys is None:
             address = scope["client"][0] if scope.get("client") else "an unknown address"
-            caller: Optional[Caller] = Caller(f"address {address}", address)
+            caller = Caller(f"address {address}", address)
         else:
             presented, receive = await self._presented(scope, receive)
             if not presented:
@@ -342,10 +342,11 @@ class Guard:
                 await error_response(401, f"this server needs an API key: send it as Authorization: Bearer KEY{where}",
                                      {"WWW-Authenticate": "Bearer"})(scope, receive, send)
                 return
-            caller = self.keys.identify(presented) if isinstance(presented, str) else None
-            if caller is None:
+            known = self.keys.identify(presented) if isinstance(presented, str) else None
+            if known is None:
                 await error_response(403, "this API key is not valid here")(scope, receive, send)
                 return
+            caller = known
         try:
             self.rates.request(caller)
         except RateLimited as err:
@@ -472,7 +473,11 @@ def create_app(translator: TextTranslator, limits: Optional[ServeConfig] = None,
               responses=ERROR_RESPONSES)
     async def translate(request: TranslateRequest, http: Request) -> JSONResponse:
         """Translate one sentence or several; concurrent requests are decoded together."""
-        texts = [request.text] if request.texts is None else request.texts
+        if request.texts is not None:
+            texts = request.texts
+        else:
+            assert request.text is not None                                 # _one_input: one of the two is given
+            texts = [request.text]
         beam = request.beam or decode.beam_size
         check(http, texts, beam, request.n_best)
         nbests = await app.state.batcher.translate(texts, beam, request.n_best)

@@ -6,6 +6,7 @@ import base64
 import io
 import re
 import unicodedata
+from abc import ABC, abstractmethod
 from typing import Iterable
 
 import sentencepiece
@@ -48,7 +49,7 @@ def _word_pattern() -> re.Pattern:
 _WORD = _word_pattern()
 
 
-class BaseTokenizer:
+class BaseTokenizer(ABC):
     """Normalization and settings shared by the tokenizers; subclasses split and join."""
 
     level = ""
@@ -63,6 +64,12 @@ class BaseTokenizer:
 
     def to_dict(self) -> dict:
         return {"level": self.level, "lowercase": self.lowercase}
+
+    @abstractmethod
+    def tokenize(self, text: str) -> list[str]: ...
+
+    @abstractmethod
+    def detokenize(self, tokens: list[str]) -> str: ...
 
     def tokenize_words(self, words: list[str]) -> tuple[list[str], list[int]]:
         """The tokens of a sentence given as words (split at whitespace), and for each token the
@@ -176,7 +183,8 @@ Tokenizer = WordTokenizer | CharTokenizer | SubwordTokenizer
 
 def make_tokenizer(level: str, lowercase: bool = False) -> Tokenizer:
     """A word or character tokenizer (subword ones are trained: SubwordTokenizer.train)."""
-    return {"word": WordTokenizer, "char": CharTokenizer}[level](lowercase)
+    kinds: dict[str, type[WordTokenizer] | type[CharTokenizer]] = {"word": WordTokenizer, "char": CharTokenizer}
+    return kinds[level](lowercase)
 
 
 def tokenizer_from_dict(values: dict) -> Tokenizer:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Optional
+from typing import Optional, cast
 
 import torch
 import torch.nn.functional as F
@@ -123,8 +123,9 @@ class DecoderLayer(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
         dim, pre = config.emb_dim, config.norm == "pre"
-        self.self_attention = MultiHeadAttention(dim, config.heads, config.attn_dropout)
-        self.cross_attention = MultiHeadAttention(dim, config.heads, config.attn_dropout)
+        # HeadsProbes in attnmt explain's probed copy (Transformer.probed)
+        self.self_attention: MultiHeadAttention | HeadsProbe = MultiHeadAttention(dim, config.heads, config.attn_dropout)
+        self.cross_attention: MultiHeadAttention | HeadsProbe = MultiHeadAttention(dim, config.heads, config.attn_dropout)
         self.feed_forward = FeedForward(dim, config.ff_dim, config.activation, config.act_dropout)
         self.attend_self, self.attend_source, self.transform = (Residual(dim, pre, config.dropout) for _ in range(3))
 
@@ -277,12 +278,14 @@ class Transformer(nn.Module):
         the self-attention's four projections, the cross-attention's query and output projections
         and the feed-forward pair; then the classifier (float32 logits). The cross-attention's key
         and value projections read the source once per sentence and stay bfloat16."""
-        per_layer = [linear for layer in self.decoder_layers
-                     for linear in (layer.self_attention.query_proj, layer.self_attention.key_proj,
-                                    layer.self_attention.value_proj, layer.self_attention.out_proj,
-                                    layer.cross_attention.query_proj, layer.cross_attention.out_proj,
-                                    layer.feed_forward[0], layer.feed_forward[3])]
-        return [*((linear, torch.bfloat16) for linear in per_layer), (self.classifier, torch.float32)]
+        layers: list[tuple[nn.Module, torch.dtype]] = []
+        for layer in self.decoder_stack():
+            # A probed copy (HeadsProbe around the attention) is never quantized.
+            own, cross = (cast(MultiHeadAttention, a) for a in (layer.self_attention, layer.cross_attention))
+            for linear in (own.query_proj, own.key_proj, own.value_proj, own.out_proj, cross.query_proj,
+                           cross.out_proj, layer.feed_forward[0], layer.feed_forward[3]):
+                layers.append((linear, torch.bfloat16))
+        return [*layers, (self.classifier, torch.float32)]
 
     def embed(self, embedding: nn.Embedding, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """√d-scaled token embeddings plus position encodings, [B, T, D]."""
@@ -307,9 +310,13 @@ class Transformer(nn.Module):
         encoded, mask, _ = self.encode_layers(src, src_lengths)
         return self.memory(encoded, mask), self.initial_state(src.shape[0], encoded)
 
+    def decoder_stack(self) -> list[DecoderLayer]:
+        """The decoder layers, typed (an nn.ModuleList yields them as plain nn.Modules)."""
+        return cast(list[DecoderLayer], list(self.decoder_layers))
+
     def memory(self, encoded: torch.Tensor, mask: torch.Tensor) -> TransformerMemory:
         """The mask and each decoder layer's cross-attention keys and values of the encoder's output."""
-        cross = [t for layer in self.decoder_layers
+        cross = [t for layer in self.decoder_stack()
                  for t in (layer.cross_attention.key_proj(encoded), layer.cross_attention.value_proj(encoded))]
         return TransformerMemory(mask, *cross)
 
@@ -369,10 +376,12 @@ class Transformer(nn.Module):
         chosen = (view.layer or layers) - 1
         network = copy.deepcopy(self).eval()
         probe = Probe()
-        for i, layer in enumerate(network.decoder_layers):
-            layer.cross_attention = HeadsProbe(layer.cross_attention, probe, view.kind == "cross" and i == chosen, True)
+        for i, layer in enumerate(network.decoder_stack()):
+            cross, own = layer.cross_attention, layer.self_attention
+            assert isinstance(cross, MultiHeadAttention) and isinstance(own, MultiHeadAttention), "probed twice"
+            layer.cross_attention = HeadsProbe(cross, probe, view.kind == "cross" and i == chosen, True)
             if view.kind == "decoder" and i == chosen:
-                layer.self_attention = HeadsProbe(layer.self_attention, probe, True, False)
+                layer.self_attention = HeadsProbe(own, probe, True, False)
         return network, probe, AttentionView(view.kind, chosen + 1, view.head or 1)
 
     def score_function(self, view: AttentionView) -> str:

@@ -17,6 +17,8 @@ classes (or back), `top_k` picks the searches' top-k. train.fast_paths / decode.
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from torch import nn
 
 from ..attention import AdditiveAttention
@@ -37,8 +39,10 @@ FAST_CLASSES: dict[type, type] = {
 }
 REFERENCE_CLASSES = {fast: reference for reference, fast in FAST_CLASSES.items()}
 
+ModuleT = TypeVar("ModuleT", bound=nn.Module)
 
-def use_fast_paths(model: nn.Module, enabled: bool = True) -> nn.Module:
+
+def use_fast_paths(model: ModuleT, enabled: bool = True) -> ModuleT:
     """Switch every module of `model` that has a fast path to it (enabled) or to its reference class."""
     for module in model.modules():
         reference = REFERENCE_CLASSES.get(type(module), type(module))

@@ -20,9 +20,9 @@ from torch import nn
 
 from ..errors import AttnmtError
 from ..family import Model
+from ..precision import TorchRNNState
 from .recurrence import gru_cell
 
-TorchRNNState = Union[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]  # as nn.GRU / nn.LSTM take it
 INT8_MAX = 127
 TINY = torch.finfo(torch.float32).tiny  # the scale of an all-zero row: any positive number will do
 
@@ -34,6 +34,10 @@ class Int8Linear(nn.Module):
     speeds in docs/speed.md) and is scaled back to float32, returned as `out_dtype`.
     Symmetric scales (absmax / 127) keep zero exact and need no offsets.
     """
+
+    weight_t: torch.Tensor  # the buffers __init__ registers
+    scale: torch.Tensor
+    bias: torch.Tensor
 
     def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor], out_dtype: torch.dtype = torch.float32):
         super().__init__()
@@ -74,7 +78,6 @@ class Int8RNN(nn.Module):
         if rnn.bidirectional or not rnn.batch_first:
             raise ValueError("Int8RNN copies one-direction, batch-first RNNs")
         self.mode = rnn.mode                                    # "GRU" or "LSTM", as nn.RNNBase says
-        self.lstm = rnn.mode == "LSTM"
         layers = range(rnn.num_layers)
         self.input_gates = nn.ModuleList(
             Int8Linear(getattr(rnn, f"weight_ih_l{k}"), getattr(rnn, f"bias_ih_l{k}")) for k in layers)
@@ -82,25 +85,27 @@ class Int8RNN(nn.Module):
             Int8Linear(getattr(rnn, f"weight_hh_l{k}"), getattr(rnn, f"bias_hh_l{k}")) for k in layers)
 
     def forward(self, x: torch.Tensor, state: TorchRNNState) -> tuple[torch.Tensor, TorchRNNState]:
-        h0, c0 = state if self.lstm else (state, None)
+        h0, c0 = state if isinstance(state, tuple) else (state, None)                  # c0: LSTMs only
         dtype = h0.dtype
-        final_h, final_c = [], []
+        final_h: list[torch.Tensor] = []
+        final_c: list[torch.Tensor] = []
         for k, (input_gates, recurrent_gates) in enumerate(zip(self.input_gates, self.recurrent_gates)):
             gi = input_gates(x)                                                        # [B, T, G]
-            h, c = h0[k].float(), (c0[k].float() if self.lstm else None)               # [B, H]
+            h, c = h0[k].float(), (None if c0 is None else c0[k].float())              # [B, H]
             outputs = []
             for t in range(x.shape[1]):
                 gh = recurrent_gates(h)                                                 # [B, G]
-                if self.lstm:
-                    h, c = lstm_cell(gi[:, t], gh, c)
-                else:
+                if c is None:
                     h = gru_cell(gi[:, t], gh, h)
+                else:
+                    h, c = lstm_cell(gi[:, t], gh, c)
                 outputs.append(h)
             x = torch.stack(outputs, dim=1).to(dtype)                                  # [B, T, H]
             final_h.append(h)
-            final_c.append(c)
+            if c is not None:
+                final_c.append(c)
         hidden = torch.stack(final_h).to(dtype)                                        # [layers, B, H]
-        return x, ((hidden, torch.stack(final_c).to(dtype)) if self.lstm else hidden)
+        return x, (hidden if c0 is None else (hidden, torch.stack(final_c).to(dtype)))
 
 
 def int8_layer(layer: nn.Module, out_dtype: torch.dtype) -> nn.Module:

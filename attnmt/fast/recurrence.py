@@ -90,10 +90,11 @@ class LoopWeights(NamedTuple):
     @classmethod
     def of(cls, decoder: Decoder) -> "LoopWeights":
         rnn, attention = decoder.rnn, decoder.attention
-        additive = isinstance(attention, AdditiveAttention)
+        additive = attention if isinstance(attention, AdditiveAttention) else None
         return cls(rnn.weight_ih_l0, rnn.bias_ih_l0, rnn.weight_hh_l0, rnn.bias_hh_l0,
-                   attention.query_proj.weight if additive else None, attention.query_proj.bias if additive else None,
-                   attention.v.weight[0] if additive else None, decoder.combine.weight, decoder.combine.bias)
+                   None if additive is None else additive.query_proj.weight,
+                   None if additive is None else additive.query_proj.bias,
+                   None if additive is None else additive.v.weight[0], decoder.combine.weight, decoder.combine.bias)
 
 
 class LoopKept(NamedTuple):
@@ -136,16 +137,16 @@ class InputFedGRUAttention(torch.autograd.Function):
             B, T, E = embedded.shape
             G, H, O, D, S = w_hh.shape[0], w_hh.shape[1], w_combine.shape[0], values.shape[2], values.shape[1]
             additive = v is not None
-            A = w_query.shape[0] if additive else 0
+            A = 0 if w_query is None else w_query.shape[0]
             query_bias = b_query is not None
             # Everything that reads h_t, in one product: [query; combine's h_t part; next step's gates].
-            w_state = torch.cat(([w_query] if additive else []) + [w_combine[:, D:], w_hh])   # [A + O + G, H]
-            b_state = torch.cat([b_query if query_bias else b_hh.new_zeros(A), b_combine, b_hh])
+            w_state = torch.cat(([] if w_query is None else [w_query]) + [w_combine[:, D:], w_hh])   # [A + O + G, H]
+            b_state = torch.cat([b_hh.new_zeros(A) if b_query is None else b_query, b_combine, b_hh])
             w_state_c, b_state_c = w_state.to(dtype), b_state.to(dtype)
             w_embedded_c, w_feed_c, w_context_c = w_ih[:, :E].to(dtype), w_ih[:, E:].to(dtype), w_combine[:, :D].to(dtype)
             embedded_c = embedded.to(dtype)
             keys_c, values_c = keys.to(dtype), values.to(dtype)
-            v_c = v.to(dtype) if additive else None
+            v_c = None if v is None else v.to(dtype)
             pads = ~mask                                                            # [B, S]
 
             def new(*shape: int, dtype: torch.dtype = state_dtype) -> torch.Tensor:
@@ -170,6 +171,7 @@ class InputFedGRUAttention(torch.autograd.Function):
                 projections[t + 1] = F.linear(h.to(dtype), w_state_c, b_state_c)
                 projected = projections[t + 1]                                      # [B, A + O + G]
                 if additive:
+                    assert hiddens is not None and v_c is not None
                     hidden = sigmoid_hidden(projected[:, None, :A].to(dtype), keys_c,
                                             out=hiddens[t].unsqueeze(1))[:, 0]      # [B, S, A]
                     scores = 2 * torch.matmul(hidden, v_c).to(state_dtype)         # [B, S]
@@ -207,7 +209,7 @@ class InputFedGRUAttention(torch.autograd.Function):
         grad_contexts = states.new_empty(T, B, D)
         grad_scores = states.new_empty(T, B, weights.shape[2])
         grad_keys = torch.zeros_like(kept.keys, dtype=state_dtype) if additive else None
-        grad_hidden = torch.empty_like(hiddens[0]) if additive else None       # [B, S, A], each step's in turn
+        grad_hidden = None if hiddens is None else torch.empty_like(hiddens[0])   # [B, S, A], each step's in turn
         grad_h_carry = states.new_zeros(B, H)     # of h_t through h_{t+1} = n + z (h_t - n)
         grad_feed = states.new_zeros(B, O)        # of the attentional vector through the next step's input
         for t in reversed(range(T)):
@@ -220,6 +222,7 @@ class InputFedGRUAttention(torch.autograd.Function):
             grad_s = torch.mul(w, grad_w - (w * grad_w).sum(-1, keepdim=True), out=grad_scores[t])  # softmax
             row = state_rows[t + 1]
             if additive:  # scores 2 vᵀ σ(x), x = 2 W_q h_t + 2 W_k h_j
+                assert hiddens is not None and kept.v is not None and grad_keys is not None and grad_hidden is not None
                 grad_s.mul_(2)
                 sigmoid_hidden_grad(hiddens[t], kept.v, grad_s, out=grad_hidden)  # [B, S, A], of x
                 grad_keys += grad_hidden  # per step: all steps' kept for one sum needed as much memory again as hiddens
@@ -245,7 +248,11 @@ class InputFedGRUAttention(torch.autograd.Function):
         grad_w_ih = torch.cat([product(grad_gi, embedded_steps), product(grad_gi[1:], features[:-1])], dim=1)
         grad_embedded = (grad_gi.to(dtype) @ kept.w_embedded).transpose(0, 1)     # [B, T, E]
         grad_values = torch.bmm(weights.permute(1, 2, 0).to(dtype), grad_contexts.transpose(0, 1).to(dtype))
+        grad_v: Optional[torch.Tensor]
+        grad_w_query: Optional[torch.Tensor]
+        grad_b_query: Optional[torch.Tensor]
         if additive:
+            assert hiddens is not None and grad_keys is not None
             grad_v = product(grad_scores.reshape(-1, 1), hiddens)[0]             # [A]
             grad_keys *= 2                                                        # dx / d(W_k h_j) = 2
             grad_w_query = grad_w_state[:A]
