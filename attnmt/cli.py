@@ -403,8 +403,7 @@ def _serve(args: argparse.Namespace) -> None:
     limits = ServeConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(ServeConfig)})
     validate_serve(limits)  # the flags, and the key file below, are refused before the model loads
     keys = KeyFile(args.api_keys, log) if args.api_keys else None
-    # attnmt's own engine: the explorer and /explain read the model itself.
-    serve(_load_attnmt(args, args.model), args.host, args.port, limits, log=log, name=args.model, keys=keys)
+    serve(_load_translator(args, args.model), args.host, args.port, limits, log=log, name=args.model, keys=keys)
 
 
 def build_parser() -> argparse.ArgumentParser:
