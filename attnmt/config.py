@@ -209,6 +209,10 @@ class TrainConfig:
     # accumulation), so that a large batch fits in a small device's memory. Under torchrun a batch
     # is cut into ranks x accumulate parts: the same product cuts it the same way.
     accumulate: int = ranged(1, "[1, 1024]")
+    # Fine-tuning: start from this model file's weights, tokenizers and vocabularies instead of
+    # random weights and new ones (its model section must equal this config's, dropout aside).
+    # Empty: from scratch. A resumed run continues its checkpoint, which started from it.
+    init_from: str = ""
     # Adam's learning rate (the peak, with the warmup scheduler).
     lr: float = ranged(1e-3, "(0, 10]")
     # The gradients' norm is clipped to this.

@@ -23,7 +23,7 @@ from .family import Model
 from .loss import sequence_loss
 from .metrics import MetricsWriter
 from .model import build_model, resolve_device
-from .modelfile import load_file, model_tensors, network_weights, save_file
+from .modelfile import load_file, model_tensors, network_weights, read_model, save_file
 from .precision import autocast, precision_note
 from .tokenize import SubwordTokenizer, Tokenizer, make_tokenizer, tokenizers_from_dicts
 from .translate import Translator
@@ -61,8 +61,8 @@ def make_tokenizers(config: TokenizerConfig, pairs: list[Pair]) -> tuple[Tokeniz
 
 
 def prepare_data(config: Config, saved: Optional[dict] = None) -> PreparedData:
-    """Read, tokenize and encode the corpus; `saved` (a checkpoint's metadata) supplies the
-    tokenizers and vocabularies of the run being resumed instead of new ones."""
+    """Read, tokenize and encode the corpus; `saved` (a checkpoint's metadata, or a model file's for
+    train.init_from) supplies the tokenizers and vocabularies of that run instead of new ones."""
     corpus = load_corpus(config.data)
     if saved:
         src_tokenizer, tgt_tokenizer = tokenizers_from_dicts(saved["src_tokenizer"], saved["tgt_tokenizer"])
@@ -165,13 +165,33 @@ def _read_checkpoint(path: Path, config: Config) -> tuple[dict[str, torch.Tensor
         saved = config_from_dict(meta["config"])
     except (KeyError, TypeError, AttnmtError) as err:
         raise AttnmtError(f"{path}: checkpoint metadata is incomplete or invalid ({err})") from None
-    for section in ("model", "tokenizer", "vocab"):  # data are checked by their fingerprint
-        kept = getattr(saved, section).__dict__
-        changed = [k for k, v in getattr(config, section).__dict__.items() if kept[k] != v]
-        if changed:
-            keys = ", ".join(f"{section}.{k}" for k in changed)
-            raise AttnmtError(f"{path}: cannot resume with different {keys} than the checkpoint was trained with")
+    changed = _differences(saved, config)  # data are checked by their fingerprint
+    if changed:
+        raise AttnmtError(f"{path}: cannot resume with different {', '.join(changed)} than the checkpoint was "
+                          f"trained with")
     return tensors, meta
+
+
+def _differences(saved: Config, config: Config, shapes_only: bool = False) -> list[str]:
+    """The model, tokenizer and vocab keys whose values differ between two configs; `shapes_only`:
+    leaving out dropout, which shapes no weight."""
+    return [f"{section}.{key}" for section in ("model", "tokenizer", "vocab")
+            for key, value in getattr(config, section).__dict__.items()
+            if getattr(saved, section).__dict__[key] != value and not (shapes_only and "dropout" in key)]
+
+
+def _read_start(path: str, config: Config) -> tuple[dict[str, torch.Tensor], dict]:
+    """The weights and the tokenizers and vocabularies (prepare_data's `saved`) of the model file a
+    fine-tuning run starts from (train.init_from), if their architecture is this config's."""
+    try:
+        description, weights, _ = read_model(path)
+    except AttnmtError as err:
+        raise AttnmtError(f"train.init_from: {err}") from None
+    changed = _differences(description.config, config, shapes_only=True)
+    if changed:
+        raise AttnmtError(f"train.init_from {path}: {', '.join(changed)} differ from the model file's; a run starts "
+                          f"from a model of the same architecture, tokenizer and vocabulary (dropout may differ)")
+    return weights, description.metadata()
 
 
 def _restore(tensors: dict[str, torch.Tensor], meta: dict, model: Model, optimizer: torch.optim.Optimizer
@@ -214,7 +234,9 @@ def train(config: Config, resume: bool = False, overwrite: bool = False,
     torch.manual_seed(tc.seed)
     # Read by rank 0 alone: the other ranks need not see its out_dir.
     checkpoint = ranks.share(_read_checkpoint(checkpoint_path, config) if resume and ranks.is_main else None)
-    data = prepare_data(config, checkpoint[1] if checkpoint else None) if ranks.is_main else None
+    start = ranks.share(_read_start(tc.init_from, config) if tc.init_from and not resume and ranks.is_main else None)
+    saved = checkpoint[1] if checkpoint else start[1] if start else None
+    data = prepare_data(config, saved) if ranks.is_main else None
     # The other ranks take rank 0's tokenizers and vocabularies instead of building their own.
     vocabularies = ranks.share(_vocabularies(data) if data else None)
     data = data or prepare_data(config, vocabularies)
@@ -227,6 +249,9 @@ def train(config: Config, resume: bool = False, overwrite: bool = False,
     model = build_model(config.model, len(data.src_vocab), len(data.tgt_vocab), tc.fast_paths).to(device)
     optimizer = make_optimizer(model, tc)
     translator = Translator(model, config, data.src_tokenizer, data.tgt_tokenizer, data.src_vocab, data.tgt_vocab)
+    if start:
+        model.load_state_dict(start[0])
+        log(f"starting from {tc.init_from}: its weights, tokenizers and vocabularies")
     progress = _restore(*checkpoint, model, optimizer) if checkpoint else Progress()
     where = f" on {ranks.world_size} ranks" if ranks.world_size > 1 else ""
     log(f"model: {sum(p.numel() for p in model.parameters()):,} parameters on {device}{where}"

@@ -183,3 +183,32 @@ def test_a_time_budget_spent_in_the_first_epoch_still_keeps_a_model(tmp_path, mo
     result = train(config_from_dict(values), log=lines.append)
     assert result.model_path.is_file() and result.epochs == 1
     assert any("time budget of 1.5 minutes used up" in line for line in lines)
+
+
+def test_fine_tuning_starts_from_the_model_files_weights_tokenizers_and_vocabularies(tmp_path):
+    base = tiny_dates_config(tmp_path / "base")
+    base["train"].update(epochs=3)
+    base_model = train(config_from_dict(base), log=lambda _: None).model_path
+    losses = {}
+    for name, init_from in (("scratch", ""), ("fine_tuned", str(base_model))):
+        values = tiny_dates_config(tmp_path / name, dropout=0.1)  # dropout may differ from the file's
+        values["data"].update(seed=2)                             # other sentences
+        values["train"].update(epochs=1, init_from=init_from)
+        lines: list[str] = []
+        train(config_from_dict(values), log=lines.append)
+        losses[name] = read_metrics(tmp_path / name)[0]["valid_loss"]
+        assert any(line.startswith("starting from") for line in lines) == bool(init_from)
+    assert losses["fine_tuned"] < 0.5 * losses["scratch"]  # one epoch on top of three
+    saved = {name: load_file(tmp_path / name / "model.safetensors")[1] for name in ("base", "fine_tuned")}
+    for key in ("src_vocab", "tgt_vocab", "src_tokenizer", "tgt_tokenizer"):
+        assert saved["fine_tuned"][key] == saved["base"][key]
+
+
+def test_fine_tuning_from_another_architecture_is_refused(tmp_path):
+    values = tiny_dates_config(tmp_path / "base")
+    values["train"].update(epochs=1)
+    base_model = train(config_from_dict(values), log=lambda _: None).model_path
+    other = tiny_dates_config(tmp_path / "other", dec_hidden=40)
+    other["train"].update(init_from=str(base_model))
+    with pytest.raises(AttnmtError, match=r"train.init_from .*: model.dec_hidden differ from the model file's"):
+        train(config_from_dict(other), log=lambda _: None)
