@@ -129,6 +129,24 @@ def test_int8_rnn_follows_the_float_rnn(rnn):
     assert all(torch.equal(a, b) for a, b in zip(*(s if isinstance(s, tuple) else (s,) for s in (state, final))))
 
 
+def assert_steps_close(fp32, int8) -> None:
+    """Five decoding steps from the same tokens, one at a time as decoding runs them (through the
+    state: an RNN's hidden state, a Transformer's caches): int8's float32 logits stay close to fp32's."""
+    src, lengths = torch.randint(4, 30, (4, 9)), torch.tensor([9, 7, 5, 3])
+    tokens = torch.randint(4, 20, (4, 5))
+    logits = {}
+    with torch.inference_mode():
+        for name, m in (("fp32", fp32), ("int8", int8)):
+            memory, state = m.encode(src, lengths)
+            steps = []
+            for t in range(tokens.shape[1]):
+                step_logits, state, _ = m.step(tokens[:, t : t + 1], state, memory)
+                steps.append(step_logits)
+            logits[name] = torch.cat(steps, dim=1)
+    assert logits["int8"].dtype == torch.float32
+    assert (logits["int8"] - logits["fp32"]).norm() / logits["fp32"].norm() < 0.05
+
+
 @needs_exact_int8
 @pytest.mark.parametrize("model", MODELS + [{"attention": "bahdanau", "decoder": "luong", "tie_embeddings": True}])
 def test_int8_decoding_copy_runs_every_product_of_a_step_in_int8(model):
@@ -144,20 +162,7 @@ def test_int8_decoding_copy_runs_every_product_of_a_step_in_int8(model):
     assert isinstance(fp32.decoder.classifier, torch.nn.Linear)          # the model itself is unchanged
     if model.get("tie_embeddings"):
         assert fp32.decoder.classifier.weight is fp32.decoder.embedding.weight
-    # Five greedy steps from the same tokens: the logits stay close to fp32's.
-    src, lengths = torch.randint(4, 30, (4, 9)), torch.tensor([9, 7, 5, 3])
-    tokens = torch.randint(4, 20, (4, 5))
-    logits = {}
-    with torch.inference_mode():
-        for name, m in (("fp32", fp32), ("int8", int8)):
-            memory, state = m.encode(src, lengths)
-            steps = []
-            for t in range(tokens.shape[1]):
-                step_logits, state, _ = m.decoder.step(tokens[:, t : t + 1], state, memory)
-                steps.append(step_logits)
-            logits[name] = torch.cat(steps, dim=1)
-    assert logits["int8"].dtype == torch.float32
-    assert (logits["int8"] - logits["fp32"]).norm() / logits["fp32"].norm() < 0.05
+    assert_steps_close(fp32, int8)
 
 
 @needs_exact_int8
@@ -176,19 +181,7 @@ def test_int8_transformer_runs_each_step_product_in_int8_and_reads_the_source_in
     assert isinstance(int8.classifier, Int8Linear) and isinstance(fp32.classifier, torch.nn.Linear)
     assert all(isinstance(m, torch.nn.Linear) for layer in int8.encoder_layers for m in layer.modules()
                if isinstance(m, (torch.nn.Linear, Int8Linear)))                   # the encoder runs once: bf16
-    src, lengths = torch.randint(4, 30, (4, 9)), torch.tensor([9, 7, 5, 3])
-    tokens = torch.randint(4, 20, (4, 5))
-    logits = {}
-    with torch.inference_mode():
-        for name, m in (("fp32", fp32), ("int8", int8)):
-            memory, state = m.encode(src, lengths)
-            steps = []
-            for t in range(tokens.shape[1]):  # step by step, through the caches, as decoding runs
-                step_logits, state, _ = m.step(tokens[:, t : t + 1], state, memory)
-                steps.append(step_logits)
-            logits[name] = torch.cat(steps, dim=1)
-    assert logits["int8"].dtype == torch.float32
-    assert (logits["int8"] - logits["fp32"]).norm() / logits["fp32"].norm() < 0.05
+    assert_steps_close(fp32, int8)
 
 
 def test_decoding_copy_is_reused_until_the_weights_or_the_precision_change(dates_model):
