@@ -5,6 +5,10 @@ translation), and its attention over the source, at the step that writes each ta
 which source tokens that token came from. Luong et al. (2015, §5.4) read word alignments off it
 and scored them against hand-made ones; this module does the same for any attnmt model:
 
+    step      output: a target token's attention is that of the step that writes it (Luong's);
+              input: that of the next step, which reads it as its input (Chen et al. 2020's
+              shift-att: a decoder's attention often looks at the source of its input word)
+
     pieces    the model's tokens; a word (whitespace token of the user's text) is split into
               pieces on its own, so each piece belongs to one word
     words     attention between words: the weights a target piece gives the pieces of a source
@@ -34,7 +38,7 @@ import numpy as np
 import torch
 
 from .batch import pad
-from .config import ALIGN_METHODS, SYMMETRIZATIONS
+from .config import ALIGN_METHODS, ALIGN_STEPS, SYMMETRIZATIONS
 from .errors import AttnmtError
 from .translate import Translator
 from .vocab import SOS_ID
@@ -73,10 +77,13 @@ class AlignmentScores:
 
 
 def word_attention(translator: Translator, pairs: list[tuple[list[str], list[str]]], layer: Optional[int] = None,
-                   head: Optional[int] = None, batch_size: int = 32) -> list[np.ndarray]:
+                   head: Optional[int] = None, step: str = "output", batch_size: int = 32) -> list[np.ndarray]:
     """For each (source words, target words) pair, the target words' attention over the source
     words [len(target), len(source)] of the teacher-forced pass (see the module's docstring);
     `layer` and `head` from 1 (Transformer; head None: the mean of the layer's heads)."""
+    if step not in ALIGN_STEPS:
+        raise AttnmtError(f"step {step!r}: choose {', '.join(ALIGN_STEPS)}")
+    first = ALIGN_STEPS.index(step)        # the row of target piece 0: output 0 (it writes it), input 1
     model = translator.model
     pieces = [(translator.src_tokenizer.tokenize_words(s), translator.tgt_tokenizer.tokenize_words(t))
               for s, t in pairs]
@@ -89,14 +96,15 @@ def word_attention(translator: Translator, pairs: list[tuple[list[str], list[str
             rows = ready[start : start + batch_size]
             src = pad([translator.src_vocab.encode(pieces[i][0][0]) for i in rows]).to(translator.device)
             lengths = torch.tensor([len(pieces[i][0][0]) for i in rows])
-            tgt_in = pad([[SOS_ID] + translator.tgt_vocab.encode(pieces[i][1][0])[:-1] for i in rows])
+            # The whole target is fed, so that the step after the last piece reads it too.
+            tgt_in = pad([[SOS_ID] + translator.tgt_vocab.encode(pieces[i][1][0]) for i in rows])   # [B, T + 1]
             maps = model.attention_maps(src, lengths, tgt_in.to(translator.device))
             if "cross" not in maps:
                 raise AttnmtError("this model has no attention (model.attention none): it cannot align words")
             cross = _chosen(maps["cross"], layer, head).float().cpu().numpy()   # [B, T, S], pieces
             for row, i in enumerate(rows):
                 (_, src_owner), (_, tgt_owner) = pieces[i]
-                results[i] = _to_words(cross[row, : len(tgt_owner), : len(src_owner)], src_owner, tgt_owner,
+                results[i] = _to_words(cross[row, first : first + len(tgt_owner), : len(src_owner)], src_owner, tgt_owner,
                                        len(pairs[i][0]), len(pairs[i][1]))
     return results
 
@@ -188,7 +196,8 @@ def symmetrize(forward: set[Link], backward: set[Link], method: str) -> set[Link
 
 def align(translator: Translator, sources: list[str], targets: list[str], method: str = "argmax",
           threshold: float = 0.3, layer: Optional[int] = None, head: Optional[int] = None,
-          reverse: Optional[Translator] = None, symmetrization: str = "grow-diag-final") -> list[WordAlignment]:
+          reverse: Optional[Translator] = None, symmetrization: str = "grow-diag-final",
+          step: str = "output") -> list[WordAlignment]:
     """Word alignments of sentence pairs, words split at whitespace. With `reverse` (a model
     translating targets into sources), each direction's links are combined by `symmetrization`;
     `attention` then stays the forward model's."""
@@ -199,10 +208,10 @@ def align(translator: Translator, sources: list[str], targets: list[str], method
     if not 0 < threshold <= 1:
         raise AttnmtError(f"threshold {threshold}: allowed (0, 1]")
     pairs = [(s.split(), t.split()) for s, t in zip(sources, targets)]
-    attention = word_attention(translator, pairs, layer, head)
+    attention = word_attention(translator, pairs, layer, head, step)
     links = [links_of(a, method, threshold) for a in attention]
     if reverse is not None:
-        backward = word_attention(reverse, [(t, s) for s, t in pairs], layer, head)
+        backward = word_attention(reverse, [(t, s) for s, t in pairs], layer, head, step)
         links = [symmetrize(forward, {(s, t) for t, s in links_of(b, method, threshold)}, symmetrization)
                  for forward, b in zip(links, backward)]
     return [WordAlignment(s, t, a, sorted(found)) for (s, t), a, found in zip(pairs, attention, links)]

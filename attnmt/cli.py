@@ -16,6 +16,7 @@ from typing import Callable, Iterator, Optional
 
 from .config import (
     ALIGN_METHODS,
+    ALIGN_STEPS,
     CTRANSLATE2_QUANTIZATIONS,
     PRECISIONS,
     SYMMETRIZATIONS,
@@ -230,6 +231,8 @@ def _model_label(model_path: str, taken: dict) -> str:
     return label if label not in taken else model_path
 
 
+STEP_HELP = ("which step's attention aligns a target word: output, the step that writes it (Luong's, the default); "
+             "input, the next step, which reads it (Chen et al. 2020's shift-att)")
 MAP_AXES = {"cross": ("source", "output"), "encoder": ("source", "source"),
             "decoder": ("output so far (<sos> first)", "output")}
 
@@ -299,7 +302,7 @@ def _align(args: argparse.Namespace) -> None:
         gold = read_gold(args.gold, _gold_base(args), [(len(s.split()), len(t.split())) for s, t in zip(sources, targets)])
     reverse = Translator.load(args.reverse, args.device) if args.reverse else None
     alignments = align(Translator.load(args.model, args.device), sources, targets, args.method, args.threshold,
-                       args.layer, args.head, reverse, args.symmetrize)
+                       args.layer, args.head, reverse, args.symmetrize, args.step)
     with _output(args.output) as write:
         write("".join(pharaoh(a.links) + "\n" for a in alignments))
     if gold is not None:
@@ -317,7 +320,7 @@ def _plot_alignment(args: argparse.Namespace, translator: Translator) -> None:
     if args.head != "mean" and not args.head.isdigit():
         raise AttnmtError(f"--head {args.head}: allowed: mean, or a head from 1")
     head = None if args.head == "mean" else int(args.head)
-    (alignment,) = align(translator, [args.sentence], [args.target], layer=args.layer, head=head)
+    (alignment,) = align(translator, [args.sentence], [args.target], layer=args.layer, head=head, step=args.step)
     source, target = alignment.source_words, alignment.target_words
     if not source or not target:
         raise AttnmtError("nothing to plot: the sentence or the target is empty")
@@ -502,6 +505,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                      "(i-j sure, ipj possible; source word i, target word j)")
     plot.add_argument("--gold-base", type=int, choices=[0, 1], default=0,
                       help="whether --gold numbers words from 0 (Pharaoh, the default) or 1 (the RWTH files)")
+    plot.add_argument("--step", choices=ALIGN_STEPS, default="output", help=STEP_HELP)
     plot.set_defaults(run=_plot)
 
     align = commands.add_parser("align", help="word alignments from the model's attention (Pharaoh i-j), and AER "
@@ -519,6 +523,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="Transformer: the layer whose cross-attention aligns, from 1 (default: the penultimate)")
     align.add_argument("--head", type=Number(int, Range("[1, 1024]")), default=None,
                        help="Transformer: one head, from 1 (default: the mean of the layer's heads)")
+    align.add_argument("--step", choices=ALIGN_STEPS, default="output", help=STEP_HELP)
     align.add_argument("--reverse", metavar="MODEL", help="a model translating --tgt into --src: the links of both "
                                                           "directions are combined by --symmetrize")
     align.add_argument("--symmetrize", choices=SYMMETRIZATIONS, default="grow-diag-final",

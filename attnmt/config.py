@@ -41,6 +41,9 @@ CTRANSLATE2_QUANTIZATIONS = ("int8", "int8_float32", "int16", "float16", "bfloat
 # How `attnmt align` turns attention into links, and combines the links of two directions (align.py).
 ALIGN_METHODS = ("argmax", "threshold")
 SYMMETRIZATIONS = ("intersect", "union", "grow-diag", "grow-diag-final")
+# Which decoding step's attention aligns a target token: the step that writes it, or the next one,
+# which reads it (align.py).
+ALIGN_STEPS = ("output", "input")
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,9 @@ recipe) from the Multi30k recipe configs/multi30k_de_en.yaml with model.attentio
 --budget-min minutes of wall clock or --epochs epochs, one after the other; models already in
 --out are reused.
 Then scores every model on the gold standard: links by argmax (Luong's rule) and by threshold,
-for a Transformer the default layer and each layer's mean of heads; a model with a --reverse
+each with the attention of the step that writes a target word and of the step that reads it
+(`attnmt align --step output|input`), for a Transformer the default layer and each layer's mean
+of heads; a model with a --reverse
 model (en->de, same name) also gets the reverse direction's links alone and each symmetrization of
 the two directions' argmax links. The first row is no model at all: each target word linked to the
 source word at its relative position (the diagonal), the figure attention has to beat. Prints one
@@ -37,7 +39,7 @@ from attnmt.align import (
     symmetrize,
     word_attention,
 )
-from attnmt.config import SYMMETRIZATIONS, load_config
+from attnmt.config import ALIGN_STEPS, SYMMETRIZATIONS, load_config
 from attnmt.data import find_split_file, read_lines
 from attnmt.tokenize import WordTokenizer
 from attnmt.train import train
@@ -74,16 +76,18 @@ def coverage(gold_lines: list[str], training_text: list[str]) -> tuple[float, Co
 
 
 def both_ways(name: str, reverse: Translator, pairs: list[tuple[list[str], list[str]]], forward: list[set],
-              gold: list) -> list[tuple[str, str, str, AlignmentScores]]:
-    """Rows of the reverse model's argmax links alone (flipped to de-en) and of each symmetrization."""
-    backward = [{(s, t) for t, s in links_of(a, "argmax")} for a in word_attention(reverse, [(t, s) for s, t in pairs])]
+              gold: list, step: str) -> list[tuple[str, str, str, AlignmentScores]]:
+    """Rows of the reverse model's argmax links alone (flipped to de-en) and of each symmetrization,
+    both directions read at `step`."""
+    backward = [{(s, t) for t, s in links_of(a, "argmax")}
+                for a in word_attention(reverse, [(t, s) for s, t in pairs], step=step)]
     rows = []
     for method, links in [("reverse", backward),
                           *((m, [symmetrize(f, b, m) for f, b in zip(forward, backward)]) for m in SYMMETRIZATIONS)]:
         result = score(links, gold)
-        print(f"metric=aer_{name}_{method} value={result.aer:.4f}")
-        rows.append((name, "en->de model alone" if method == "reverse" else "both directions, argmax links",
-                     method, result))
+        print(f"metric=aer_{name}_{step}_{method} value={result.aer:.4f}")
+        rows.append((name, f"en->de model alone, step {step}" if method == "reverse"
+                     else f"both directions, argmax links, step {step}", method, result))
     return rows
 
 
@@ -137,17 +141,19 @@ def main() -> None:
         print(f"metric=unknown_source_pieces_{name} value={unknown}")
         layers = cross_attention_layers(translator)
         views = [(None, "")] if layers == 1 else [(None, "default"), *((n, f"layer {n}") for n in range(1, layers + 1))]
-        for layer, label in views:
-            attention = word_attention(translator, pairs, layer)         # computed once for both rules
-            for method in ("argmax", "threshold"):
-                result = score([links_of(a, method, args.threshold) for a in attention], gold)
-                key = "_".join(filter(None, [name, label.replace(" ", ""), method]))
-                print(f"metric=aer_{key} value={result.aer:.4f}")
-                rows.append((name, label if layer or not label else f"default (layer {default_layer(layers)})",
-                             method, result))
-        if name in reverse:
-            rows += both_ways(name, Translator.load(reverse[name], "cpu"), pairs,
-                              [links_of(a, "argmax") for a in word_attention(translator, pairs)], gold)
+        for step in ALIGN_STEPS:
+            for layer, label in views:
+                attention = word_attention(translator, pairs, layer, step=step)     # computed once for both rules
+                for method in ("argmax", "threshold"):
+                    result = score([links_of(a, method, args.threshold) for a in attention], gold)
+                    key = "_".join(filter(None, [name, label.replace(" ", ""), step, method]))
+                    print(f"metric=aer_{key} value={result.aer:.4f}")
+                    view = label if layer or not label else f"default (layer {default_layer(layers)})"
+                    rows.append((name, ", ".join(filter(None, [view, f"step {step}"])), method, result))
+            if name in reverse:
+                rows += both_ways(name, Translator.load(reverse[name], "cpu"), pairs,
+                                  [links_of(a, "argmax") for a in word_attention(translator, pairs, step=step)], gold,
+                                  step)
     print("\n| model | attention read | links | AER | precision | recall | links predicted |")
     print("|---|---|---|---:|---:|---:|---:|")
     for name, label, method, result in rows:

@@ -120,12 +120,13 @@ def test_each_word_is_tokenized_alone_as_in_the_sentence(level):
 
 
 def forced_cross(translator: Translator, source: list[str], target: list[str]) -> np.ndarray:
-    """The model's cross-attention [layers, heads, T, S] over the pieces, teacher-forced."""
+    """The model's cross-attention [layers, heads, T + 1, S] over the pieces, teacher-forced: row t
+    is the step that writes target piece t (the last row writes the end of the sentence)."""
     src = torch.tensor([translator.src_vocab.encode(source)])
     output = translator.tgt_vocab.encode(target)
     with torch.no_grad():
         maps = translator.model.eval().attention_maps(src, torch.tensor([len(source)]),
-                                                      torch.tensor([[SOS_ID] + output[:-1]]))
+                                                      torch.tensor([[SOS_ID] + output]))
     return maps["cross"][0].numpy()
 
 
@@ -134,7 +135,7 @@ def test_word_attention_sums_source_pieces_and_averages_target_pieces(dates_mode
     over its characters, a target word's row the mean over its characters; spaces belong to no word."""
     translator = Translator.load(dates_model, "cpu", precision="fp32")
     source, target = "3 Mar", "21 - 3"
-    pieces = forced_cross(translator, list("3▁Mar"), list("21▁-▁3"))[0, 0]     # [6, 5]
+    pieces = forced_cross(translator, list("3▁Mar"), list("21▁-▁3"))[0, 0]     # [7, 5]: 6 pieces + end
     by_source = np.stack([pieces[:, 0], pieces[:, 2:5].sum(1)], axis=1)       # words 3 | Mar
     expected = np.stack([by_source[0:2].mean(0), by_source[3], by_source[5]])  # words 21 | - | 3
     (words,) = word_attention(translator, [(source.split(), target.split())])
@@ -143,9 +144,23 @@ def test_word_attention_sums_source_pieces_and_averages_target_pieces(dates_mode
     assert alignment.links == sorted((int(words[t].argmax()), t) for t in range(3))
 
 
+@pytest.mark.parametrize("model", ["dates_model", "transformer_dates_model"])
+def test_the_input_step_reads_the_row_after_the_output_step(model, request):
+    """step input (shift-att) takes for target piece t the row of the step that reads it, t + 1:
+    for the last piece, the step that writes the end of the sentence."""
+    translator = Translator.load(request.getfixturevalue(model), "cpu", precision="fp32")
+    pieces = forced_cross(translator, list("1▁Jan"), list("2000"))[0].mean(0)           # [5, 5]: 4 pieces + end
+    by_source = np.stack([pieces[:, 0], pieces[:, 2:].sum(1)], axis=1)                 # words 1 | Jan
+    for step, rows in (("output", by_source[:4]), ("input", by_source[1:])):
+        (words,) = word_attention(translator, [(["1", "Jan"], ["2000"])], layer=1, step=step)
+        np.testing.assert_allclose(words[0], rows.mean(0), rtol=1e-5, atol=1e-6)
+    with pytest.raises(AttnmtError, match="step 'both': choose output, input"):
+        word_attention(translator, [(["1"], ["2000"])], step="both")
+
+
 def test_transformer_aligns_with_the_penultimate_layer_by_default(transformer_dates_model):
     translator = Translator.load(transformer_dates_model, "cpu", precision="fp32")
-    cross = forced_cross(translator, list("1▁Jan"), list("2000"))               # [2 layers, 4 heads, 4, 5]
+    cross = forced_cross(translator, list("1▁Jan"), list("2000"))[:, :, :4]     # [2 layers, 4 heads, 4, 5]
     assert default_layer(2) == 1 and default_layer(1) == 1 and default_layer(6) == 5
     for layer, head, expected in [(None, None, cross[0].mean(0)), (2, None, cross[1].mean(0)), (2, 3, cross[1, 2])]:
         (words,) = word_attention(translator, [(["1", "Jan"], ["2000"])], layer, head)
