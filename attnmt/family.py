@@ -185,9 +185,10 @@ class Probe:
 
 
 class SourceMemory:
-    """A Memory made of tensors laid out [rows, source positions, ...], among them a bool mask
-    [rows, S] (True at real tokens): every Memory operation, for any family whose memory is such
-    tensors. Subclasses name the tensors; the constructor takes them in iteration order."""
+    """A Memory made of tensors laid out [rows, ...] with the source positions at the dimension
+    `dims` gives (1 unless a subclass says otherwise), the first a bool mask [rows, S] (True at real
+    tokens): every Memory operation, for any family whose memory is such tensors. Subclasses name
+    the tensors; the constructor takes them in iteration order."""
 
     def __init__(self, *tensors: torch.Tensor):
         self.tensors = tensors
@@ -215,20 +216,23 @@ class SourceMemory:
     def rows(self, start: int, end: Optional[int] = None) -> Self:
         return self.like([t[start:end] for t in self.tensors])
 
+    def _positions(self) -> list[int]:
+        return [position for _, position in self.dims()]
+
     def narrow(self, length: int) -> Self:
-        return self.like([t[:, :length].contiguous() for t in self.tensors])
+        return self.like([t.narrow(dim, 0, length).contiguous() for t, dim in zip(self.tensors, self._positions())])
 
     def pad(self, length: int) -> Self:
         """New positions are zeros: False in the mask, so nothing attends to them."""
         padded = []
-        for t in self.tensors:
-            grown = t.new_zeros(t.shape[0], length, *t.shape[2:])
-            grown[:, : t.shape[1]] = t
+        for t, dim in zip(self.tensors, self._positions()):
+            grown = t.new_zeros(*t.shape[:dim], length, *t.shape[dim + 1:])
+            grown.narrow(dim, 0, t.shape[dim]).copy_(t)
             padded.append(grown)
         return self.like(padded)
 
     def put(self, rows: torch.Tensor, source: Self) -> None:
-        for mine, theirs in zip(self.tensors, source.tensors):
+        for mine, theirs, dim in zip(self.tensors, source.tensors, self._positions()):
             if mine.dtype == torch.bool:
                 mine.index_fill_(0, rows, False)  # positions past the source's length: masked
-            mine.narrow(1, 0, source.length).index_copy_(0, rows, theirs)
+            mine.narrow(dim, 0, source.length).index_copy_(0, rows, theirs)

@@ -45,17 +45,21 @@ class MultiHeadAttention(nn.Module):
         batch, length, dim = x.shape                                        # [B, L, D]
         return x.view(batch, length, self.heads, dim // self.heads).transpose(1, 2)  # [B, h, L, d_k]
 
+    def keys_values(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The keys and values of x [B, L, D], each [B, h, L, d_k]: contiguous, so that the products
+        of every decoding step read a head's keys in place instead of gathering them anew."""
+        return self.split(self.key_proj(x)).contiguous(), self.split(self.value_proj(x)).contiguous()
+
     def forward(self, query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, allowed: torch.Tensor
                 ) -> tuple[torch.Tensor, torch.Tensor]:
-        """query [B, T, D] (not yet projected); keys and values [B, S, D], projected already by
-        key_proj and value_proj; allowed [B, T or 1, S], True where a query may look.
+        """query [B, T, D] (not yet projected); keys and values [B, h, S, d_k] from keys_values;
+        allowed [B, T or 1, S], True where a query may look.
         Returns the output [B, T, D] and the weights [B, h, T, S] (before dropout)."""
         q = self.split(self.query_proj(query))                              # [B, h, T, d_k]
-        k, v = self.split(keys), self.split(values)                        # [B, h, S, d_k]
-        scores = q @ k.transpose(2, 3) / math.sqrt(q.shape[-1])             # [B, h, T, S]
+        scores = q @ keys.transpose(2, 3) / math.sqrt(q.shape[-1])          # [B, h, T, S]
         scores = scores.masked_fill(~allowed.unsqueeze(1), float("-inf"))   # pads, the future: weight 0
         weights = torch.softmax(scores, dim=-1)
-        heads = self.dropout(weights) @ v                                   # [B, h, T, d_k]
+        heads = self.dropout(weights) @ values                              # [B, h, T, d_k]
         batch, _, length, _ = heads.shape
         return self.out_proj(heads.transpose(1, 2).reshape(batch, length, -1)), weights  # [B, T, D]
 
@@ -67,16 +71,15 @@ class HeadsProbe(nn.Module):
     def __init__(self, attention: MultiHeadAttention, probe: Probe, record: bool, over_source: bool):
         super().__init__()
         self.attention, self.probe, self.record, self.over_source = attention, probe, record, over_source
-        self.key_proj, self.value_proj = attention.key_proj, attention.value_proj  # as the layers use them
+        self.keys_values = attention.keys_values                           # as the layers use it
 
     def forward(self, query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, allowed: torch.Tensor
                 ) -> tuple[torch.Tensor, torch.Tensor]:
         attention = self.attention
         q = attention.split(attention.query_proj(query))                   # [B, h, T, d_k]
-        k, v = attention.split(keys), attention.split(values)             # [B, h, S, d_k]
-        scores = q @ k.transpose(2, 3) / math.sqrt(q.shape[-1])             # [B, h, T, S]
-        weights = self.probe.weigh(scores, allowed.unsqueeze(1), v, self.record, self.over_source)
-        heads = weights @ v                                                 # [B, h, T, d_k]
+        scores = q @ keys.transpose(2, 3) / math.sqrt(q.shape[-1])          # [B, h, T, S]
+        weights = self.probe.weigh(scores, allowed.unsqueeze(1), values, self.record, self.over_source)
+        heads = weights @ values                                            # [B, h, T, d_k]
         batch, _, length, _ = heads.shape
         return attention.out_proj(heads.transpose(1, 2).reshape(batch, length, -1)), weights
 
@@ -114,7 +117,7 @@ class EncoderLayer(nn.Module):
     def forward(self, x: torch.Tensor, allowed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """x [B, S, D], allowed [B, 1, S]: the new x and the self-attention weights [B, h, S, S]."""
         attention = self.self_attention
-        x, weights = self.attend(x, lambda h: attention(h, attention.key_proj(h), attention.value_proj(h), allowed))
+        x, weights = self.attend(x, lambda h: attention(h, *attention.keys_values(h), allowed))
         x, _ = self.transform(x, lambda h: (self.feed_forward(h), None))
         return x, weights
 
@@ -134,12 +137,12 @@ class DecoderLayer(nn.Module):
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """y [B, T, D] at the new positions; `cache` receives their keys and values and attends over
         all positions so far, as `causal` [B, T, C] allows; cross-attention reads the encoder's
-        projected keys and values [B, S, D] where source_allowed [B, 1, S]. Returns the new y and
+        keys and values [B, h, S, d_k] where source_allowed [B, 1, S]. Returns the new y and
         the self- and cross-attention weights [B, h, T, C] and [B, h, T, S]."""
         self_attention = self.self_attention
 
         def attend_self(h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            keys, values = cache.write(self_attention.key_proj(h), self_attention.value_proj(h))
+            keys, values = cache.write(*self_attention.keys_values(h))
             return self_attention(h, keys, values, causal)
 
         y, self_weights = self.attend_self(y, attend_self)
@@ -150,28 +153,33 @@ class DecoderLayer(nn.Module):
 
 
 class LayerCache:
-    """One decoder layer's self-attention keys and values [B, C, D] for positions 0..C-1, and where
-    the next positions go (`positions` [B, T]); `write` puts the new ones in place."""
+    """One decoder layer's self-attention keys and values [B, h, C, d_k] for positions 0..C-1, and
+    where the next positions go (`positions` [B, T]); `write` puts the new ones in place."""
 
     def __init__(self, keys: torch.Tensor, values: torch.Tensor, positions: torch.Tensor):
         self.keys, self.values, self.positions = keys, values, positions
 
     def write(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.keys.shape[1] == 0:                  # nothing cached: the new positions are all there is
+        """keys and values [B, h, T, d_k] of the new positions."""
+        if self.keys.shape[2] == 0:                  # nothing cached: the new positions are all there is
             self.keys, self.values = keys, values
         else:
             # In place: copying every cache at every step was a large share of decoding's time
             # (docs/speed.md). The state these tensors came from reads no position past its own
             # steps, so what it says stays true.
             rows = torch.arange(keys.shape[0], device=keys.device).unsqueeze(1)   # [B, 1]
-            self.keys.index_put_((rows, self.positions), keys)                   # [B, C, D]
-            self.values.index_put_((rows, self.positions), values)
+            for cache, new in ((self.keys, keys), (self.values, values)):
+                # through [B, C, h, d_k] views, whose positions are indexed by rows and positions
+                cache.transpose(1, 2).index_put_((rows, self.positions), new.transpose(1, 2))
         return self.keys, self.values
 
 
 class TransformerMemory(SourceMemory):
     """The source as the decoder reads it: the mask [B, S], then each decoder layer's
-    cross-attention keys and values [B, S, D], projected once per sentence."""
+    cross-attention keys and values [B, h, S, d_k], projected once per sentence."""
+
+    def dims(self) -> list[tuple[int, int]]:
+        return [(0, 1)] + [(0, 2)] * (len(self.tensors) - 1)
 
     @property
     def mask(self) -> torch.Tensor:
@@ -183,7 +191,7 @@ class TransformerMemory(SourceMemory):
 
 class TransformerState:
     """The decoder's state between steps: `steps` [B], the target positions each row has decoded,
-    and each layer's self-attention cache, keys and values [B, C, D] with C ≥ max(steps) (a row's
+    and each layer's self-attention cache, keys and values [B, h, C, d_k] with C ≥ max(steps) (a row's
     positions past its steps are stale and masked out). Rows are sentences or beams and may be at
     different positions: a batch refilled with new sentences mixes them."""
 
@@ -206,15 +214,15 @@ class TransformerState:
         """Overwrite the rows `index` in place with the rows of `source`, whose caches may be shorter."""
         self.steps.index_copy_(0, index, source.steps)
         for mine, theirs in zip(self.caches, source.caches):
-            mine.narrow(1, 0, theirs.shape[1]).index_copy_(0, index, theirs)
+            mine.narrow(2, 0, theirs.shape[2]).index_copy_(0, index, theirs)
 
     def layer_caches(self, positions: torch.Tensor) -> list[LayerCache]:
         """Each layer's cache, grown to hold the new `positions` [B, T] of every row."""
         capacity = int(positions.max()) + 1
         caches = self.caches
-        if 0 < caches[0].shape[1] < capacity:                               # grow, doubling: few copies
-            grown = max(capacity, 2 * caches[0].shape[1])
-            caches = [F.pad(c, (0, 0, 0, grown - c.shape[1])) for c in caches]
+        if 0 < caches[0].shape[2] < capacity:                               # grow, doubling: few copies
+            grown = max(capacity, 2 * caches[0].shape[2])
+            caches = [F.pad(c, (0, 0, 0, grown - c.shape[2])) for c in caches]  # [B, h, C, d_k]
         return [LayerCache(caches[2 * i], caches[2 * i + 1], positions) for i in range(len(caches) // 2)]
 
 
@@ -316,13 +324,13 @@ class Transformer(nn.Module):
 
     def memory(self, encoded: torch.Tensor, mask: torch.Tensor) -> TransformerMemory:
         """The mask and each decoder layer's cross-attention keys and values of the encoder's output."""
-        cross = [t for layer in self.decoder_stack()
-                 for t in (layer.cross_attention.key_proj(encoded), layer.cross_attention.value_proj(encoded))]
+        cross = [t for layer in self.decoder_stack() for t in layer.cross_attention.keys_values(encoded)]
         return TransformerMemory(mask, *cross)
 
     def initial_state(self, rows: int, like: torch.Tensor) -> TransformerState:
         """Nothing decoded yet: steps 0 and empty caches."""
-        empty = like.new_zeros(rows, 0, self.config.emb_dim)
+        heads = self.config.heads
+        empty = like.new_zeros(rows, heads, 0, self.config.emb_dim // heads)
         return TransformerState(torch.zeros(rows, dtype=torch.long, device=like.device),
                                 [empty] * (2 * len(self.decoder_layers)))
 
@@ -335,7 +343,7 @@ class Transformer(nn.Module):
         y = self.embed(self.tgt_embedding, prev_tokens, positions)
         source_allowed = memory.mask.unsqueeze(1)                                   # [B, 1, S]
         # Every layer's cache has the same capacity C (T when it starts empty): one mask for all.
-        capacity = caches[0].keys.shape[1] or positions.shape[1]
+        capacity = caches[0].keys.shape[2] or positions.shape[1]
         causal = torch.arange(capacity, device=y.device) <= positions.unsqueeze(-1)  # [B, T, C]
         self_weights, cross_weights = [], []
         for i, (layer, cache) in enumerate(zip(self.decoder_layers, caches)):

@@ -1,6 +1,7 @@
 """Where decoding's time goes: milliseconds in each part of `Translator.translate` over a test set.
 
     python bench/decode_profile.py MODEL SOURCES [--precision int8] [--beam 1] [--batch-size 64] [--rounds 3]
+    python bench/decode_profile.py MODEL SOURCES --ops [--beam 5]       # any family: PyTorch's operators
 
 e.g. on the model and data that bench/speed.py leaves in its --out directory:
     python bench/decode_profile.py runs/speed/model.safetensors runs/speed/data/test.de --precision int8
@@ -10,6 +11,10 @@ layer, the whole decoder step and the search; "step, other" is the step less its
 embedding, concatenations), "search, other" the search less encoder and steps (log-softmax,
 top-k, histories, refills), "outside the search" tokenizing and detokenizing. The clocks cost
 about a microsecond a call. Prints one line per part and round.
+
+With --ops (the RNN or the Transformer), one round runs under PyTorch's profiler instead and the
+operators that took the most time are printed (self CPU time, calls), with the time spent in each
+family's state operations (select, put) and the decoder step as a whole.
 """
 
 from __future__ import annotations
@@ -37,6 +42,28 @@ def timed(function: Callable, part: str, totals: Counter) -> Callable:
     return wrapper
 
 
+def operators(translator: Translator, sources: list[str], beam: int, batch_size: int) -> None:
+    """One round under torch.profiler: the operators by self CPU time, and the labelled parts."""
+    model, _ = translator._decoding()
+    state_class = type(model.encode(torch.tensor([[4]]), torch.tensor([1]))[1])
+    for name in ("select", "put"):
+        setattr(state_class, name, labelled(getattr(state_class, name), f"state.{name}"))
+    model.step = labelled(model.step, "decoder step")
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        started = time.perf_counter()
+        translator.translate(sources, beam_size=beam, batch_size=batch_size)
+        total = time.perf_counter() - started
+    print(f"{len(sources)} sentences in {total * 1000:.0f} ms under the profiler ({len(sources) / total:.0f} sent/s)")
+    print(profile.key_averages().table(sort_by="self_cpu_time_total", row_limit=25))
+
+
+def labelled(function: Callable, label: str) -> Callable:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with torch.profiler.record_function(label):
+            return function(*args, **kwargs)
+    return wrapper
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", help="model file (model.safetensors)")
@@ -46,11 +73,15 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--ops", action="store_true", help="PyTorch's operators instead of the RNN's parts")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     translator = Translator.load(args.model, device="cpu", precision=args.precision)
     sources = list(read_lines(args.sources))
     translator.translate(sources[: args.batch_size], beam_size=args.beam, batch_size=args.batch_size)  # warm-up
+    if args.ops:
+        operators(translator, sources, args.beam, args.batch_size)
+        return
 
     totals: Counter = Counter()
     model, _ = translator._decoding()  # the copy translate() decodes with (bf16 or int8), made once

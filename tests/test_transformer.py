@@ -51,7 +51,7 @@ def test_attention_by_hand():
     query = torch.tensor([[[1.0, 0.0]]])                                   # [1, 1, 2]
     keys = torch.tensor([[[1.0, 0.0], [0.0, 1.0], [2.0, 2.0]]])             # [1, 3, 2]
     allowed = torch.tensor([[[True, True, False]]])
-    out, weights = attention(query, keys, keys, allowed)
+    out, weights = attention(query, *attention.keys_values(keys), allowed)
     scores = [1 / math.sqrt(2), 0.0]
     expected = [math.exp(s) / sum(math.exp(t) for t in scores) for s in scores] + [0.0]
     assert_close(weights[0, 0, 0], torch.tensor(expected))
@@ -116,7 +116,7 @@ def test_state_caches_grow_by_doubling():
     capacities = []
     for _ in range(9):
         _, state, _ = model.step(torch.tensor([[5]]), state, memory)
-        capacities.append(state.caches[0].shape[1])
+        capacities.append(state.caches[0].shape[2])                          # [B, h, C, d_k]
     assert capacities == [1, 2, 4, 4, 8, 8, 8, 8, 16]
     assert isinstance(state, TransformerState) and len(state.caches) == 2 * 2
 
