@@ -4,7 +4,7 @@
 # one after the other; prints every figure and the ratios.
 #   bash bench/compare_peers.sh [OUT_DIR]          (ORDER=attnmt-first: attnmt's parts before the peers')
 #   MODEL=transformer bash bench/compare_peers.sh  (the peers' Transformer and bench/speed.py --arch transformer;
-#                                                   no int8 decoding: the Transformer has none yet)
+#                                                   int8 decoding eager only: --compile is the RNN's)
 # Needs the peers' venvs: bash ../shared/bench/peers/setup_peers.sh (about 3 minutes, once).
 # Run it on an otherwise idle machine: another process on the cores skews every figure.
 set -euo pipefail
@@ -34,7 +34,10 @@ peers() {
 attnmt() {
   for precision in fp32 bf16; do
     echo "[compare] attnmt $precision -> $OUT/attnmt_$precision.txt" >&2
-    also=""; if [ "$precision" = bf16 ] && [ "$ARCH" = rnn ]; then also=int8,int8-compiled; fi
+    also=""
+    if [ "$precision" = bf16 ]; then
+      if [ "$ARCH" = rnn ]; then also=int8,int8-compiled; else also=int8; fi
+    fi
     "$PYTHON" bench/speed.py --data "$DATA" --arch "$ARCH" --out "$OUT/attnmt_$precision" --precision "$precision" \
       --also-decode "$also" --name "attnmt-$precision" > "$OUT/attnmt_$precision.txt"
   done
