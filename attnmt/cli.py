@@ -68,6 +68,9 @@ def _load_translator(args: argparse.Namespace, path: str) -> TextTranslator:
     from .ct2 import CTranslate2Translator  # here: `attnmt --help` need not import torch
 
     if _engine(args, path) == "attnmt":
+        from .fast.process import set_up_decoding_process
+
+        set_up_decoding_process()
         return _load_attnmt(args, path)
     if args.compile or args.reference:
         raise AttnmtError(f"{'--compile' if args.compile else '--reference'} is an option of attnmt's own engine; "

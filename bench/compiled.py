@@ -22,6 +22,7 @@ from typing import Callable
 import torch
 
 from attnmt.data import read_lines
+from attnmt.fast.process import set_up_decoding_process
 from attnmt.translate import Translator
 
 from speed import tokens_bleu
@@ -43,6 +44,7 @@ def decoding_arguments(description: str, rounds: int,
     more(parser)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    set_up_decoding_process()  # as attnmt translate does
     return args, list(read_lines(args.sources)), list(read_lines(args.references))
 
 

@@ -28,6 +28,7 @@ import torch
 
 import attnmt.translate
 from attnmt.data import read_lines
+from attnmt.fast.process import set_up_decoding_process
 from attnmt.translate import Translator
 
 LAYERS = ("rnn", "attention", "combine", "classifier")  # the decoder's layers, by attribute name
@@ -76,6 +77,7 @@ def main() -> None:
     parser.add_argument("--ops", action="store_true", help="PyTorch's operators instead of the RNN's parts")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    set_up_decoding_process()  # as attnmt translate does
     translator = Translator.load(args.model, device="cpu", precision=args.precision)
     sources = list(read_lines(args.sources))
     translator.translate(sources[: args.batch_size], beam_size=args.beam, batch_size=args.batch_size)  # warm-up

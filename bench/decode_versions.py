@@ -24,6 +24,8 @@ CHILD = """
 import json, sys, time, torch
 torch.set_num_threads(int(sys.argv[4]))
 import attnmt
+from attnmt.fast.process import keep_freed_blocks
+keep_freed_blocks()        # as attnmt translate does (set_up_decoding_process), in both checkouts
 from attnmt.translate import Translator
 model, sources_file, batch_size = sys.argv[1], sys.argv[2], int(sys.argv[3])
 precisions, beams = sys.argv[5].split(","), [int(b) for b in sys.argv[6].split(",")]

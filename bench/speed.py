@@ -38,7 +38,7 @@ from attnmt.batch import collate
 from attnmt.config import Config, load_config
 from attnmt.data import find_split_file, read_lines
 from attnmt.family import Model
-from attnmt.fast.process import set_up_training_process
+from attnmt.fast.process import set_up_decoding_process, set_up_training_process
 from attnmt.model import Seq2Seq, build_model
 from attnmt.precision import resolve
 from attnmt.train import Part, epoch_batches, make_optimizer, prepare_data, train_step
@@ -229,6 +229,7 @@ def main() -> None:
         emit("train_mfu_bf16_pct", 100 * achieved / bf16_peak, "%")
 
     torch.set_num_threads(args.threads)
+    set_up_decoding_process()  # as attnmt translate does
     sources = list(read_lines(out / "data" / "test.de"))[: args.test_n]
     references = list(read_lines(out / "data" / "test.en"))[: args.test_n]
     for decoding in [args.precision] + [d for d in args.also_decode.split(",") if d]:

@@ -274,8 +274,7 @@ def test_training_bounds_the_kernel_caches_of_bf16_products():
 
 FREED_BLOCK = MALLINFO + """
 import torch
-from attnmt.fast.process import keep_freed_blocks
-took = keep_freed_blocks() if KEEP else False
+took = SET_UP()
 size = 48 * 2**20                                       # over glibc's largest adaptive threshold, 32 MB
 block = torch.ones(size, dtype=torch.uint8)
 mapped = libc.mallinfo2().hblkhd >= size
@@ -285,19 +284,32 @@ print(took, mapped, kept)
 """
 
 
-def fate_of_a_freed_block(keep: bool) -> list[str]:
-    """[whether keep_freed_blocks took, whether a 48 MB tensor had its own map, whether its memory stayed]."""
+def fate_of_a_freed_block(set_up: str) -> list[str]:
+    """[what `set_up` (a function's source, SET_UP) returned, whether a 48 MB tensor then had its own
+    map, whether its memory stayed after it was freed], in a fresh process."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k != "GLIBC_TUNABLES"}
-    done = subprocess.run([sys.executable, "-c", f"KEEP = {keep}\n" + FREED_BLOCK], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-c", set_up + FREED_BLOCK], capture_output=True, text=True,
                           env=env, check=True)
-    return done.stdout.split()
+    return done.stdout.split()[-3:]
 
 
 @needs_glibc_mallinfo2
 def test_training_keeps_freed_large_blocks_for_the_next_step():
     """By default glibc maps each large tensor afresh and unmaps it when freed; training has it keep them."""
-    assert fate_of_a_freed_block(keep=False) == ["False", "True", "False"]
-    assert fate_of_a_freed_block(keep=True) == ["True", "False", "True"]
+    assert fate_of_a_freed_block("def SET_UP():\n    return False\n") == ["False", "True", "False"]
+    kept = "def SET_UP():\n    from attnmt.fast.process import keep_freed_blocks\n    return keep_freed_blocks()\n"
+    assert fate_of_a_freed_block(kept) == ["True", "False", "True"]
+
+
+@needs_glibc_mallinfo2
+def test_attnmt_translate_keeps_freed_large_blocks(dates_model, tmp_path):
+    """So does `attnmt translate` (and evaluate, serve): a Transformer's beam search copies its
+    caches at every step (docs/speed.md)."""
+    source = tmp_path / "in.txt"
+    source.write_text("3. Oktober 1990\n")
+    translated = (f"def SET_UP():\n    from attnmt.cli import main\n"
+                  f"    return main(['translate', {str(dates_model)!r}, '--input', {str(source)!r}]) == 0\n")
+    assert fate_of_a_freed_block(translated) == ["True", "False", "True"]
 
 
 # --- precision that fits the machine ---------------------------------------------------------

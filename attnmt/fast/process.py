@@ -1,8 +1,8 @@
-"""Process-wide settings that training runs best with: replace glibc malloc's and oneDNN's kernel
-cache's defaults.
+"""Process-wide settings that training and decoding run best with: replace glibc malloc's and
+oneDNN's kernel cache's defaults.
 
-They change the whole process, so entry points make them (`attnmt train`, `attnmt demo`,
-bench/speed.py), never library functions such as `train.train`.
+They change the whole process, so entry points make them (`attnmt train`, `attnmt demo`, the
+commands that translate, bench/), never library functions such as `train.train`.
 """
 
 from __future__ import annotations
@@ -31,10 +31,11 @@ def keep_freed_blocks(limit_mb: int = 1024) -> bool:
     """Have glibc's malloc keep freed blocks of up to `limit_mb` for reuse; True if it took.
 
     A training step allocates its largest tensors anew: the float32 logits, their log-softmax and
-    its gradient, tens of MB each. glibc maps blocks over 32 MB (the most its adaptive threshold
-    reaches) fresh from the kernel and unmaps them when freed, and hands the free top of its heap
-    back, so each step paid page faults to map and zero them again (a log-softmax took three times
-    as long). Held, they take no more than the step's peak.
+    its gradient, tens of MB each; a step of the Transformer's beam search copies every layer's
+    key and value caches to the hypotheses' new rows, MBs each. glibc maps blocks over 32 MB (the
+    most its adaptive threshold reaches) fresh from the kernel and unmaps them when freed, and
+    hands the free top of its heap back, so each step paid page faults to map and zero them again
+    (a log-softmax took three times as long). Held, they take no more than the step's peak.
     Does nothing where malloc is not glibc's or the user tuned it (MALLOC_*_THRESHOLD_, GLIBC_TUNABLES).
     """
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
@@ -50,4 +51,10 @@ def keep_freed_blocks(limit_mb: int = 1024) -> bool:
 def set_up_training_process() -> None:
     """The process-wide memory settings training runs best with."""
     bound_kernel_caches()
+    keep_freed_blocks()
+
+
+def set_up_decoding_process() -> None:
+    """The process-wide memory settings decoding runs best with: freed blocks kept (oneDNN's
+    kernel caches stay unbounded: decoding cycles through more shapes than training)."""
     keep_freed_blocks()
