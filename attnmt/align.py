@@ -7,7 +7,8 @@ and scored them against hand-made ones; this module does the same for any attnmt
 
     step      output: a target token's attention is that of the step that writes it (Luong's);
               input: that of the next step, which reads it as its input (Chen et al. 2020's
-              shift-att: a decoder's attention often looks at the source of its input word)
+              shift-att, better for models that attend to the source of the word they read;
+              docs/recipes.md measures both)
 
     pieces    the model's tokens; a word (whitespace token of the user's text) is split into
               pieces on its own, so each piece belongs to one word

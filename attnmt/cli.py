@@ -508,7 +508,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                      "(i-j sure, ipj possible; source word i, target word j)")
     plot.add_argument("--gold-base", type=int, choices=[0, 1], default=0,
                       help="whether --gold numbers words from 0 (Pharaoh, the default) or 1 (the RWTH files)")
-    plot.add_argument("--step", choices=ALIGN_STEPS, default="output", help=STEP_HELP)
+    plot.add_argument("--step", choices=ALIGN_STEPS, default="output", help=f"with --target: {STEP_HELP}")
     plot.set_defaults(run=_plot)
 
     align = commands.add_parser("align", help="word alignments from the model's attention (Pharaoh i-j), and AER "
