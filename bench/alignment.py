@@ -142,8 +142,11 @@ def main() -> None:
         layers = cross_attention_layers(translator)
         views = [(None, "")] if layers == 1 else [(None, "default"), *((n, f"layer {n}") for n in range(1, layers + 1))]
         for step in ALIGN_STEPS:
+            default_view: list = []                 # the default layer's attention, which --reverse pairs with
             for layer, label in views:
                 attention = word_attention(translator, pairs, layer, step=step)     # computed once for both rules
+                if layer is None:
+                    default_view = attention
                 for method in ("argmax", "threshold"):
                     result = score([links_of(a, method, args.threshold) for a in attention], gold)
                     key = "_".join(filter(None, [name, label.replace(" ", ""), step, method]))
@@ -152,8 +155,7 @@ def main() -> None:
                     rows.append((name, ", ".join(filter(None, [view, f"step {step}"])), method, result))
             if name in reverse:
                 rows += both_ways(name, Translator.load(reverse[name], "cpu"), pairs,
-                                  [links_of(a, "argmax") for a in word_attention(translator, pairs, step=step)], gold,
-                                  step)
+                                  [links_of(a, "argmax") for a in default_view], gold, step)
     print("\n| model | attention read | links | AER | precision | recall | links predicted |")
     print("|---|---|---|---:|---:|---:|---:|")
     for name, label, method, result in rows:

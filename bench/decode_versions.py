@@ -4,7 +4,8 @@
     python bench/decode_versions.py MODEL SOURCES --old /tmp/attnmt-old --new . [--rounds 2] \
         [--precisions fp32,auto] [--beams 1,5] [--batch-size 64] [--threads 2]
 
-Each round starts one process per checkout (PYTHONPATH set to it), which loads MODEL in each
+Each round starts one process per checkout, in that checkout's folder so that its attnmt is the
+one imported (the installed one is the working tree's), which loads MODEL in each
 precision, warms up on the first batch, and translates SOURCES with each beam size. Prints
 sentences per second per round, the medians, new / old, and whether the two checkouts' outputs are
 identical. Run it on an otherwise idle machine.
