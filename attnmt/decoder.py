@@ -45,9 +45,13 @@ class DecoderState(NamedTuple):
         """The state as a flat list: the hidden tensors, then the attentional vector and the position if kept."""
         return [*self.hidden, *self._extras()]
 
-    def row_dims(self) -> list[int]:
-        """The dimension that indexes rows, for each of `tensors()`."""
-        return [1] * len(self.hidden) + [0] * len(self._extras())
+    def dims(self) -> list[tuple[int, Optional[int]]]:
+        """For each of `tensors()`: the dimension that indexes rows, and None (no decoded positions kept)."""
+        rows: list[tuple[int, Optional[int]]] = [(1, None)] * len(self.hidden)
+        return rows + [(0, None)] * len(self._extras())
+
+    def make_room(self, positions: int) -> "DecoderState":
+        return self  # its tensors keep no positions: a step never grows them
 
     def like(self, tensors: list[torch.Tensor]) -> "DecoderState":
         """A state of this one's structure from a flat list as `tensors()` gives it."""
@@ -57,11 +61,11 @@ class DecoderState(NamedTuple):
 
     def select(self, index: torch.Tensor) -> "DecoderState":
         """Keep (or repeat) the rows `index`, e.g. to follow beams."""
-        return self.like([t.index_select(dim, index) for t, dim in zip(self.tensors(), self.row_dims())])
+        return self.like([t.index_select(dim, index) for t, (dim, _) in zip(self.tensors(), self.dims())])
 
     def put(self, index: torch.Tensor, source: "DecoderState") -> None:
         """Overwrite the rows `index` in place with the rows of `source`."""
-        for mine, theirs, dim in zip(self.tensors(), source.tensors(), self.row_dims()):
+        for mine, theirs, (dim, _) in zip(self.tensors(), source.tensors(), self.dims()):
             mine.index_copy_(dim, index, theirs)
 
 

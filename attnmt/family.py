@@ -54,7 +54,9 @@ class State(Protocol):
 
     def like(self, tensors: list[torch.Tensor]) -> Self: ...  # this structure, from tensors()
 
-    def row_dims(self) -> list[int]: ...                    # per tensor of tensors()
+    def dims(self) -> list[tuple[int, Optional[int]]]: ...  # per tensor: (row dim, dim of decoded positions or None)
+
+    def make_room(self, positions: int) -> Self: ...       # room to write `positions` more positions per row
 
 
 MemoryT = TypeVar("MemoryT", bound=Memory)
@@ -69,9 +71,6 @@ class Model(Protocol[MemoryT, StateT]):
 
     @property
     def returns_attention(self) -> bool: ...  # decoding steps return weights over the source
-
-    @property
-    def supports_compile(self) -> bool: ...   # `--compile` (fast/compiled.py) can export its step
 
     def int8_layers(self) -> list[tuple[torch.nn.Module, torch.dtype]]:
         """The nn.Linear, nn.GRU and nn.LSTM layers of a decoding step, each with the dtype its output

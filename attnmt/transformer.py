@@ -201,8 +201,20 @@ class TransformerState:
     def tensors(self) -> list[torch.Tensor]:
         return [self.steps, *self.caches]
 
-    def row_dims(self) -> list[int]:
-        return [0] * (1 + len(self.caches))
+    def dims(self) -> list[tuple[int, Optional[int]]]:
+        return [(0, None)] + [(0, 2)] * len(self.caches)
+
+    def make_room(self, positions: int) -> "TransformerState":
+        """This state with caches that hold `positions` more positions of every row, grown by doubling
+        (few copies). An exported program cannot grow its inputs: while torch.export traces a step,
+        this is the state as given, and the compiled step's caller makes the room (fast/compiled.py)."""
+        if torch.compiler.is_exporting():
+            return self
+        needed, capacity = int(self.steps.max()) + positions, self.caches[0].shape[2]
+        if capacity >= needed:
+            return self
+        grown = max(needed, 2 * capacity)
+        return TransformerState(self.steps, [F.pad(c, (0, 0, 0, grown - capacity)) for c in self.caches])
 
     def like(self, tensors: list[torch.Tensor]) -> "TransformerState":
         return TransformerState(tensors[0], list(tensors[1:]))
@@ -217,12 +229,8 @@ class TransformerState:
             mine.narrow(2, 0, theirs.shape[2]).index_copy_(0, index, theirs)
 
     def layer_caches(self, positions: torch.Tensor) -> list[LayerCache]:
-        """Each layer's cache, grown to hold the new `positions` [B, T] of every row."""
-        capacity = int(positions.max()) + 1
+        """Each layer's cache, to receive the new `positions` [B, T] of every row (make_room made room)."""
         caches = self.caches
-        if 0 < caches[0].shape[2] < capacity:                               # grow, doubling: few copies
-            grown = max(capacity, 2 * caches[0].shape[2])
-            caches = [F.pad(c, (0, 0, 0, grown - c.shape[2])) for c in caches]  # [B, h, C, d_k]
         return [LayerCache(caches[2 * i], caches[2 * i + 1], positions) for i in range(len(caches) // 2)]
 
 
@@ -237,7 +245,6 @@ def sinusoids(positions: torch.Tensor, dim: int) -> torch.Tensor:
 class Transformer(nn.Module):
     """Encoder and decoder stacks, the embeddings and the output layer: family.Model."""
 
-    supports_compile = False     # fast/compiled.py exports the RNN step only, so far
     returns_attention = True
 
     def __init__(self, config: ModelConfig, src_vocab_size: int, tgt_vocab_size: int):
@@ -337,7 +344,8 @@ class Transformer(nn.Module):
     def decode_layers(self, prev_tokens: torch.Tensor, state: TransformerState, memory: TransformerMemory
                       ) -> tuple[torch.Tensor, TransformerState, list[torch.Tensor], list[torch.Tensor]]:
         """The decoder's output [B, T, D] for the T new positions, the new state, and each layer's
-        self- and cross-attention weights ([B, h, T, C] and [B, h, T, S])."""
+        self- and cross-attention weights ([B, h, T, C] and [B, h, T, S]). `state` has room for the
+        new positions (make_room), or nothing cached."""
         positions = state.steps.unsqueeze(1) + torch.arange(prev_tokens.shape[1], device=prev_tokens.device)  # [B, T]
         caches = state.layer_caches(positions)
         y = self.embed(self.tgt_embedding, prev_tokens, positions)
@@ -358,7 +366,7 @@ class Transformer(nn.Module):
              ) -> tuple[torch.Tensor, TransformerState, torch.Tensor]:
         """prev_tokens [B, T] at positions steps..steps+T-1 -> logits [B, T, V], the new state and the
         attention weights [B, T, S] that heatmaps show: the last layer's cross-attention, mean over heads."""
-        y, new_state, _, cross = self.decode_layers(prev_tokens, state, memory)
+        y, new_state, _, cross = self.decode_layers(prev_tokens, state.make_room(prev_tokens.shape[1]), memory)
         return self.classifier(y), new_state, cross[-1].mean(1)
 
     def attention_maps(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor

@@ -157,11 +157,6 @@ def test_trains_saves_loads_and_translates(transformer_dates_model):
     assert [t.text for t in again.translate(sentences)] == [t.text for t in greedy_out]
 
 
-def test_compiling_it_lacks_is_refused_in_one_line(transformer_dates_model):
-    with pytest.raises(AttnmtError, match="--compile does not support model.arch transformer"):
-        Translator.load(transformer_dates_model, "cpu", "fp32", compile=True).translate(["May 5, 2001"])
-
-
 def test_serving_reports_the_family(transformer_dates_model):
     from fastapi.testclient import TestClient
 

@@ -1,16 +1,19 @@
 """The decoding step compiled ahead of time for this CPU (AOTInductor), cached on disk: replaces
 the model's eager step in the searches (`--compile`).
 
-A decoding step is about a hundred small tensor operations (the RNN cell's gates, the
-attention's scores, softmax and mix, the combine and output layers); run eagerly, each pays
-Python and dispatch overhead and its own pass over memory. Compiled, the elementwise work fuses
-into a few loops around the matrix products (measured in README.md, Speed).
+A decoding step is a hundred or more small tensor operations (an RNN cell's gates or a
+Transformer layer's projections and norms, the attention's scores, softmax and mix, the output
+layer); run eagerly, each pays Python and dispatch overhead and its own pass over memory.
+Compiled, the elementwise work fuses into a few loops around the matrix products (measured in
+docs/speed.md).
 
-`compiled_step(model)` exports `Decoder.step` for one token with the batch rows and the source
-length left dynamic, so one program serves greedy and beam search at every batch size. Compiling
-takes a C++ compiler and tens of seconds, once per model, precision, CPU kind, thread count and
-torch and attnmt version: the program is kept as $ATTNMT_CACHE/compiled/step-<key>.pt2, and later
-processes load it in seconds, mostly spent importing torch's compiler.
+`compiled_step(model)` exports the model's step for one token with the batch rows, the source
+length and the room for decoded positions (a Transformer's caches) left dynamic, so one program
+serves greedy and beam search at every batch size and length; what a step writes into its state's
+room it writes in place. Compiling takes a C++ compiler and tens of seconds, once per model,
+precision, CPU kind, thread count and torch and attnmt version: the program is kept as
+$ATTNMT_CACHE/compiled/step-<key>.pt2, and later processes load it in seconds, mostly spent
+importing torch's compiler.
 """
 
 from __future__ import annotations
@@ -66,6 +69,7 @@ class CompiledStep:
 
     def __call__(self, prev_tokens: torch.Tensor, state: State, memory: Memory
                  ) -> tuple[torch.Tensor, State, Optional[torch.Tensor]]:
+        state = state.make_room(prev_tokens.shape[1])   # the program writes the new positions in place
         outputs = list(self.program(prev_tokens, *memory, *state.tensors()))
         logits = outputs.pop(0)
         weights = outputs.pop().unsqueeze(1) if self.returns_attention else None
@@ -89,15 +93,21 @@ def _program_key(model: Model) -> str:
 
 
 def _export(model: Model) -> torch.export.ExportedProgram:
-    # Example inputs of two sentences of three and two tokens: export then keeps both sizes
-    # symbolic (an example size of 1 would be specialized).
+    # Example inputs of two sentences of three and two tokens, two steps decoded: export then keeps
+    # the rows, the source length and the room for decoded positions symbolic (an example size of
+    # 0 or 1 would be specialized).
     device = next(model.parameters()).device
     src = torch.full((2, 3), UNK_ID, dtype=torch.long, device=device)
     memory, state = model.encode(src, torch.tensor([3, 2], device=device))
     tokens = torch.full((2, 1), UNK_ID, dtype=torch.long, device=device)
+    for _ in range(2):
+        _, state, _ = model.step(tokens, state, memory)
+    state = state.make_room(1)
     rows, length = torch.export.Dim("rows", min=1), torch.export.Dim("source_length", min=1)
+    decoded = torch.export.Dim("decoded_positions", min=1)
     memory_shapes = tuple({row: rows, position: length} for row, position in memory.dims())
-    state_shapes = tuple({dim: rows} for dim in state.row_dims())
+    state_shapes = tuple({row: rows} if position is None else {row: rows, position: decoded}
+                         for row, position in state.dims())
     return torch.export.export(StepProgram(model, memory, state), (tokens, *memory, *state.tensors()),
                                dynamic_shapes=({0: rows}, (*memory_shapes, *state_shapes)))
 
@@ -110,8 +120,6 @@ def compiled_step(model: Model) -> CompiledStep:
         raise AttnmtError(f"--compile needs torch 2.6 or later (this is {torch.__version__})")
     if next(model.parameters()).device.type != "cpu":
         raise AttnmtError("--compile compiles the decoding step for CPUs; on a GPU leave it off")
-    if not model.supports_compile:
-        raise AttnmtError(f"--compile does not support model.arch {model.config.arch} yet; leave it off")
     path = cache_dir() / "compiled" / f"step-{_program_key(model)}.pt2"
     if not path.exists():
         _compile(model, path)
