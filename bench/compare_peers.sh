@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # Speed side by side: the peers' harness (JoeyNMT, OpenNMT-py), then attnmt's bench/speed.py on
-# the same model and data, fp32 and bf16 (whose model also decodes in int8, eager and compiled),
-# one after the other; prints every figure and the ratios.
+# the same model and data, fp32 (which also decodes with --compile) and bf16 (whose model also
+# decodes in int8, eager and compiled), one after the other; prints every figure and the ratios.
 #   bash bench/compare_peers.sh [OUT_DIR]          (ORDER=attnmt-first: attnmt's parts before the peers')
-#   MODEL=transformer bash bench/compare_peers.sh  (the peers' Transformer and bench/speed.py --arch transformer;
-#                                                   int8 decoding eager only: --compile is the RNN's)
+#   MODEL=transformer bash bench/compare_peers.sh  (the peers' Transformer and bench/speed.py --arch transformer)
 # Needs the peers' venvs: bash ../shared/bench/peers/setup_peers.sh (about 3 minutes, once).
 # Run it on an otherwise idle machine: another process on the cores skews every figure.
 set -euo pipefail
@@ -34,10 +33,8 @@ peers() {
 attnmt() {
   for precision in fp32 bf16; do
     echo "[compare] attnmt $precision -> $OUT/attnmt_$precision.txt" >&2
-    also=""
-    if [ "$precision" = bf16 ]; then
-      if [ "$ARCH" = rnn ]; then also=int8,int8-compiled; else also=int8; fi
-    fi
+    # fp32 decodes also with --compile; the bf16 run's model decodes also in int8, eager and compiled
+    if [ "$precision" = fp32 ]; then also=fp32-compiled; else also=int8,int8-compiled; fi
     "$PYTHON" bench/speed.py --data "$DATA" --arch "$ARCH" --out "$OUT/attnmt_$precision" --precision "$precision" \
       --also-decode "$also" --name "attnmt-$precision" > "$OUT/attnmt_$precision.txt"
   done

@@ -23,7 +23,14 @@ EXTRA = {"translate_greedy_b256_sent_per_s": "translate_greedy_sent_per_s",
 SHOWN = {"decode_load_s": "seconds to load the model for decoding (before the timed decoding)",
          "decode_compile_s": "seconds to compile the decoding step, once per model and machine (empty caches)",
          "train_mfu_fp32_pct": "training's model FLOPs, % of the fp32 matmul peak (MFU)",
-         "train_mfu_bf16_pct": "training's model FLOPs, % of the bf16 matmul peak"}
+         "train_mfu_bf16_pct": "training's model FLOPs, % of the bf16 matmul peak",
+         "decode_greedy_mfu_fp32_pct": "greedy decoding's model FLOPs, % of the fp32 matmul peak",
+         "decode_beam5_mfu_fp32_pct": "beam 5 decoding's model FLOPs, % of the fp32 matmul peak"}
+# Issue 23's fp32 targets against the faster peer (metric, factor, attnmt's model FLOPs per unit):
+# the GFLOP/s each would need, against the fp32 matmul peak.
+FP32_TARGETS = [("train_tgt_tok_per_s_steady", 2, "model_gflop_per_tgt_word"),
+                ("translate_greedy_sent_per_s", 3, "decode_greedy_gflop_per_sent"),
+                ("translate_beam5_sent_per_s", 3, "decode_beam5_gflop_per_sent")]
 
 
 def main(paths: list[str]) -> None:
@@ -50,6 +57,14 @@ def main(paths: list[str]) -> None:
         shown = [f"{o} {figures[o][metric]:.1f}" for o in ours if metric in figures[o]]
         if shown:
             print(f"\n{label}: " + "; ".join(shown))
+    fp32 = next((o for o in ours if o.endswith("fp32")), None)
+    if fp32 is not None and peaks.get(fp32):
+        print("\nwhat the fp32 targets ask of this CPU (the faster peer's figure x the factor x attnmt's model FLOPs):")
+        for metric, factor, flops in FP32_TARGETS:
+            if flops in figures[fp32]:
+                needed = factor * max(figures[p][metric] for p in peers) * figures[fp32][flops]
+                print(f"- {factor}x {metric}: {needed:.0f} GFLOP/s, {100 * needed / max(peaks[fp32]):.0f} % of the "
+                      f"fp32 matmul peak")
     if peaks:
         # A busy neighbour slows every part it overlaps: a lower peak marks a slowed part.
         print("\nfp32 matmul peak around each part, GFLOP/s: "

@@ -42,7 +42,7 @@ from attnmt.fast.process import set_up_decoding_process, set_up_training_process
 from attnmt.model import Seq2Seq, build_model
 from attnmt.precision import resolve
 from attnmt.train import Part, epoch_batches, make_optimizer, prepare_data, train_step
-from attnmt.translate import Translator
+from attnmt.translate import Translation, Translator
 from attnmt.vocab import PAD_ID
 
 REPO = Path(__file__).resolve().parents[1]
@@ -246,7 +246,7 @@ def main() -> None:
         if compiled:
             emit("decode_compile_s", time.perf_counter() - started, "s")
         emit("decode_load_s", load_seconds(out / "model.safetensors", precision, bool(compiled)), "s")
-        decode_test(translator, sources, references, [int(b) for b in args.decode_batches.split(",")])
+        decode_test(translator, args.arch, sources, references, [int(b) for b in args.decode_batches.split(",")], peak)
 
 
 def load_seconds(model: Path, precision: str, compile: bool) -> float:
@@ -258,8 +258,24 @@ def load_seconds(model: Path, precision: str, compile: bool) -> float:
     return float(child.stdout.strip().splitlines()[-1])
 
 
-def decode_test(translator: Translator, sources: list[str], references: list[str], batch_sizes: list[int]) -> None:
-    """Greedy and beam 5 over the test set at each batch size: speed (decoding loop only) and BLEU."""
+def decode_flops(model: Model, arch: str, outputs: list[Translation], beam: int) -> float:
+    """Model FLOPs of decoding: the encoder over each source (its tokens and EOS), and `beam` rows
+    of decoder steps over the output and its EOS, each step's query attending the positions so far
+    (T(T+1)/2 pairs per decoder layer, not teacher forcing's square). Padding, ended rows and
+    beams that stop early are not counted: what any implementation of this search must compute."""
+    lengths = dict.fromkeys(("src", "tgt", "tgt_x_src", "src_x_src", "tgt_x_tgt"), 0)
+    for output in outputs:
+        src, tgt = len(output.source_tokens) + 1, len(output.tokens) + 1
+        for name, value in (("src", src), ("tgt", beam * tgt), ("tgt_x_src", beam * tgt * src),
+                            ("src_x_src", src * src), ("tgt_x_tgt", beam * tgt * (tgt + 1) // 2)):
+            lengths[name] += value
+    return FORWARD_FLOPS[arch](model, lengths)
+
+
+def decode_test(translator: Translator, arch: str, sources: list[str], references: list[str],
+                batch_sizes: list[int], peak: float) -> None:
+    """Greedy and beam 5 over the test set at each batch size: speed (decoding loop only), BLEU, and
+    the model FLOPs per sentence and their rate against the fp32 matmul `peak` (GFLOP/s)."""
     # The first batch size gets the peers' metric names (they decode 64 sentences at a time);
     # others get a _b<size> suffix. Outputs do not depend on the batch, so neither does BLEU.
     for name, beam in (("greedy", 1), ("beam5", 5)):
@@ -271,6 +287,9 @@ def decode_test(translator: Translator, sources: list[str], references: list[str
             emit(f"translate_{name}{suffix}_sent_per_s", len(sources) / seconds, "sent/s")
             emit(f"translate_{name}{suffix}_decode_s", seconds, "s")
             emit(f"bleu_{name}{suffix}", tokens_bleu([t.text for t in outputs], references), "BLEU")
+            flops = decode_flops(translator.model, arch, outputs, beam)
+            emit(f"decode_{name}{suffix}_gflop_per_sent", flops / len(outputs) / 1e9, "GFLOP")
+            emit(f"decode_{name}{suffix}_mfu_fp32_pct", 100 * flops / 1e9 / seconds / peak, "%")
 
 
 if __name__ == "__main__":
