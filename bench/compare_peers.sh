@@ -4,6 +4,9 @@
 # decodes in int8, eager and compiled), one after the other; prints every figure and the ratios.
 #   bash bench/compare_peers.sh [OUT_DIR]          (ORDER=attnmt-first: attnmt's parts before the peers')
 #   MODEL=transformer bash bench/compare_peers.sh  (the peers' Transformer and bench/speed.py --arch transformer)
+#   PRECISIONS=fp32 bash bench/compare_peers.sh    (attnmt's parts in these precisions only; e.g. on a CPU
+#                                                   without native bf16, or one made to act as such:
+#                                                   ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2)
 # Needs the peers' venvs: bash ../shared/bench/peers/setup_peers.sh (about 3 minutes, once).
 # Run it on an otherwise idle machine: another process on the cores skews every figure.
 set -euo pipefail
@@ -31,7 +34,7 @@ peers() {
 }
 
 attnmt() {
-  for precision in fp32 bf16; do
+  for precision in ${PRECISIONS:-fp32 bf16}; do
     echo "[compare] attnmt $precision -> $OUT/attnmt_$precision.txt" >&2
     # fp32 decodes also with --compile; the bf16 run's model decodes also in int8, eager and compiled
     if [ "$precision" = fp32 ]; then also=fp32-compiled; else also=int8,int8-compiled; fi
@@ -42,6 +45,7 @@ attnmt() {
 
 # ORDER=attnmt-first runs attnmt's parts first: a second run in the other order evens out drift.
 if [ "${ORDER:-peers-first}" = attnmt-first ]; then attnmt; peers; else peers; attnmt; fi
-cat "$OUT/machine.txt" "$OUT/peers.txt" "$OUT/attnmt_fp32.txt" "$OUT/attnmt_bf16.txt"
-"$PYTHON" bench/ratios.py "$OUT/machine.txt" "$OUT/peers.txt" "$OUT/attnmt_fp32.txt" "$OUT/attnmt_bf16.txt" \
-  | tee "$OUT/ratios.md"
+runs=()
+for precision in ${PRECISIONS:-fp32 bf16}; do runs+=("$OUT/attnmt_$precision.txt"); done
+cat "$OUT/machine.txt" "$OUT/peers.txt" "${runs[@]}"
+"$PYTHON" bench/ratios.py "$OUT/machine.txt" "$OUT/peers.txt" "${runs[@]}" | tee "$OUT/ratios.md"

@@ -5,7 +5,8 @@
 Exports MODEL (a Transformer model file) to CTranslate2 in fp32 and int8 (into a temporary
 directory), then translates SOURCES greedy and with beam 5, `--rounds` times in turn with:
 attnmt's engine in fp32, in `auto` (bf16 where the CPU computes it natively) and in int8 (where
-this CPU's int8 products are exact); CTranslate2 fp32
+this CPU's int8 products are exact), each eager and with `--compile` (compiled into $ATTNMT_CACHE
+first if needed); CTranslate2 fp32
 and int8 through attnmt's engine interface (`attnmt translate --engine ctranslate2`: text in and
 out, attention and log-probabilities as attnmt gives them); and CTranslate2 int8 raw
 (`translate_batch` on the tokens, nothing else: the engine at its fastest). Prints each round's
@@ -36,20 +37,23 @@ def main() -> None:
         exported = {q: export_ctranslate2(args.model, Path(scratch) / q, None if q == "fp32" else q)
                     for q in ("fp32", "int8")}
         precisions = ("fp32", "auto", "int8") if int8_products_exact() else ("fp32", "auto")
-        attnmt = {p: Translator.load(args.model, "cpu", p) for p in precisions}
+        attnmt = {(p, compiled): Translator.load(args.model, "cpu", p, compile=compiled)
+                  for compiled in (False, True) for p in precisions}
+        plain = attnmt[("fp32", False)]
         ct2 = {q: CTranslate2Translator.load(exported[q], "cpu", q) for q in ("fp32", "int8")}
         raw = ctranslate2_package().Translator(str(exported["int8"]), compute_type="int8_float32",
                                                 intra_threads=args.threads)
-        tokenized = [attnmt["fp32"].tokenize_source(s) for s in sources]
+        tokenized = [plain.tokenize_source(s) for s in sources]
 
         def raw_int8(beam: int) -> list[str]:
             results = raw.translate_batch(tokenized, max_batch_size=args.batch_size, beam_size=beam,
                                           length_penalty=0.0)
-            return [attnmt["fp32"].tgt_tokenizer.detokenize(r.hypotheses[0]) for r in results]
+            return [plain.tgt_tokenizer.detokenize(r.hypotheses[0]) for r in results]
 
         engines: dict[str, Callable[[int], list[str]]] = {
-            **{f"attnmt {p} ({attnmt[p].precision})": (lambda beam, t=attnmt[p]: [
-                o.text for o in t.translate(sources, beam_size=beam, batch_size=args.batch_size)]) for p in attnmt},
+            **{f"attnmt {p} ({t.precision}){', compiled' if compiled else ''}": (lambda beam, t=t: [
+                o.text for o in t.translate(sources, beam_size=beam, batch_size=args.batch_size)])
+               for (p, compiled), t in attnmt.items()},
             **{f"CTranslate2 {q}, attnmt engine": (lambda beam, t=ct2[q]: [
                 o.text for o in t.translate(sources, beam_size=beam, batch_size=args.batch_size)]) for q in ct2},
             "CTranslate2 int8, raw translate_batch": raw_int8}

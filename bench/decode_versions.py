@@ -44,15 +44,18 @@ print(json.dumps(results))
 """
 
 
-def run(checkout: str, args: argparse.Namespace) -> dict:
-    """One process of `checkout`: it runs in that folder, whose attnmt `python -c` imports first."""
+def run_in_checkout(checkout: str, code: str, arguments: list[str]) -> dict:
+    """`python -c code arguments` in `checkout`'s folder, whose attnmt it then imports first; the
+    JSON object it prints."""
     root = Path(checkout).resolve()
-    finished = subprocess.run([sys.executable, "-c", CHILD, str(Path(args.model).resolve()),
-                               str(Path(args.sources).resolve()), str(args.batch_size), str(args.threads),
-                               args.precisions, args.beams],
-                              cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True, text=True,
-                              check=True)
+    finished = subprocess.run([sys.executable, "-c", code, *arguments], cwd=root,
+                              env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True, text=True, check=True)
     return json.loads(finished.stdout)
+
+
+def run(checkout: str, args: argparse.Namespace) -> dict:
+    return run_in_checkout(checkout, CHILD, [str(Path(args.model).resolve()), str(Path(args.sources).resolve()),
+                                             str(args.batch_size), str(args.threads), args.precisions, args.beams])
 
 
 def main() -> None:

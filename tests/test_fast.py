@@ -278,19 +278,32 @@ def test_fused_loop_in_bfloat16_is_as_close_as_the_reference(attention):
 # ---------------------------------------------------------------- dropout
 
 @pytest.mark.parametrize("cls", [RandDropout, nn.Dropout])
-def test_dropout_zeroes_a_fraction_p_and_rescales_the_rest(cls):
-    dropout = cls(0.25)
-    x = torch.full((200_000,), 3.0, requires_grad=True)
+@pytest.mark.parametrize("p", [0.25, 0.1])
+def test_dropout_zeroes_a_fraction_p_and_rescales_the_rest(cls, p):
+    dropout = cls(p)
+    x = torch.full((333, 601), 3.0, requires_grad=True)  # 200,133 values: not a multiple of 4
     assert dropout.eval()(x) is x
     torch.manual_seed(0)
     y = dropout.train()(x)
     dropped = y == 0
-    assert abs(float(dropped.float().mean()) - 0.25) < 0.005
-    assert_close(y[~dropped], torch.full_like(y[~dropped], 4.0))  # 3 / (1 - 0.25)
+    assert abs(float(dropped.float().mean()) - p) < 0.005
+    kept = y[~dropped]
+    assert torch.all(kept == kept[0])                                   # one scale for every kept value
+    assert_close(kept[0], torch.tensor(3 / (1 - p)), rtol=2e-5, atol=0)  # p to within 2^-17
     y.sum().backward()
-    assert_close(x.grad, (~dropped).float() * 4 / 3)
+    assert_close(x.grad, (~dropped).float() * kept[0] / 3)
     torch.manual_seed(0)
     assert torch.equal(dropout(x), y)                     # the seed decides the mask
+
+
+def test_rand_dropout_keeps_each_value_independently_of_its_neighbours():
+    # Four values share each 64-bit draw: their masks must still be independent.
+    torch.manual_seed(1)
+    keep = RandDropout(0.5).train()(torch.ones(400_000)).view(-1, 4) != 0      # [draws, 4]
+    for i in range(4):
+        assert abs(float(keep[:, i].float().mean()) - 0.5) < 0.005
+        for j in range(i + 1, 4):
+            assert abs(float((keep[:, i] & keep[:, j]).float().mean()) - 0.25) < 0.005
 
 
 # ---------------------------------------------------------------- top-k through block maxima

@@ -4,7 +4,7 @@ replaces, each tested against it (tests/test_fast.py).
     additive.py    SigmoidAdditiveAttention: additive scores as 2 vᵀ σ(2x) with their own backward
     recurrence.py  FusedDecoder, GRULayerEncoder: training's recurrent loops as single autograd
                    nodes with hand-written backwards
-    dropout.py     RandDropout: the dropout mask from torch.rand on CPUs
+    dropout.py     RandDropout: a cheaper dropout mask on CPUs (16 random bits a value)
     topk.py        block_top_k: the searches' top-k through block maxima
     int8.py        decode.precision int8: every product of a decoding step in int8
     compiled.py    --compile: the decoding step compiled ahead of time for this CPU

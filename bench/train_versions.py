@@ -1,0 +1,90 @@
+"""Training speed of two checkouts of attnmt: processes alternating old, new, old, new.
+
+    git worktree add /tmp/attnmt-old HEAD~1
+    python bench/train_versions.py --old /tmp/attnmt-old --new . [--configs peers_transformer.yaml,peers_model.yaml]
+        [--precisions bf16,fp32] [--rounds 3] [--updates 30] [--threads 2]
+
+Each round starts one process per checkout (in that checkout's folder, so that its attnmt is the
+one imported) for every config of bench/ and precision: it builds the model with a 7,882-word
+source and 5,898-word target vocabulary (the peers' Multi30k vocabularies), draws one batch of 64
+sentences of 14 source and 15 target tokens, runs 5 updates to warm up and times `--updates` more
+(Adam, gradient norm clipped at 1, as bench/speed.py trains). Prints milliseconds per update per
+round, the medians and old / new. Run it on an otherwise idle machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+from decode_versions import run_in_checkout
+
+CHILD = """
+import json, sys, time, torch
+import attnmt
+from attnmt.config import load_config
+from attnmt.fast.process import set_up_training_process
+from attnmt.model import build_model
+from attnmt.precision import autocast
+set_up_training_process()                       # as attnmt train does
+config_file, precision, updates, threads = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+torch.set_num_threads(threads)
+torch.manual_seed(0)
+config = load_config(config_file, [])
+model = build_model(config.model, 7882, 5898).train()
+optimizer = torch.optim.Adam(model.parameters(), lr=5e-4, fused=True)
+rows = torch.Generator().manual_seed(0)
+src = torch.randint(4, 7000, (64, 14), generator=rows)
+tgt = torch.randint(4, 5000, (64, 15), generator=rows)
+lengths = torch.full((64,), 14)
+
+def update():
+    with autocast(precision, torch.device("cpu")):
+        logits, _ = model(src, lengths, tgt[:, :-1])
+    loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), tgt[:, 1:].flatten())
+    optimizer.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+
+for _ in range(5):
+    update()
+started = time.perf_counter()
+for _ in range(updates):
+    update()
+print(json.dumps({"attnmt": attnmt.__file__, "ms": (time.perf_counter() - started) / updates * 1000}))
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--old", required=True, help="the checkout to compare against")
+    parser.add_argument("--new", required=True, help="the checkout under test")
+    parser.add_argument("--configs", default="peers_transformer.yaml,peers_model.yaml", help="files in bench/")
+    parser.add_argument("--precisions", default="bf16,fp32")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--updates", type=int, default=30)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+
+    bench = __file__.rsplit("/", 1)[0]
+    times: dict[tuple[str, str, str], list[float]] = {}
+    for round_number in range(1, args.rounds + 1):
+        for config in args.configs.split(","):
+            for precision in args.precisions.split(","):
+                for version in ("old", "new"):
+                    result = run_in_checkout(getattr(args, version), CHILD, [
+                        f"{bench}/{config}", precision, str(args.updates), str(args.threads)])
+                    print(f"round {round_number} | {config} {precision} | {version} ({result['attnmt']}) | "
+                          f"{result['ms']:.1f} ms/update", flush=True)
+                    times.setdefault((config, precision, version), []).append(result["ms"])
+    print("\n| config | precision | old ms/update (median) | new ms/update (median) | old / new |")
+    print("|---|---|---:|---:|---:|")
+    for config in args.configs.split(","):
+        for precision in args.precisions.split(","):
+            old, new = (statistics.median(times[(config, precision, v)]) for v in ("old", "new"))
+            print(f"| {config} | {precision} | {old:.1f} | {new:.1f} | {old / new:.2f}× |")
+
+
+if __name__ == "__main__":
+    main()
