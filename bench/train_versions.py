@@ -7,8 +7,8 @@
 Each round starts one process per checkout (in that checkout's folder, so that its attnmt is the
 one imported) for every config of bench/ and precision: it builds the model with a 7,882-word
 source and 5,898-word target vocabulary (the peers' Multi30k vocabularies), draws one batch of 64
-sentences of 14 source and 15 target tokens, runs 5 updates to warm up and times `--updates` more
-(Adam, gradient norm clipped at 1, as bench/speed.py trains). Prints milliseconds per update per
+sentences of 14 source and 14 target tokens, runs 5 updates to warm up and times `--updates` more,
+each attnmt's own `train.train_step` under the config's settings, as bench/speed.py trains. Prints milliseconds per update per
 round, the medians and old / new. Run it on an otherwise idle machine.
 """
 
@@ -16,42 +16,33 @@ from __future__ import annotations
 
 import argparse
 import statistics
+from pathlib import Path
 
 from decode_versions import run_in_checkout
 
 CHILD = """
-import json, sys, time, torch
+import json, random, sys, time, torch
 import attnmt
+from attnmt.batch import collate
 from attnmt.config import load_config
 from attnmt.fast.process import set_up_training_process
 from attnmt.model import build_model
-from attnmt.precision import autocast
+from attnmt.train import Part, make_optimizer, train_step
 set_up_training_process()                       # as attnmt train does
 config_file, precision, updates, threads = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 torch.set_num_threads(threads)
 torch.manual_seed(0)
-config = load_config(config_file, [])
+config = load_config(config_file, [f"train.precision={precision}"])
 model = build_model(config.model, 7882, 5898).train()
-optimizer = torch.optim.Adam(model.parameters(), lr=5e-4, fused=True)
-rows = torch.Generator().manual_seed(0)
-src = torch.randint(4, 7000, (64, 14), generator=rows)
-tgt = torch.randint(4, 5000, (64, 15), generator=rows)
-lengths = torch.full((64,), 14)
-
-def update():
-    with autocast(precision, torch.device("cpu")):
-        logits, _ = model(src, lengths, tgt[:, :-1])
-    loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), tgt[:, 1:].flatten())
-    optimizer.zero_grad()
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    optimizer.step()
-
-for _ in range(5):
-    update()
+optimizer = make_optimizer(model, config.train)
+words = random.Random(0)
+batch = collate([([words.randrange(4, 7000) for _ in range(14)], [words.randrange(4, 5000) for _ in range(14)])
+                 for _ in range(64)], list(range(64)))
+for step in range(1, 6):
+    train_step(model, optimizer, [Part(batch)], config, step)
 started = time.perf_counter()
-for _ in range(updates):
-    update()
+for step in range(6, 6 + updates):
+    train_step(model, optimizer, [Part(batch)], config, step)
 print(json.dumps({"attnmt": attnmt.__file__, "ms": (time.perf_counter() - started) / updates * 1000}))
 """
 
@@ -67,7 +58,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
 
-    bench = __file__.rsplit("/", 1)[0]
+    bench = Path(__file__).resolve().parent
     times: dict[tuple[str, str, str], list[float]] = {}
     for round_number in range(1, args.rounds + 1):
         for config in args.configs.split(","):
