@@ -296,6 +296,24 @@ def test_dropout_zeroes_a_fraction_p_and_rescales_the_rest(cls, p):
     assert torch.equal(dropout(x), y)                     # the seed decides the mask
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("p", [1 / 65536, 0.1, 1 - 1 / 65536])
+def test_rand_dropout_keeps_exactly_the_values_whose_16_bits_reach_the_threshold(dtype, p):
+    # The mask is built by clamped int16 arithmetic: it must be the comparison it stands for, to
+    # the last of the 65,536 values (an off-by-one would move p by 2^-16, which no rate shows).
+    x = torch.randn(1000, 1001).to(dtype)     # each of the 65,536 values of 16 bits some 15 times
+    torch.manual_seed(3)
+    y = RandDropout(p).train()(x)
+    torch.manual_seed(3)
+    words = torch.empty((x.numel() + 3) // 4, dtype=torch.int64).random_(-(1 << 63), None)
+    bits = words.view(torch.int16)[: x.numel()].view(x.shape).int()
+    dropped = round(p * 65536)
+    keep = bits >= dropped - 32768
+    assert y.dtype == dtype
+    assert torch.equal(y == 0, ~keep | (x == 0))
+    assert torch.equal(y, (x.float() * keep * (65536 / (65536 - dropped))).to(dtype))
+
+
 def test_rand_dropout_keeps_each_value_independently_of_its_neighbours():
     # Four values share each 64-bit draw: their masks must still be independent.
     torch.manual_seed(1)

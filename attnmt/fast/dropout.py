@@ -19,5 +19,9 @@ class RandDropout(nn.Dropout):
             return super().forward(x)
         words = torch.empty((x.numel() + 3) // 4, dtype=torch.int64, device=x.device).random_(-(1 << 63), None)
         bits = words.view(torch.int16)[: x.numel()].view(x.shape)        # uniform over -2^15 .. 2^15 - 1
-        keep = bits >= dropped - STEPS // 2                               # probability (STEPS - dropped) / STEPS
+        # keep: 1 where bits >= threshold (probability (STEPS - dropped) / STEPS), else 0. Clamped
+        # int16 arithmetic, not a comparison: CPU kernels that write or read bool tensors run
+        # several times slower than those on int16, and the product with x converts as it goes.
+        threshold = dropped - STEPS // 2
+        keep = bits.clamp(threshold - 1, threshold).sub_(threshold - 1)
         return x * keep * (STEPS / (STEPS - dropped))
