@@ -60,7 +60,6 @@ class Seq2Seq(nn.Module):
                 self.decoder.embedding.weight[PAD_ID].zero_()
 
     # What the rest of attnmt may ask of a model family (family.Model).
-
     def describe(self) -> dict[str, int | str | bool]:
         c = self.config
         local = ({"local_window": c.local_window, "local_score": c.local_score}
