@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import random
+from array import array
 from dataclasses import dataclass
-from typing import Iterator, Optional
+from typing import Optional
 
+import numpy as np
 import torch
 
-from .vocab import EOS_ID, PAD_ID, SOS_ID
-
-Example = tuple[list[int], list[int]]  # (source ids, target ids), no specials
+from .vocab import EOS_ID, PAD_ID, SOS_ID, Example
 
 
 @dataclass
@@ -50,46 +50,55 @@ def collate(examples: list[Example], indices: list[int], device: torch.device | 
 
 
 def batch_indices(
-    lengths: list[tuple[int, int]],
+    lengths: np.ndarray,
     batch_size: int,
     batch_type: str = "sentences",
     shuffle: bool = False,
     rng: Optional[random.Random] = None,
-) -> list[list[int]]:
-    """Group example indices into batches of similar length.
+) -> list[np.ndarray]:
+    """Group example indices into batches of similar length; each batch is an int64 array.
 
-    `lengths` holds (source, target) lengths. `batch_type` "tokens" caps the padded size
-    (longest side x sentences) at `batch_size`. With `shuffle`, examples are shuffled, sorted
-    by length within pools of 50 batches (few pads, yet no fixed order), and the batches shuffled.
+    `lengths` is an [N, 2] integer array of two lengths per example (sorted by the first, then the
+    second). `batch_type` "tokens" caps the padded size (the longest length + 1, times the
+    sentences) at `batch_size`. With `shuffle`, examples are shuffled, sorted by length within
+    pools of 50 batches (few pads, yet no fixed order), and the batches shuffled. Memory is a few
+    bytes per example, with no Python object per example: corpora of millions of pairs batch as
+    Multi30k does, and `rng` draws exactly what shuffling Python lists of the same length would.
     """
-    order = list(range(len(lengths)))
+    count = len(lengths)
     rng = rng or random.Random()
+    order_buffer = array("q", range(count))
     if shuffle:
-        rng.shuffle(order)
+        rng.shuffle(order_buffer)  # an array shuffles as a list of the same length does
         pool = 50 * (batch_size if batch_type == "sentences" else max(1, batch_size // 20))
     else:
-        pool = len(order) or 1
-    batches: list[list[int]] = []
-    for start in range(0, len(order), pool):
-        chunk = sorted(order[start : start + pool], key=lambda i: lengths[i])
-        batches.extend(_cut(chunk, lengths, batch_size, batch_type))
+        pool = count or 1
+    order = np.frombuffer(order_buffer, dtype=np.int64) if count else np.zeros(0, dtype=np.int64)
+    widths = lengths.max(axis=1).astype(np.int64) + 1 if count else np.zeros(0, dtype=np.int64)
+    batches: list[np.ndarray] = []
+    for start in range(0, count, pool):
+        chunk = order[start : start + pool]
+        keys = lengths[chunk]
+        chunk = chunk[np.lexsort((keys[:, 1], keys[:, 0]))]  # stable: ties keep the shuffled order
+        ends = _cut(widths[chunk].tolist(), batch_size, batch_type)
+        batches.extend(np.split(chunk, ends[:-1]))
     if shuffle:
         rng.shuffle(batches)
     return batches
 
 
-def _cut(sorted_ids: list[int], lengths: list[tuple[int, int]], size: int, batch_type: str) -> Iterator[list[int]]:
-    current: list[int] = []
-    longest = 0
-    for i in sorted_ids:
-        longest_if_added = max(longest, max(lengths[i]) + 1)
-        too_big = (
-            len(current) >= size if batch_type == "sentences" else longest_if_added * (len(current) + 1) > size
-        )
-        if current and too_big:
-            yield current
-            current, longest_if_added = [], max(lengths[i]) + 1
-        current.append(i)
-        longest = longest_if_added
-    if current:
-        yield current
+def _cut(widths: list[int], size: int, batch_type: str) -> list[int]:
+    """Where the batches of examples in this order end: at `size` sentences, or before the padded
+    size (the widest example x sentences) would pass `size` tokens; a batch holds one example at least."""
+    if batch_type == "sentences":
+        return list(range(size, len(widths), size)) + [len(widths)]
+    ends = []
+    sentences = widest = 0
+    for index, width in enumerate(widths):
+        widest_if_added = max(widest, width)
+        if sentences and widest_if_added * (sentences + 1) > size:
+            ends.append(index)
+            sentences, widest_if_added = 0, width
+        sentences += 1
+        widest = widest_if_added
+    return ends + [len(widths)]

@@ -1,4 +1,4 @@
-"""The `attnmt` command: a thin front over train, translate, evaluate, plot, serve and the demo."""
+"""The `attnmt` command: a thin front over prepare, train, translate, evaluate, plot, serve and the demo."""
 
 from __future__ import annotations
 
@@ -126,6 +126,19 @@ def _train(args: argparse.Namespace) -> None:
         raise AttnmtError(f"rank {ranks.rank} of {ranks.world_size}: {err}") from None
     finally:
         ranks.close()
+
+
+def _prepare(args: argparse.Namespace) -> None:
+    """`attnmt prepare`: the training data as `attnmt train` would prepare them, and the report."""
+    from .config import load_config
+    from .prepare import find_corpus, prepare_corpus, report_lines
+
+    config = load_config(args.config, args.overrides)
+    found = None if args.rebuild else find_corpus(config)
+    corpus = found or prepare_corpus(config, rebuild=args.rebuild)
+    print("\n".join(report_lines(corpus)))
+    if found:
+        print("  (prepared earlier from the same raw files and settings; attnmt prepare --rebuild prepares it anew)")
 
 
 def _input_lines(path: str | None) -> Iterator[str]:
@@ -429,6 +442,13 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--overwrite", action="store_true", help="replace a model already in train.out_dir")
     train.set_defaults(run=_train)
 
+    prepare = commands.add_parser("prepare", help="prepare the training data a config names once (tokenize, filter, "
+                                                  "count), for every later attnmt train with the same data settings")
+    prepare.add_argument("config", help="YAML config file (see configs/)")
+    prepare.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="e.g. data.path=DIR data.workers=2")
+    prepare.add_argument("--rebuild", action="store_true", help="prepare again even if a prepared copy exists")
+    prepare.set_defaults(run=_prepare)
+
     def add_device(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 ... (default: GPU if there is one)")
         sub.add_argument("--precision", choices=PRECISIONS, default=None,
@@ -597,7 +617,7 @@ def main(argv: list[str] | None = None) -> int:
     # positional `nargs="*"` alone does not allow; collect the stragglers here.
     args, extra = parser.parse_known_args(argv)
     if extra:
-        if args.command != "train" or any(a.startswith("-") or "=" not in a for a in extra):
+        if args.command not in ("train", "prepare") or any(a.startswith("-") or "=" not in a for a in extra):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.overrides += extra
     # `kill` and `timeout` end a run as an error does, so files being written are removed (SIGKILL

@@ -111,6 +111,17 @@ class DataConfig:
     num_pairs: int = ranged(0, "[0, 10000000]")
     # Training pairs with more tokens than this on either side are left out.
     max_len: int = ranged(100, "[1, 100000]")
+    # Training pairs whose one side has more than this many times the tokens of the other are left
+    # out (0 = keep all; 9 is the Moses clean-corpus default).
+    max_ratio: float = ranged(9.0, "[0, inf)")
+    # Leave out training pairs that repeat an earlier pair exactly (costs ~100 bytes of memory a
+    # pair while preparing).
+    dedup: bool = False
+    # Processes that tokenize the training data while preparing it (0 = one per CPU core).
+    workers: int = ranged(0, "[0, 1024]")
+    # Where prepared corpora are kept, each in a folder named by its raw data and settings
+    # ("" = $ATTNMT_CACHE/prepared, default ~/.cache/attnmt/prepared); attnmt prepare writes it.
+    prepared_dir: str = ""
     # Seed of the split into train, valid and test (tsv, dates) and of the generated dates.
     seed: int = ranged(1, f"[0, {MAX_SEED}]")
 
@@ -124,6 +135,9 @@ class TokenizerConfig:
     # Subwords only: pieces to learn, and one model for both languages (joint) or one each.
     vocab_size: int = ranged(8000, "[8, 1000000]")
     joint: bool = True
+    # Subwords only: the training pairs the model learns its pieces from, drawn at random (seeded by
+    # data.seed) from a larger corpus, as Marian and OpenNMT-py do (0 = all pairs).
+    sample_pairs: int = ranged(1000000, "[0, inf)")
 
 
 @dataclass

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import hashlib
 import random
+import typing
+from array import array
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Protocol
+from typing import BinaryIO, Iterator, Optional, Protocol
 
 from .config import DataConfig
 from .corpora import is_corpus_name, resolve
@@ -28,6 +32,20 @@ class LineReader(Protocol):
     def readline(self, size: int, /) -> bytes: ...
 
 
+LONG_LINE = f"line longer than {MAX_LINE_BYTES / 2**20:g} MiB ({MAX_LINE_BYTES} bytes); expected one sentence per line"
+
+
+def decode_line(line: bytes) -> str:
+    """A line's text without its line end; ValueError saying what is wrong for NUL bytes or bytes
+    that are not UTF-8."""
+    if b"\x00" in line:
+        raise ValueError("contains NUL bytes; is this a binary file, not text?")
+    try:
+        return line.decode("utf-8").rstrip("\r\n")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"not valid UTF-8 (byte 0x{line[err.start]:02x} at column {err.start + 1})") from None
+
+
 def decode_lines(handle: LineReader, name: str) -> Iterator[str]:
     """Decode the UTF-8 lines of a binary handle, naming `name` and the line number for binary or
     non-UTF-8 input and for a line (with its end) of more than MAX_LINE_BYTES, of which no more is read."""
@@ -35,32 +53,66 @@ def decode_lines(handle: LineReader, name: str) -> Iterator[str]:
     # One byte past the limit shows a longer line (its line end counts) without reading it all.
     while line := handle.readline(MAX_LINE_BYTES + 1):
         number += 1
-        if b"\x00" in line:
-            raise AttnmtError(f"{name}:{number}: contains NUL bytes; is this a binary file, not text?")
-        if len(line) > MAX_LINE_BYTES:
-            raise AttnmtError(f"{name}:{number}: line longer than {MAX_LINE_BYTES / 2**20:g} MiB ({MAX_LINE_BYTES} bytes); "
-                              "expected one sentence per line")
+        if len(line) > MAX_LINE_BYTES and b"\x00" not in line:
+            raise AttnmtError(f"{name}:{number}: {LONG_LINE}")
         try:
-            text = line.decode("utf-8")
-        except UnicodeDecodeError as err:
-            raise AttnmtError(
-                f"{name}:{number}: not valid UTF-8 (byte 0x{line[err.start]:02x} at column {err.start + 1})"
-            ) from None
-        yield text.rstrip("\r\n")
+            yield decode_line(line)
+        except ValueError as err:
+            raise AttnmtError(f"{name}:{number}: {err}") from None
 
 
-def read_lines(path: str | Path) -> Iterator[str]:
-    """Yield the lines of a UTF-8 text file, plain or gzip, without their line ends."""
+def raw_lines(path: str | Path) -> Iterator[Optional[bytes]]:
+    """The lines of a text file, plain or gzip, as bytes with their line ends, undecoded, for
+    readers that count bad lines instead of stopping at the first; None stands for a line longer
+    than MAX_LINE_BYTES, of which no more than that is held at once."""
+    with open_text_file(path) as handle:
+        try:
+            while line := handle.readline(MAX_LINE_BYTES + 1):
+                if len(line) <= MAX_LINE_BYTES:
+                    yield line
+                    continue
+                while line and not line.endswith(b"\n"):  # the rest of the long line
+                    line = handle.readline(MAX_LINE_BYTES)
+                yield None
+        except (OSError, EOFError, gzip.BadGzipFile) as err:
+            raise AttnmtError(f"{path}: cannot read: {err}") from None
+
+
+@contextmanager
+def open_text_file(path: str | Path) -> Iterator[BinaryIO]:
+    """A binary handle on a file, decompressed if it is gzip; a missing or unreadable file is one line."""
     path = Path(path)
     if not path.is_file():
         raise AttnmtError(f"{path}: file not found" if not path.exists() else f"{path}: not a regular file")
     try:
         with open(path, "rb") as raw:
             gzipped = raw.read(2) == b"\x1f\x8b"
-        with gzip.open(path, "rb") if gzipped else open(path, "rb") as handle:
+        handle = typing.cast(BinaryIO, gzip.open(path, "rb")) if gzipped else open(path, "rb")
+    except OSError as err:
+        raise AttnmtError(f"{path}: cannot read: {err.strerror or err}") from None
+    with handle:
+        yield handle
+
+
+def text_sha256(path: str | Path) -> str:
+    """The sha256 of a text file's content (decompressed, if it is gzip)."""
+    digest = hashlib.sha256()
+    with open_text_file(path) as handle:
+        try:
+            while block := handle.read(1 << 22):
+                digest.update(block)
+        except (OSError, EOFError, gzip.BadGzipFile) as err:
+            raise AttnmtError(f"{path}: cannot read: {err}") from None
+    return digest.hexdigest()
+
+
+def read_lines(path: str | Path) -> Iterator[str]:
+    """Yield the lines of a UTF-8 text file, plain or gzip, without their line ends."""
+    with open_text_file(path) as handle:
+        try:
             yield from decode_lines(handle, str(path))
-    except (OSError, EOFError, gzip.BadGzipFile) as err:
-        raise AttnmtError(f"{path}: cannot read: {err}") from None
+        except (OSError, EOFError, gzip.BadGzipFile) as err:
+            raise AttnmtError(f"{path}: cannot read: {err}") from None
 
 
 def read_tsv(path: str | Path, max_pairs: int = 0) -> list[Pair]:
@@ -124,10 +176,17 @@ def split_pairs(pairs: list[Pair], valid_size: int, test_size: int, seed: int) -
         raise AttnmtError(
             f"only {len(pairs)} pairs, too few for data.valid_size={valid_size} and data.test_size={test_size}"
         )
-    shuffled = list(pairs)
-    random.Random(seed).shuffle(shuffled)
+    shuffled = [pairs[i] for i in shuffled_order(len(pairs), seed)]
     test, valid = shuffled[:test_size], shuffled[test_size : test_size + valid_size]
     return Corpus(train=shuffled[test_size + valid_size :], valid=valid, test=test)
+
+
+def shuffled_order(count: int, seed: int) -> array:
+    """The seeded order of a corpus's pairs that the split cuts (test first, then valid, then
+    train): pair indices, 8 bytes each; the same order as shuffling a list of the pairs."""
+    order = array("q", range(count))
+    random.Random(seed).shuffle(order)
+    return order
 
 
 def load_corpus(config: DataConfig) -> Corpus:

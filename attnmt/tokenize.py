@@ -7,18 +7,17 @@ import io
 import re
 import unicodedata
 from abc import ABC, abstractmethod
-from typing import Iterable
+from typing import Iterable, Optional
 
 import sentencepiece
 
 from .errors import AttnmtError
 
 # Every character str.isspace() accepts (tabs, line breaks, the ASCII separators \x1c-\x1f, NEL,
-# no-break, typographic and ideographic spaces, line and paragraph separators) made a plain space:
-# the word tokenizer splits at all of them, so none may stay in a text (hypothesis found \x1f).
+# no-break, typographic and ideographic spaces, line and paragraph separators): str.split() splits
+# at all of them, so normalize makes each run of them one plain space (hypothesis found \x1f).
 WHITE_SPACE = ("\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006"
                "\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
-_SPACES = dict.fromkeys(map(ord, WHITE_SPACE), " ")
 # Invisible characters that only split or join words by accident: zero-width space, soft hyphen,
 # word joiner, BOM. ZWJ/ZWNJ (U+200D, U+200C) are kept: Devanagari and Persian spell with them.
 _DROP = dict.fromkeys(map(ord, "\u200b\u00ad\u2060\ufeff"), None)
@@ -33,9 +32,8 @@ _CONTRACTION_ENDS = {"s", "t", "re", "ve", "ll", "d", "m"}
 
 
 def normalize(text: str) -> str:
-    """NFC, odd spaces made plain, invisible junk removed, runs of spaces collapsed."""
-    text = unicodedata.normalize("NFC", text).translate(_SPACES).translate(_DROP)
-    return re.sub(" +", " ", text).strip()
+    """NFC, invisible junk removed, each run of white space (WHITE_SPACE) one plain space, none at the ends."""
+    return " ".join(unicodedata.normalize("NFC", text).translate(_DROP).split())
 
 
 def _word_pattern() -> re.Pattern:
@@ -67,6 +65,16 @@ class BaseTokenizer(ABC):
 
     @abstractmethod
     def tokenize(self, text: str) -> list[str]: ...
+
+    def pieces(self) -> Optional[list[str]]:
+        """The fixed inventory of tokens, indexed by id (a subword model's pieces), or None: words and
+        characters are open-ended."""
+        return None
+
+    def encode_batch(self, texts: list[str], index: dict[str, int]) -> list[list[int]]:
+        """Each text's tokens as ids: here ids of `index`, which gives each new token the next id;
+        a tokenizer with pieces() gives piece ids instead (and leaves `index` alone)."""
+        return [[index.setdefault(token, len(index)) for token in self.tokenize(text)] for text in texts]
 
     @abstractmethod
     def detokenize(self, tokens: list[str]) -> str: ...
@@ -170,6 +178,14 @@ class SubwordTokenizer(BaseTokenizer):
 
     def tokenize(self, text: str) -> list[str]:
         return self.processor.encode(self.prepare(text), out_type=str)
+
+    def pieces(self) -> list[str]:
+        return [self.processor.id_to_piece(i) for i in range(self.processor.get_piece_size())]
+
+    def encode_batch(self, texts: list[str], index: dict[str, int]) -> list[list[int]]:
+        # sentencepiece encodes the whole list in C++; a character no piece covers comes out as
+        # the unknown piece (`<unk>`), where tokenize() returns the character itself.
+        return self.processor.encode([self.prepare(text) for text in texts], out_type=int)
 
     def detokenize(self, tokens: list[str]) -> str:
         return self.processor.decode_pieces(tokens)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import math
 import random
 import time
@@ -10,12 +9,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+import numpy as np
 import torch
 from tqdm import tqdm
 
-from .batch import Batch, Example, batch_indices, collate
-from .config import Config, TokenizerConfig, TrainConfig, config_from_dict
-from .data import Pair, load_corpus
+from .batch import Batch, batch_indices, collate
+from .config import Config, TrainConfig, config_from_dict
 from .distributed import Ranks
 from .errors import AttnmtError
 from .evaluate import score_translations
@@ -25,9 +24,10 @@ from .metrics import MetricsWriter
 from .model import build_model, resolve_device
 from .modelfile import load_file, model_tensors, network_weights, read_model, save_file
 from .precision import autocast, precision_note
-from .tokenize import SubwordTokenizer, Tokenizer, make_tokenizer, tokenizers_from_dicts
+from .prepare import open_corpus
+from .store import PreparedCorpus
 from .translate import Translator
-from .vocab import Vocabulary
+from .vocab import Example
 
 MODEL_FILE = "model.safetensors"
 CHECKPOINT_FILE = "checkpoint.safetensors"
@@ -35,72 +35,19 @@ OPTIMIZER_PREFIX = "optimizer."
 
 
 @dataclass
-class PreparedData:
-    src_tokenizer: Tokenizer
-    tgt_tokenizer: Tokenizer
-    src_vocab: Vocabulary
-    tgt_vocab: Vocabulary
-    train: list[Example]
+class TrainingData:
+    """What training reads: the prepared corpus (memory-mapped) and the validation pairs as ids."""
+
+    corpus: PreparedCorpus
     valid: list[Example]
-    valid_pairs: list[Pair]
-    test_pairs: list[Pair]
-    dropped: int      # training pairs left out: an empty side, or longer than data.max_len
-    fingerprint: str  # sha256 of the raw training pairs, to refuse resuming on other data
 
-
-def make_tokenizers(config: TokenizerConfig, pairs: list[Pair]) -> tuple[Tokenizer, Tokenizer]:
-    """Source and target tokenizers; subword ones are trained on the training pairs here."""
-    if config.level in ("word", "char"):
-        return make_tokenizer(config.level, config.lowercase), make_tokenizer(config.level, config.lowercase)
-    sources, targets = [s for s, _ in pairs], [t for _, t in pairs]
-    if config.joint:
-        shared = SubwordTokenizer.train(config.level, sources + targets, config.vocab_size, config.lowercase)
-        return shared, shared
-    return (SubwordTokenizer.train(config.level, sources, config.vocab_size, config.lowercase),
-            SubwordTokenizer.train(config.level, targets, config.vocab_size, config.lowercase))
-
-
-def prepare_data(config: Config, saved: Optional[dict] = None) -> PreparedData:
-    """Read, tokenize and encode the corpus; `saved` (a checkpoint's metadata, or a model file's for
-    train.init_from) supplies the tokenizers and vocabularies of that run instead of new ones."""
-    corpus = load_corpus(config.data)
-    if saved:
-        src_tokenizer, tgt_tokenizer = tokenizers_from_dicts(saved["src_tokenizer"], saved["tgt_tokenizer"])
-    else:
-        src_tokenizer, tgt_tokenizer = make_tokenizers(config.tokenizer, corpus.train)
-
-    def tokenized(pairs: list[Pair]) -> list[tuple[list[str], list[str]]]:
-        limit = config.data.max_len
-        out = [(src_tokenizer.tokenize(s), tgt_tokenizer.tokenize(t)) for s, t in pairs]
-        return [(s, t) for s, t in out if 0 < len(s) <= limit and 0 < len(t) <= limit]
-
-    train = tokenized(corpus.train)
-    if not train:
-        raise AttnmtError(f"no usable training pairs: each of the {len(corpus.train)} has an empty side or "
-                          f"exceeds data.max_len={config.data.max_len}")
-    valid = tokenized(corpus.valid)
-    if not valid:
-        raise AttnmtError(f"no usable validation pairs: each of the {len(corpus.valid)} has an empty side or "
-                          f"exceeds data.max_len={config.data.max_len}")
-    if saved:
-        src_vocab, tgt_vocab = Vocabulary.from_list(saved["src_vocab"]), Vocabulary.from_list(saved["tgt_vocab"])
-    else:
-        voc = config.vocab
-        if voc.joint:  # one vocabulary of both sides' tokens, for both
-            src_vocab = tgt_vocab = Vocabulary.build((side for pair in train for side in pair), voc.min_freq,
-                                                     voc.max_size)
-        else:
-            src_vocab = Vocabulary.build((s for s, _ in train), voc.min_freq, voc.max_size)
-            tgt_vocab = Vocabulary.build((t for _, t in train), voc.min_freq, voc.max_size)
-
-    def encoded(pairs: list[tuple[list[str], list[str]]]) -> list[Example]:
-        return [(src_vocab.encode(s), tgt_vocab.encode(t)) for s, t in pairs]
-
-    digest = hashlib.sha256()
-    for source, target in corpus.train:
-        digest.update(f"{source}\t{target}\n".encode("utf-8"))
-    return PreparedData(src_tokenizer, tgt_tokenizer, src_vocab, tgt_vocab, encoded(train), encoded(valid),
-                        corpus.valid, corpus.test, len(corpus.train) - len(train), digest.hexdigest())
+    @classmethod
+    def of(cls, corpus: PreparedCorpus, max_len: int) -> "TrainingData":
+        valid = corpus.tokenization.examples(corpus.valid_pairs, max_len)
+        if not valid:
+            raise AttnmtError(f"no usable validation pairs: each of the {len(corpus.valid_pairs)} has an empty side or "
+                              f"exceeds data.max_len={max_len}")
+        return cls(corpus, valid)
 
 
 @dataclass
@@ -133,8 +80,10 @@ def evaluate_loss(model: Model, examples: list[Example], batch_size: int, device
     """Mean cross-entropy per target token, teacher-forced, no dropout."""
     model.eval()
     total, tokens = 0.0, 0
+    lengths = np.array([(len(s), len(t)) for s, t in examples], dtype=np.int64).reshape(-1, 2)
     with torch.inference_mode():
-        for ids in batch_indices([(len(s), len(t)) for s, t in examples], batch_size):
+        for batch_ids in batch_indices(lengths, batch_size):
+            ids = batch_ids.tolist()
             batch = collate([examples[i] for i in ids], ids, device)
             at = batch.target_mask
             logits, _ = model(batch.src, batch.src_lengths, batch.tgt_in, classify_at=at)
@@ -145,7 +94,7 @@ def evaluate_loss(model: Model, examples: list[Example], batch_size: int, device
 
 
 def _save_checkpoint(path: Path, translator: Translator, optimizer: torch.optim.Optimizer, progress: Progress,
-                     data: PreparedData, parts_per_batch: int) -> None:
+                     data: TrainingData, parts_per_batch: int) -> None:
     # No random generator state: each part's draws are seeded by the step (_draw_seed).
     optim_state = optimizer.state_dict()
     tensors = model_tensors(translator.model.state_dict())
@@ -153,7 +102,7 @@ def _save_checkpoint(path: Path, translator: Translator, optimizer: torch.optim.
         for key, value in values.items():
             tensors[f"{OPTIMIZER_PREFIX}{index}.{key}"] = value
     meta = {"kind": "checkpoint", **translator.description.metadata(), "param_groups": optim_state["param_groups"],
-            "progress": progress.__dict__, "data_sha256": data.fingerprint, "parts_per_batch": parts_per_batch}
+            "progress": progress.__dict__, "data_sha256": data.corpus.fingerprint, "parts_per_batch": parts_per_batch}
     save_file(path, tensors, meta)
 
 
@@ -181,7 +130,7 @@ def _differences(saved: Config, config: Config, shapes_only: bool = False) -> li
 
 
 def _read_start(path: str, config: Config) -> tuple[dict[str, torch.Tensor], dict]:
-    """The weights and the tokenizers and vocabularies (prepare_data's `saved`) of the model file a
+    """The weights and the tokenizers and vocabularies (open_corpus's `saved`) of the model file a
     fine-tuning run starts from (train.init_from), if their architecture is this config's."""
     try:
         description, weights, _ = read_model(path)
@@ -236,19 +185,20 @@ def train(config: Config, resume: bool = False, overwrite: bool = False,
     checkpoint = ranks.share(_read_checkpoint(checkpoint_path, config) if resume and ranks.is_main else None)
     start = ranks.share(_read_start(tc.init_from, config) if tc.init_from and not resume and ranks.is_main else None)
     saved = checkpoint[1] if checkpoint else start[1] if start else None
-    data = prepare_data(config, saved) if ranks.is_main else None
-    # The other ranks take rank 0's tokenizers and vocabularies instead of building their own.
-    vocabularies = ranks.share(_vocabularies(data) if data else None)
-    data = data or prepare_data(config, vocabularies)
-    if checkpoint and checkpoint[1].get("data_sha256") != data.fingerprint:
+    # Rank 0 prepares the corpus (or finds it prepared); every rank maps the same files.
+    prepared = ranks.share(str(open_corpus(config, saved, log).directory) if ranks.is_main else None)
+    assert prepared is not None, "rank 0 shares the folder"
+    data = TrainingData.of(PreparedCorpus.open(Path(prepared)), config.data.max_len)
+    corpus, text = data.corpus, data.corpus.tokenization
+    if checkpoint and checkpoint[1].get("data_sha256") != corpus.fingerprint:
         raise AttnmtError(f"{checkpoint_path}: the training data differ from those the checkpoint was trained on; "
                           f"cannot resume")
-    log(f"data: {len(data.train)} training pairs ({data.dropped} left out: empty or over {config.data.max_len} "
-        f"tokens), {len(data.valid)} valid, {len(data.test_pairs)} test; vocab {len(data.src_vocab)} source, "
-        f"{len(data.tgt_vocab)} target")
-    model = build_model(config.model, len(data.src_vocab), len(data.tgt_vocab), tc.fast_paths).to(device)
+    left_out = ", ".join(f"{n} {reason.replace('_', ' ')}" for reason, n in corpus.report["left_out"].items() if n)
+    log(f"data: {len(corpus)} training pairs ({left_out or 'none'} left out), {len(data.valid)} valid, "
+        f"{len(corpus.test_pairs)} test; vocab {len(text.src_vocab)} source, {len(text.tgt_vocab)} target")
+    model = build_model(config.model, len(text.src_vocab), len(text.tgt_vocab), tc.fast_paths).to(device)
     optimizer = make_optimizer(model, tc)
-    translator = Translator(model, config, data.src_tokenizer, data.tgt_tokenizer, data.src_vocab, data.tgt_vocab)
+    translator = Translator(model, config, text.src_tokenizer, text.tgt_tokenizer, text.src_vocab, text.tgt_vocab)
     if start:
         model.load_state_dict(start[0])
         log(f"starting from {tc.init_from}: its weights, tokenizers and vocabularies")
@@ -279,7 +229,7 @@ def train(config: Config, resume: bool = False, overwrite: bool = False,
     if not ranks.is_main:
         return TrainResult(model_path, progress.best_metric, {}, len(progress.history), minutes)
     best = Translator.load(model_path, device=str(device))
-    test_scores = score_translations(best, data.test_pairs) if data.test_pairs else {}
+    test_scores = score_translations(best, corpus.test_pairs) if corpus.test_pairs else {}
     if test_scores:
         log("test: " + " | ".join(f"{k} {v}" for k, v in test_scores.items() if "signature" not in k))
     return TrainResult(model_path, progress.best_metric, test_scores, len(progress.history), minutes)
@@ -304,13 +254,7 @@ def _prepare_out_dir(out_dir: Path, resume: bool, overwrite: bool) -> None:
         stale.unlink(missing_ok=True)
 
 
-def _vocabularies(data: PreparedData) -> dict:
-    """The tokenizers and vocabularies, as a checkpoint's metadata holds them (prepare_data's `saved`)."""
-    return {"src_tokenizer": data.src_tokenizer.to_dict(), "tgt_tokenizer": data.tgt_tokenizer.to_dict(),
-            "src_vocab": data.src_vocab.to_list(), "tgt_vocab": data.tgt_vocab.to_list()}
-
-
-def _train_epochs(config: Config, data: PreparedData, translator: Translator, network: torch.nn.Module,
+def _train_epochs(config: Config, data: TrainingData, translator: Translator, network: torch.nn.Module,
                   optimizer: torch.optim.Optimizer, progress: Progress, metrics: Optional[MetricsWriter],
                   device: torch.device, started: float, log: Callable[[str], None], ranks: Ranks) -> str:
     """Train and validate epoch by epoch until the epochs, the budget or the patience run out; say why it stopped.
@@ -322,13 +266,14 @@ def _train_epochs(config: Config, data: PreparedData, translator: Translator, ne
     segment_started, segment_tokens = time.monotonic(), 0  # training since the last validation, for tokens/s
     stop = ""
     while progress.epoch <= tc.epochs and not stop:
-        order = epoch_batches(data.train, tc, progress.epoch)
+        order = epoch_batches(data.corpus.lengths, tc, progress.epoch)
         model.train()
         bar = tqdm(total=len(order), initial=progress.batch_in_epoch, desc=f"epoch {progress.epoch}",
                    unit="batch", disable=None if ranks.is_main else True, leave=False)
-        for ids in order[progress.batch_in_epoch:]:
+        for batch_ids in order[progress.batch_in_epoch:]:
             _set_lr(optimizer, progress, tc)
-            tokens = sum(len(data.train[i][1]) + 1 for i in ids)  # the whole batch's, EOS included
+            ids = batch_ids.tolist()
+            tokens = data.corpus.target_tokens(batch_ids)  # the whole batch's, EOS included
             loss = train_step(network, optimizer, _parts(data, ids, ranks, tc.accumulate, device), config,
                               progress.step + 1, model_path, ranks, tokens)
             progress.step += 1
@@ -377,22 +322,21 @@ def _train_epochs(config: Config, data: PreparedData, translator: Translator, ne
     return stop
 
 
-def _parts(data: PreparedData, ids: list[int], ranks: Ranks, accumulate: int, device: torch.device) -> list[Part]:
+def _parts(data: TrainingData, ids: list[int], ranks: Ranks, accumulate: int, device: torch.device) -> list[Part]:
     """This rank's micro-batches of the batch `ids`. A rank left without sentences (a batch smaller
     than its number of parts) runs the batch's first sentence with weight 0: every rank must take
     part in the gradient exchange."""
     mine = ranks.parts(ids, accumulate)
     if not mine:
-        return [Part(collate([data.train[ids[0]]], ids[:1], device), index=-1, weight=0.0)]
-    return [Part(collate([data.train[i] for i in part], part, device), index) for index, part in mine]
+        return [Part(collate([data.corpus.example(ids[0])], ids[:1], device), index=-1, weight=0.0)]
+    return [Part(collate([data.corpus.example(i) for i in part], part, device), index) for index, part in mine]
 
 
-def epoch_batches(examples: list[Example], tc: TrainConfig, epoch: int) -> list[list[int]]:
-    """The batches of an epoch, in order; they depend only on the seed and the epoch number, so
-    that a resumed run can skip ahead."""
+def epoch_batches(lengths: np.ndarray, tc: TrainConfig, epoch: int) -> list[np.ndarray]:
+    """The batches of an epoch, in order, from the examples' [N, 2] (target, source) lengths; they
+    depend only on the seed and the epoch number, so that a resumed run can skip ahead."""
     # Grouped by target length first: the decoder runs every padded target step (3 % padding on
     # Multi30k instead of 17 % when grouped by source length), while the encoder packs its input.
-    lengths = [(len(t), len(s)) for s, t in examples]
     return batch_indices(lengths, tc.batch_size, tc.batch_type, shuffle=True,
                          rng=random.Random(tc.seed * 1_000_003 + epoch))
 
@@ -418,9 +362,9 @@ def _selection_metric(record: dict, tc: TrainConfig) -> float:
     return -record["valid_loss"] if tc.select_by == "loss" else record.get("valid_bleu", 0.0)
 
 
-def _training_facts(data: PreparedData, record: dict, **extra: int) -> dict:
+def _training_facts(data: TrainingData, record: dict, **extra: int) -> dict:
     """What a model file says of its training (attnmt info): data digest, step, epoch, validation figures."""
-    return {"data_sha256": data.fingerprint, "training_pairs": len(data.train), "epoch": record["epoch"],
+    return {"data_sha256": data.corpus.fingerprint, "training_pairs": len(data.corpus), "epoch": record["epoch"],
             "step": record["step"], **extra, "validation": {k: v for k, v in record.items() if k.startswith("valid")}}
 
 
@@ -454,7 +398,7 @@ def _keep_epoch_model(translator: Translator, progress: Progress, out_dir: Path,
         (out_dir / progress.epoch_files.pop(0)).unlink(missing_ok=True)
 
 
-def _try_average(translator: Translator, data: PreparedData, config: Config, device: torch.device,
+def _try_average(translator: Translator, data: TrainingData, config: Config, device: torch.device,
                  progress: Progress, metrics: MetricsWriter, log: Callable[[str], None]) -> None:
     """Average the last epochs' weights; keep the average as the model if it validates better."""
     out_dir = Path(config.train.out_dir)
@@ -532,14 +476,14 @@ def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, parts: 
     return total
 
 
-def _validate(translator: Translator, data: PreparedData, config: Config, device: torch.device,
+def _validate(translator: Translator, data: TrainingData, config: Config, device: torch.device,
               progress: Progress) -> dict:
     valid_loss = evaluate_loss(translator.model, data.valid, config.train.batch_size, device)
     train_loss = progress.epoch_loss / max(progress.epoch_tokens, 1)
     record = {"epoch": progress.epoch, "step": progress.step, "train_loss": round(train_loss, 4),
               "valid_loss": round(valid_loss, 4),
               "valid_ppl": round(math.exp(min(valid_loss, 50)), 2)}
-    pairs = data.valid_pairs
+    pairs = data.corpus.valid_pairs
     if pairs:
         translator.weights_changed()  # the fused Adam step leaves no trace in the weights' version counters
         scores = score_translations(translator, pairs)

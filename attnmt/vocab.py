@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Iterable
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+from .tokenize import Tokenizer, tokenizers_from_dicts
 
 PAD, UNK, SOS, EOS = "<pad>", "<unk>", "<sos>", "<eos>"
 SPECIALS = (PAD, UNK, SOS, EOS)
@@ -19,7 +22,12 @@ class Vocabulary:
     @classmethod
     def build(cls, sentences: Iterable[list[str]], min_freq: int = 1, max_size: int = 50000) -> "Vocabulary":
         """Most frequent tokens first (ties alphabetical, so the result never depends on order)."""
-        counts = Counter(token for sentence in sentences for token in sentence)
+        return cls.from_counts(Counter(token for sentence in sentences for token in sentence), min_freq, max_size)
+
+    @classmethod
+    def from_counts(cls, counts: Mapping[str, int], min_freq: int = 1, max_size: int = 50000) -> "Vocabulary":
+        """The tokens seen at least `min_freq` times, most frequent first (ties alphabetical), at most
+        `max_size` with the specials."""
         ranked = sorted((t for t, c in counts.items() if c >= min_freq), key=lambda t: (-counts[t], t))
         return cls(ranked[: max(0, max_size - len(SPECIALS))])
 
@@ -46,3 +54,35 @@ class Vocabulary:
         if list(itos[:4]) != list(SPECIALS):
             raise ValueError("vocabulary must start with " + " ".join(SPECIALS))
         return cls(itos[4:])
+
+
+Example = tuple[list[int], list[int]]  # (source ids, target ids), no specials
+
+
+@dataclass
+class Tokenization:
+    """How text becomes ids on each side: two tokenizers (one object when a subword model is joint)
+    and two vocabularies (one object when joint). They travel together: model files, checkpoints
+    and prepared corpora carry them as `to_dict()` gives them."""
+
+    src_tokenizer: Tokenizer
+    tgt_tokenizer: Tokenizer
+    src_vocab: Vocabulary
+    tgt_vocab: Vocabulary
+
+    def to_dict(self) -> dict:
+        return {"src_tokenizer": self.src_tokenizer.to_dict(), "tgt_tokenizer": self.tgt_tokenizer.to_dict(),
+                "src_vocab": self.src_vocab.to_list(), "tgt_vocab": self.tgt_vocab.to_list()}
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "Tokenization":
+        src_tokenizer, tgt_tokenizer = tokenizers_from_dicts(values["src_tokenizer"], values["tgt_tokenizer"])
+        src_vocab = Vocabulary.from_list(values["src_vocab"])
+        tgt_vocab = src_vocab if values["tgt_vocab"] == values["src_vocab"] else Vocabulary.from_list(values["tgt_vocab"])
+        return cls(src_tokenizer, tgt_tokenizer, src_vocab, tgt_vocab)
+
+    def examples(self, pairs: Iterable[tuple[str, str]], max_len: int) -> list[Example]:
+        """The pairs as ids, leaving out those with an empty side or more than `max_len` tokens on one."""
+        tokenized = ((self.src_tokenizer.tokenize(s), self.tgt_tokenizer.tokenize(t)) for s, t in pairs)
+        return [(self.src_vocab.encode(s), self.tgt_vocab.encode(t)) for s, t in tokenized
+                if 0 < len(s) <= max_len and 0 < len(t) <= max_len]

@@ -41,7 +41,8 @@ from attnmt.family import Model
 from attnmt.fast.process import set_up_decoding_process, set_up_training_process
 from attnmt.model import Seq2Seq, build_model
 from attnmt.precision import resolve
-from attnmt.train import Part, epoch_batches, make_optimizer, prepare_data, train_step
+from attnmt.prepare import prepare_corpus
+from attnmt.train import Part, epoch_batches, make_optimizer, train_step
 from attnmt.translate import Translation, Translator
 from attnmt.vocab import PAD_ID
 
@@ -129,15 +130,16 @@ def train_phase(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
     config = bench_config(args)
     torch.manual_seed(config.train.seed)
-    data = prepare_data(config)
-    model = build_model(config.model, len(data.src_vocab), len(data.tgt_vocab))
+    corpus = prepare_corpus(config)
+    text = corpus.tokenization
+    model = build_model(config.model, len(text.src_vocab), len(text.tgt_vocab))
     optimizer = make_optimizer(model, config.train)
-    batches = epoch_batches(data.train, config.train, epoch=1)
+    batches = [b.tolist() for b in epoch_batches(corpus.lengths, config.train, epoch=1)]
     model.train()
     marks, words = [], 0
     lengths = dict.fromkeys(("src", "tgt", "tgt_x_src", "src_x_src", "tgt_x_tgt"), 0)
     for step, ids in enumerate(batches[: args.steps], start=1):
-        batch = collate([data.train[i] for i in ids], ids)
+        batch = collate([corpus.example(i) for i in ids], ids)
         train_step(model, optimizer, [Part(batch)], config, step)
         marks.append((time.perf_counter(), words))
         words += batch.num_target_tokens - len(ids)  # real target words: no EOS, no padding
@@ -146,7 +148,7 @@ def train_phase(args: argparse.Namespace) -> None:
                              ("src_x_src", src_lengths**2), ("tgt_x_tgt", tgt_lengths**2)):
             lengths[name] += int(values.sum())
     marks.append((time.perf_counter(), words))
-    translator = Translator(model, config, data.src_tokenizer, data.tgt_tokenizer, data.src_vocab, data.tgt_vocab)
+    translator = Translator(model, config, text.src_tokenizer, text.tgt_tokenizer, text.src_vocab, text.tgt_vocab)
     translator.save(Path(args.out) / "model.safetensors")
 
     def rate(first: int) -> float:

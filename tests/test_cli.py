@@ -133,7 +133,7 @@ def test_mismatched_parallel_files(tmp_path):
         (tmp_path / name).write_text("ein Satz\n" * lines, encoding="utf-8")
     result = attnmt("train", "configs/multi30k_de_en.yaml", f"data.path={tmp_path}",
                     f"train.out_dir={tmp_path / 'out'}")
-    assert_one_line_error(result, "train.de has 3 lines", "train.en has 2")
+    assert_one_line_error(result, "train.en ends after line 2", "train.de goes on at line 3")
 
 
 def test_unknown_config_key(tmp_path):

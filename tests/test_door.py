@@ -15,7 +15,8 @@ from attnmt.config import Config, Range
 # A valid config that never trains here: each case breaks one key on the command line.
 BASE_CONFIG = "data:\n  format: dates\ntrain:\n  out_dir: {out}\n"
 # What each command needs besides the flag under test (argparse checks flags before running it).
-POSITIONALS = {"demo": [], "train": ["{config}"], "translate": ["m.safetensors"], "evaluate": ["m.safetensors"],
+POSITIONALS = {"demo": [], "train": ["{config}"], "prepare": ["{config}"], "translate": ["m.safetensors"],
+               "evaluate": ["m.safetensors"],
                "plot": ["m.safetensors", "a sentence", "--out", "p.png"], "serve": ["m.safetensors"],
                "explain": ["m.safetensors", "a sentence"], "export": ["m.safetensors", "out", "--to", "ctranslate2"],
                "info": ["m.safetensors"], "plot-curves": ["run", "--out", "c.png"],

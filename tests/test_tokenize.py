@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 import torch
 from conftest import SHARED_DATA
@@ -261,6 +262,52 @@ def test_vocab_list_round_trip():
 # --------------------------------------------------------------------------- batching
 
 
+def batches_of(lengths: list[tuple[int, int]], *args, **kwargs) -> list[list[int]]:
+    """batch_indices over lengths written as tuples, its batches as lists."""
+    return [b.tolist() for b in batch_indices(np.array(lengths, dtype=np.int64).reshape(-1, 2), *args, **kwargs)]
+
+
+def list_batches(lengths: list[tuple[int, int]], batch_size: int, batch_type: str, shuffle: bool,
+                 rng: random.Random) -> list[list[int]]:
+    """The batching of attnmt before prepared corpora, over Python lists (the oracle the arrays must match)."""
+    order = list(range(len(lengths)))
+    if shuffle:
+        rng.shuffle(order)
+        pool = 50 * (batch_size if batch_type == "sentences" else max(1, batch_size // 20))
+    else:
+        pool = len(order) or 1
+    batches: list[list[int]] = []
+    for start in range(0, len(order), pool):
+        current: list[int] = []
+        longest = 0
+        for i in sorted(order[start : start + pool], key=lambda i: lengths[i]):
+            longest_if_added = max(longest, max(lengths[i]) + 1)
+            too_big = (len(current) >= batch_size if batch_type == "sentences"
+                       else longest_if_added * (len(current) + 1) > batch_size)
+            if current and too_big:
+                batches.append(current)
+                current, longest_if_added = [], max(lengths[i]) + 1
+            current.append(i)
+            longest = longest_if_added
+        if current:
+            batches.append(current)
+    if shuffle:
+        rng.shuffle(batches)
+    return batches
+
+
+@pytest.mark.parametrize("batch_type, size", [("sentences", 1), ("sentences", 37), ("tokens", 1), ("tokens", 450),
+                                              ("tokens", 4096)])
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_batches_from_arrays_are_those_of_python_lists(batch_type, size, shuffle):
+    """The same batches, in the same order, as shuffling and sorting Python lists with the same seed:
+    runs of earlier versions resume, and Multi30k trains on the same batches as before."""
+    for seed, count in ((3, 5000), (4, 130), (5, 1)):
+        lengths = random_lengths(count, seed=seed, high=120)
+        expected = list_batches(lengths, size, batch_type, shuffle, random.Random(seed))
+        assert batches_of(lengths, size, batch_type, shuffle=shuffle, rng=random.Random(seed)) == expected
+
+
 def random_lengths(n: int, seed: int = 0, low: int = 1, high: int = 40) -> list[tuple[int, int]]:
     rng = random.Random(seed)
     return [(rng.randint(low, high), rng.randint(low, high)) for _ in range(n)]
@@ -275,7 +322,7 @@ def assert_partition(batches: list[list[int]], n: int) -> None:
 @pytest.mark.parametrize("shuffle", [False, True])
 def test_batch_sentences(shuffle):
     lengths = random_lengths(1003)
-    batches = batch_indices(lengths, 32, "sentences", shuffle=shuffle, rng=random.Random(1))
+    batches = batches_of(lengths, 32, "sentences", shuffle=shuffle, rng=random.Random(1))
     assert_partition(batches, 1003)
     assert all(len(b) <= 32 for b in batches)
     assert sum(len(b) == 32 for b in batches) >= 25
@@ -285,7 +332,7 @@ def test_batch_sentences(shuffle):
 def test_batch_tokens_respect_cap(shuffle):
     lengths = random_lengths(2000, seed=3)
     cap = 400
-    batches = batch_indices(lengths, cap, "tokens", shuffle=shuffle, rng=random.Random(2))
+    batches = batches_of(lengths, cap, "tokens", shuffle=shuffle, rng=random.Random(2))
     assert_partition(batches, 2000)
     for b in batches:
         longest = max(max(lengths[i]) for i in b) + 1
@@ -296,7 +343,7 @@ def test_batch_tokens_respect_cap(shuffle):
 
 def test_batch_tokens_overlong_sentence_alone():
     lengths = [(5, 5)] * 10 + [(300, 20)] + [(4, 6)] * 10
-    batches = batch_indices(lengths, 100, "tokens")
+    batches = batches_of(lengths, 100, "tokens")
     assert_partition(batches, len(lengths))
     assert [10] in batches
     for b in batches:
@@ -306,7 +353,7 @@ def test_batch_tokens_overlong_sentence_alone():
 
 def test_batch_tokens_overlong_sentences_each_alone_even_when_several():
     lengths = [(500, 1), (3, 3), (600, 2), (2, 2), (450, 450)]
-    batches = batch_indices(lengths, 50, "tokens")
+    batches = batches_of(lengths, 50, "tokens")
     assert_partition(batches, 5)
     for i in (0, 2, 4):
         assert [i] in batches
@@ -314,36 +361,36 @@ def test_batch_tokens_overlong_sentences_each_alone_even_when_several():
 
 def test_batch_no_shuffle_is_length_sorted_and_deterministic():
     lengths = random_lengths(500, seed=7)
-    batches = batch_indices(lengths, 16, "sentences")
+    batches = batches_of(lengths, 16, "sentences")
     flat = [i for b in batches for i in b]
     assert [lengths[i] for i in flat] == sorted(lengths)
-    assert batches == batch_indices(lengths, 16, "sentences")
-    token_batches = batch_indices(lengths, 300, "tokens")
+    assert batches == batches_of(lengths, 16, "sentences")
+    token_batches = batches_of(lengths, 300, "tokens")
     assert [lengths[i] for b in token_batches for i in b] == sorted(lengths)
 
 
 def test_batch_shuffle_deterministic_with_seeded_rng():
     lengths = random_lengths(3000, seed=11)
     for kind, size in (("sentences", 16), ("tokens", 500)):
-        a = batch_indices(lengths, size, kind, shuffle=True, rng=random.Random(42))
-        b = batch_indices(lengths, size, kind, shuffle=True, rng=random.Random(42))
-        c = batch_indices(lengths, size, kind, shuffle=True, rng=random.Random(43))
+        a = batches_of(lengths, size, kind, shuffle=True, rng=random.Random(42))
+        b = batches_of(lengths, size, kind, shuffle=True, rng=random.Random(42))
+        c = batches_of(lengths, size, kind, shuffle=True, rng=random.Random(43))
         assert a == b
         assert a != c
-        assert a != batch_indices(lengths, size, kind)
+        assert a != batches_of(lengths, size, kind)
         assert_partition(c, 3000)
 
 
 def test_batch_shuffle_still_groups_similar_lengths():
     lengths = random_lengths(5000, seed=5, high=60)
-    batches = batch_indices(lengths, 32, "sentences", shuffle=True, rng=random.Random(0))
+    batches = batches_of(lengths, 32, "sentences", shuffle=True, rng=random.Random(0))
     spread = [max(lengths[i][0] for i in b) - min(lengths[i][0] for i in b) for b in batches]
     assert sum(spread) / len(spread) < 10  # random batches would spread ~55
 
 
 def test_batch_empty_input():
-    assert batch_indices([], 8, "sentences") == []
-    assert batch_indices([], 8, "tokens", shuffle=True, rng=random.Random(0)) == []
+    assert batches_of([], 8, "sentences") == []
+    assert batches_of([], 8, "tokens", shuffle=True, rng=random.Random(0)) == []
 
 
 def test_pad():

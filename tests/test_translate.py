@@ -210,7 +210,8 @@ def test_validation_scores_the_weights_of_that_epoch(tmp_path):
 
     from attnmt.config import config_from_dict
     from attnmt.evaluate import score_translations
-    from attnmt.train import prepare_data, train
+    from attnmt.prepare import prepare_corpus
+    from attnmt.train import train
 
     values = tiny_dates_config(tmp_path)
     values["data"]["num_pairs"] = 600
@@ -221,7 +222,7 @@ def test_validation_scores_the_weights_of_that_epoch(tmp_path):
     logged = [float(line.split("valid_bleu ")[1].split()[0]) for line in lines if line.startswith("epoch ")
               and "valid_bleu" in line]
     config = config_from_dict(values)
-    pairs = prepare_data(config).valid_pairs
+    pairs = prepare_corpus(config).valid_pairs
     rescored = [score_translations(Translator.load(tmp_path / f"epoch{e}.safetensors", "cpu"), pairs)["bleu"]
                 for e in (1, 2, 3)]
     assert logged == pytest.approx(rescored, abs=0.01)

@@ -1,0 +1,665 @@
+"""Preparing a corpus once, in bounded memory: the raw text streamed in chunks, tokenized in worker
+processes, filtered, counted and written as token ids into a store (store.py) that training runs,
+torchrun's ranks and resumes open instead of doing the work again.
+
+The steps, none of which holds the corpus whole:
+1. the raw files are read as a stream of line pairs (plain or gzip; line-aligned files, a TSV
+   file, or the generated dates), the held-out pairs set aside as text;
+2. a subword model (bpe, unigram) learns its pieces from a seeded sample of tokenizer.sample_pairs
+   training pairs (all of them in a smaller corpus, in training order, as before preparing existed);
+3. worker processes (data.workers) decode, normalize and tokenize chunks of pairs (sentencepiece's
+   batch encoding for subwords) and leave out what the filters say; the main process counts the
+   tokens and appends ids and lengths to files;
+4. the vocabularies come from the counts, the ids are renumbered into them, and the rows are put in
+   training order; meta.json is written last and the folder renamed into place, so that a run
+   killed or a disk that fills up midway leaves nothing a later run takes for complete.
+A store is found again by a key of the raw files and every setting that changes its content.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+import json
+import multiprocessing
+import os
+import random
+import shutil
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO, Callable, Iterator, Optional
+
+import numpy as np
+from tqdm import tqdm
+
+from . import __version__
+from .config import Config, DataConfig, TokenizerConfig
+from .corpora import is_corpus_name, resolve
+from .data import LONG_LINE, Pair, decode_line, find_split_file, raw_lines, read_parallel, shuffled_order, text_sha256
+from .dates import generate_dates
+from .errors import AttnmtError
+from .files import cache_dir
+from .store import HELDOUT_FILE, META_FILE, STORE_FORMAT, PreparedCorpus, id_dtype
+from .tokenize import SubwordTokenizer, Tokenizer, make_tokenizer, tokenizer_from_dict
+from .vocab import UNK_ID, Tokenization, Vocabulary
+
+CHUNK_PAIRS = 20_000  # pairs a worker tokenizes at a time
+SHOWN_PROBLEMS = 5    # unreadable lines quoted in the report
+# More unreadable lines than this share of those read is taken for the wrong file, not for a few
+# bad lines among millions: preparing stops there, naming the first.
+MAX_UNREADABLE_SHARE = 0.001
+REASONS = ("unreadable", "empty", "too_long", "ratio", "duplicate")  # why a training pair is left out
+
+
+@dataclass
+class RawChunk:
+    """Training pairs as read, undecoded: their line numbers and their positions in training order."""
+
+    src: list[bytes] = field(default_factory=list)
+    tgt: list[bytes] = field(default_factory=list)
+    lines: list[int] = field(default_factory=list)
+    positions: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Problems:
+    """Pairs left out, counted by reason, with the first unreadable lines quoted."""
+
+    counts: Counter = field(default_factory=Counter)
+    shown: list[str] = field(default_factory=list)
+
+    def add(self, reason: str, where: str = "") -> None:
+        self.counts[reason] += 1
+        if where and len(self.shown) < SHOWN_PROBLEMS:
+            self.shown.append(where)
+
+    def merge(self, other: "Problems") -> None:
+        self.counts.update(other.counts)
+        self.shown.extend(other.shown[: SHOWN_PROBLEMS - len(self.shown)])
+
+
+@dataclass
+class EncodedChunk:
+    """A chunk's kept pairs as ids. With open tokenizers (words, characters) the ids index `tokens`,
+    the chunk's own inventory; with subword tokenizers (tokens None) they are the models' piece ids."""
+
+    positions: np.ndarray    # int64 [kept]
+    src_lengths: np.ndarray  # int32 [kept]
+    tgt_lengths: np.ndarray
+    src_ids: np.ndarray      # uint32 [sum of src_lengths]
+    tgt_ids: np.ndarray
+    tokens: Optional[list[str]]
+    problems: Problems
+    hashes: Optional[np.ndarray]  # uint64 [kept], with data.dedup
+
+
+class CorpusSource:
+    """Where a corpus's pairs come from, as a stream: the training pairs in chunks of raw lines,
+    the held-out pairs as text (valid and test)."""
+
+    def __init__(self, data: DataConfig) -> None:
+        self.data = data
+        path = data.path
+        if path and not Path(path).exists() and is_corpus_name(path):
+            path = str(resolve(path))
+        self.path = Path(path).resolve() if path else None
+        self.valid: list[Pair] = []
+        self.test: list[Pair] = []
+        self._dates: list[Pair] = []
+        self._count = 0  # tsv, dates: the pairs the split shuffles
+        if data.format == "parallel":
+            self.train_files = [find_split_file(path, data.train_prefix, lang) for lang in (data.src_lang, data.tgt_lang)]
+            self.heldout_files = [find_split_file(path, prefix, lang) for prefix in (data.valid_prefix, data.test_prefix)
+                                  for lang in (data.src_lang, data.tgt_lang)]
+        elif data.format == "tsv":
+            self.train_files, self.heldout_files = [Path(path)], []
+            if not self.train_files[0].is_file():
+                raise AttnmtError(f"{path}: file not found" if not Path(path).exists() else f"{path}: not a regular file")
+        else:
+            self.train_files, self.heldout_files = [], []
+            self._dates = generate_dates(data.num_pairs or 24000, seed=data.seed)
+            self._count = len(self._dates)
+
+    @property
+    def files(self) -> list[Path]:
+        """Every raw file the corpus is read from."""
+        return [Path(f).resolve() for f in self.train_files + self.heldout_files]
+
+    def generated_sha256(self) -> str:
+        """The dates format: the sha256 of the generated pairs (they depend on attnmt's generator)."""
+        return hashlib.sha256("".join(f"{s}\t{t}\n" for s, t in self._dates).encode()).hexdigest()
+
+    def pairs(self, problems: Problems) -> Iterator[tuple[int, int, bytes, bytes]]:
+        """The training pairs: (line number, position in training order, source bytes, target bytes);
+        reading problems go to `problems`. Sets aside the valid and test pairs on the way."""
+        data = self.data
+        if data.format == "parallel":
+            self.valid, self.test = (read_parallel(*self.heldout_files[:2]), read_parallel(*self.heldout_files[2:]))
+            yield from self._parallel_pairs(problems)
+            return
+        # tsv and dates: the seeded split of all pairs; train keeps the shuffled order.
+        if data.format == "tsv" and not self._count:
+            self._count = sum(1 for _ in self._tsv_rows(Problems()))
+        held = data.valid_size + data.test_size
+        if held >= self._count:
+            raise AttnmtError(f"only {self._count} pairs, too few for data.valid_size={data.valid_size} and "
+                              f"data.test_size={data.test_size}")
+        order = np.frombuffer(shuffled_order(self._count, data.seed), dtype=np.int64)
+        position = np.empty(self._count, dtype=np.int64)
+        position[order] = np.arange(self._count)
+        test = {int(i): n for n, i in enumerate(order[: data.test_size])}
+        valid = {int(i): n for n, i in enumerate(order[data.test_size:held])}
+        valid_pairs: list[Optional[Pair]] = [None] * data.valid_size
+        test_pairs: list[Optional[Pair]] = [None] * data.test_size
+        rows = self._tsv_rows(problems) if data.format == "tsv" else (
+            (n, s.encode(), t.encode()) for n, (s, t) in enumerate(self._dates, 1))
+        for index, (line, src, tgt) in enumerate(rows):
+            if index in test or index in valid:
+                try:
+                    pair = (decode_line(src), decode_line(tgt))
+                except ValueError:  # counted by the encoder for training pairs only; a held-out one is dropped
+                    continue
+                if index in test:
+                    test_pairs[test[index]] = pair
+                else:
+                    valid_pairs[valid[index]] = pair
+                continue
+            yield line, int(position[index]) - held, src, tgt
+        self.valid = [p for p in valid_pairs if p is not None]
+        self.test = [p for p in test_pairs if p is not None]
+
+    def _parallel_pairs(self, problems: Problems) -> Iterator[tuple[int, int, bytes, bytes]]:
+        src_path, tgt_path = self.train_files
+        line = 0
+        # b"" marks the end of the shorter file: raw_lines yields each line with its line end.
+        for src, tgt in itertools.zip_longest(raw_lines(src_path), raw_lines(tgt_path), fillvalue=b""):
+            if src == b"" or tgt == b"":
+                longer, shorter = (src_path, tgt_path) if tgt == b"" else (tgt_path, src_path)
+                raise AttnmtError(f"{shorter} ends after line {line} but {longer} goes on at line {line + 1}; "
+                                  f"parallel files must have one line per sentence on both sides")
+            if line == self.data.max_pairs > 0:
+                break
+            line += 1
+            if src is None or tgt is None:
+                problems.add("unreadable", f"{src_path if src is None else tgt_path}:{line}: {LONG_LINE}")
+                continue
+            yield line, line - 1, src, tgt
+        if not line:
+            raise AttnmtError(f"{src_path}: no lines in file")
+
+    def _tsv_rows(self, problems: Problems) -> Iterator[tuple[int, bytes, bytes]]:
+        """(line number, source, target) of each non-blank line of the TSV file, as far as data.max_pairs."""
+        path, data = self.train_files[0], self.data
+        english_first = data.src_lang == "en"
+        count = 0
+        for line, raw in enumerate(raw_lines(path), 1):
+            if raw is None:
+                problems.add("unreadable", f"{path}:{line}: {LONG_LINE}")
+                continue
+            if not raw.strip():
+                continue
+            columns = raw.rstrip(b"\r\n").split(b"\t")
+            if not 2 <= len(columns) <= 3:
+                problems.add("unreadable", f"{path}:{line}: expected 2 or 3 TAB-separated columns (English, "
+                                           f"translation, attribution), found {len(columns)}")
+                continue
+            yield (line, columns[0], columns[1]) if english_first else (line, columns[1], columns[0])
+            count += 1
+            if count == data.max_pairs:
+                break
+        if not count:
+            raise AttnmtError(f"{path}: no sentence pairs in file")
+
+    def names(self) -> tuple[str, str]:
+        """The files that problems on each side are named by."""
+        if self.data.format == "parallel":
+            return str(self.train_files[0]), str(self.train_files[1])
+        name = str(self.train_files[0]) if self.train_files else "dates"
+        return name, name
+
+    def chunks(self, problems: Problems) -> Iterator[RawChunk]:
+        chunk = RawChunk()
+        for line, position, src, tgt in self.pairs(problems):
+            chunk.src.append(src)
+            chunk.tgt.append(tgt)
+            chunk.lines.append(line)
+            chunk.positions.append(position)
+            if len(chunk.src) == CHUNK_PAIRS:
+                yield chunk
+                chunk = RawChunk()
+        if chunk.src:
+            yield chunk
+
+
+class ChunkEncoder:
+    """Decodes, tokenizes and filters chunks of training pairs; runs in the worker processes."""
+
+    def __init__(self, src_tokenizer: dict, tgt_tokenizer: dict, data: DataConfig, names: tuple[str, str]) -> None:
+        self.src_tokenizer, self.tgt_tokenizer = tokenizer_from_dict(src_tokenizer), tokenizer_from_dict(tgt_tokenizer)
+        self.data, self.names = data, names
+        self.open = self.src_tokenizer.pieces() is None
+
+    def __call__(self, chunk: RawChunk) -> EncodedChunk:
+        problems = Problems()
+        texts: tuple[list[str], list[str]] = ([], [])
+        readable = []
+        for index, line in enumerate(chunk.lines):
+            decoded = self._decoded(chunk.src[index], chunk.tgt[index], line, problems)
+            if decoded:
+                texts[0].append(decoded[0])
+                texts[1].append(decoded[1])
+                readable.append(index)
+        index_of: dict[str, int] = {}
+        src_ids = self.src_tokenizer.encode_batch(texts[0], index_of)
+        tgt_ids = self.tgt_tokenizer.encode_batch(texts[1], index_of)
+        src_lengths = np.fromiter(map(len, src_ids), dtype=np.int32, count=len(src_ids))
+        tgt_lengths = np.fromiter(map(len, tgt_ids), dtype=np.int32, count=len(tgt_ids))
+        keep = self._filter(src_lengths, tgt_lengths, problems)
+        kept = np.flatnonzero(keep)
+        hashes = None
+        if self.data.dedup:
+            hashes = np.array([int.from_bytes(hashlib.blake2b(f"{texts[0][i]}\t{texts[1][i]}".encode(), digest_size=8)
+                                              .digest(), "little") for i in kept], dtype=np.uint64)
+        return EncodedChunk(
+            positions=np.array(chunk.positions, dtype=np.int64)[readable][kept] if readable else np.zeros(0, np.int64),
+            src_lengths=src_lengths[kept], tgt_lengths=tgt_lengths[kept],
+            src_ids=_flat([src_ids[i] for i in kept]), tgt_ids=_flat([tgt_ids[i] for i in kept]),
+            tokens=list(index_of) if self.open else None, problems=problems, hashes=hashes)
+
+    def _decoded(self, src: bytes, tgt: bytes, line: int, problems: Problems) -> Optional[tuple[str, str]]:
+        """The pair's texts, or None with the first unreadable side counted and named."""
+        try:
+            where = self.names[0]
+            source = decode_line(src)
+            where = self.names[1]
+            return source, decode_line(tgt)
+        except ValueError as err:
+            problems.add("unreadable", f"{where}:{line}: {err}")
+            return None
+
+    def _filter(self, src: np.ndarray, tgt: np.ndarray, problems: Problems) -> np.ndarray:
+        """Which pairs stay, counting the others by their first reason to go."""
+        limit, ratio = self.data.max_len, self.data.max_ratio
+        empty = (src == 0) | (tgt == 0)
+        too_long = ~empty & ((src > limit) | (tgt > limit))
+        lopsided = ~empty & ~too_long & (ratio > 0) & (np.maximum(src, tgt) > ratio * np.minimum(src, tgt))
+        for reason, mask in (("empty", empty), ("too_long", too_long), ("ratio", lopsided)):
+            if mask.any():
+                problems.counts[reason] += int(mask.sum())
+        return ~(empty | too_long | lopsided)
+
+
+def _flat(sequences: list[list[int]]) -> np.ndarray:
+    return np.fromiter(itertools.chain.from_iterable(sequences), dtype=np.uint32, count=sum(map(len, sequences)))
+
+
+_worker_encoder: Optional[ChunkEncoder] = None
+
+
+def _start_worker(src_tokenizer: dict, tgt_tokenizer: dict, data: DataConfig, names: tuple[str, str]) -> None:
+    global _worker_encoder
+    _worker_encoder = ChunkEncoder(src_tokenizer, tgt_tokenizer, data, names)
+
+
+def _encode_in_worker(chunk: RawChunk) -> EncodedChunk:
+    assert _worker_encoder is not None, "_start_worker ran"
+    return _worker_encoder(chunk)
+
+
+def encoded_chunks(encoder_args: tuple, chunks: Iterator[RawChunk], workers: int) -> Iterator[EncodedChunk]:
+    """The chunks encoded in order: a small corpus (one chunk) in this process, a larger one by
+    `workers` processes, with at most two chunks per worker in flight, so memory stays bounded."""
+    first = next(chunks, None)
+    if first is None:
+        return
+    second = next(chunks, None)
+    if second is None or workers <= 1:
+        encoder = ChunkEncoder(*encoder_args)
+        yield encoder(first)
+        if second is not None:
+            yield encoder(second)
+            yield from map(encoder, chunks)
+        return
+    methods = multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    with context.Pool(workers, initializer=_start_worker, initargs=encoder_args) as pool:
+        pending: deque = deque()
+        for chunk in itertools.chain((first, second), chunks):
+            pending.append(pool.apply_async(_encode_in_worker, (chunk,)))
+            if len(pending) >= 2 * workers:
+                yield pending.popleft().get()
+        while pending:
+            yield pending.popleft().get()
+
+
+def make_tokenizers(config: TokenizerConfig, pairs: list[Pair]) -> tuple[Tokenizer, Tokenizer]:
+    """Source and target tokenizers; subword ones are trained on `pairs` here."""
+    if config.level in ("word", "char"):
+        return make_tokenizer(config.level, config.lowercase), make_tokenizer(config.level, config.lowercase)
+    sources, targets = [s for s, _ in pairs], [t for _, t in pairs]
+    if config.joint:
+        shared = SubwordTokenizer.train(config.level, sources + targets, config.vocab_size, config.lowercase)
+        return shared, shared
+    return (SubwordTokenizer.train(config.level, sources, config.vocab_size, config.lowercase),
+            SubwordTokenizer.train(config.level, targets, config.vocab_size, config.lowercase))
+
+
+def sample_pairs(source: CorpusSource, size: int, seed: int) -> list[Pair]:
+    """A seeded uniform sample of `size` readable training pairs (reservoir sampling; 0 or a corpus
+    no larger: all), in training order."""
+    rng = random.Random(seed)
+    kept: list[tuple[int, bytes, bytes]] = []
+    for seen, (_, position, src, tgt) in enumerate(source.pairs(Problems())):
+        if not size or seen < size:
+            kept.append((position, src, tgt))
+        else:
+            slot = rng.randrange(seen + 1)
+            if slot < size:
+                kept[slot] = (position, src, tgt)
+    pairs = []
+    for _, src, tgt in sorted(kept, key=lambda item: item[0]):
+        try:
+            pairs.append((decode_line(src), decode_line(tgt)))
+        except ValueError:
+            continue
+    return pairs
+
+
+def _settings(config: Config) -> dict:
+    """What decides a store's content, besides the raw text: the data settings (where the files
+    are, how many processes read them aside), the tokenizer's and the vocabulary's."""
+    data = {k: v for k, v in dataclasses.asdict(config.data).items() if k not in ("path", "workers", "prepared_dir")}
+    return {"data": data, "tokenizer": dataclasses.asdict(config.tokenizer), "vocab": dataclasses.asdict(config.vocab)}
+
+
+def store_key(config: Config, source: CorpusSource, given: Optional[Tokenization]) -> str:
+    """The name of the folder that holds the store of this corpus and these settings."""
+    identity = {"format": STORE_FORMAT, **_settings(config), "files": [str(f) for f in source.files],
+                "generated": source.generated_sha256() if config.data.format == "dates" else None,
+                "given": _digest(given.to_dict()) if given else None}
+    return _digest(identity)[:24]
+
+
+def _digest(value: object) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
+
+
+def store_root(data: DataConfig) -> Path:
+    return Path(data.prepared_dir) if data.prepared_dir else cache_dir() / "prepared"
+
+
+def open_corpus(config: Config, saved: Optional[dict] = None, log: Callable[[str], None] = print) -> PreparedCorpus:
+    """The prepared corpus of a training run: made now if missing or stale. `saved` (a checkpoint's
+    or model file's metadata) fixes the tokenization: the store prepared without it serves when it
+    has the same one (a resumed run), else one is prepared with it (fine-tuning)."""
+    if saved:
+        given = Tokenization.from_dict(saved)
+        found = find_corpus(config, log=log)
+        if found and found.meta["tokenization"] == given.to_dict():
+            return found
+        return prepare_corpus(config, given, log)
+    return prepare_corpus(config, log=log)
+
+
+def find_corpus(config: Config, given: Optional[Tokenization] = None, log: Callable[[str], None] = print
+                ) -> Optional[PreparedCorpus]:
+    """The store of this corpus and these settings, if there is one and its raw files are unchanged."""
+    directory = store_root(config.data) / store_key(config, CorpusSource(config.data), given)
+    if not (directory / META_FILE).exists():
+        return None
+    try:
+        corpus = PreparedCorpus.open(directory)
+    except (AttnmtError, KeyError, ValueError) as err:
+        log(f"{err}; preparing it again")
+        return None
+    if not _unchanged(corpus.meta["files"]):
+        log(f"{directory}: the raw data changed since it was prepared; preparing it again")
+        return None
+    return corpus
+
+
+def prepare_corpus(config: Config, given: Optional[Tokenization] = None, log: Callable[[str], None] = print,
+                   rebuild: bool = False) -> PreparedCorpus:
+    """The store of this corpus and these settings: reused when its raw files are unchanged (unless
+    `rebuild`), else prepared (with `given` tokenizers and vocabularies, if any)."""
+    found = None if rebuild else find_corpus(config, given, log)
+    if found:
+        return found
+    source = CorpusSource(config.data)
+    root = store_root(config.data)
+    return PreparedCorpus.open(_build(config, source, given, root, root / store_key(config, source, given), log))
+
+
+def _unchanged(files: list[dict]) -> bool:
+    """Whether the raw files are those a store was made from: the same size and time, or the same text."""
+    for recorded in files:
+        path = Path(recorded["path"])
+        try:
+            stat = path.stat()
+        except OSError:
+            return False
+        if (stat.st_size, stat.st_mtime_ns) != (recorded["size"], recorded["mtime_ns"]):
+            if text_sha256(path) != recorded["sha256"]:
+                return False
+    return True
+
+
+def _build(config: Config, source: CorpusSource, given: Optional[Tokenization], root: Path, directory: Path,
+           log: Callable[[str], None]) -> Path:
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        for stale in root.glob(f".{directory.name}.*"):  # left by a run killed while preparing
+            if not _alive(stale.name.rsplit(".", 2)[-2]):
+                shutil.rmtree(stale, ignore_errors=True)
+        work = root / f".{directory.name}.{os.getpid()}.tmp"
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir()
+    except OSError as err:
+        raise AttnmtError(f"{root}: cannot write a prepared corpus there: {err.strerror or err}") from None
+    try:
+        _write_store(config, source, given, work, log)
+        if directory.exists():  # stale or damaged: out of the way first (open maps stay valid)
+            old = root / f".{directory.name}.{os.getpid()}.old"
+            directory.rename(old)
+            shutil.rmtree(old, ignore_errors=True)
+        work.rename(directory)
+    except BaseException as err:
+        shutil.rmtree(work, ignore_errors=True)
+        if isinstance(err, OSError):
+            raise AttnmtError(f"{root}: cannot write the prepared corpus: {err.strerror or err}; nothing was kept") from None
+        raise
+    return directory
+
+
+def _cpu_count() -> int:
+    """The CPU cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _alive(pid: str) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _write_store(config: Config, source: CorpusSource, given: Optional[Tokenization], work: Path,
+                 log: Callable[[str], None]) -> None:
+    data, started = config.data, time.monotonic()
+    files = [{"path": str(f), "size": f.stat().st_size, "mtime_ns": f.stat().st_mtime_ns, "sha256": text_sha256(f)}
+             for f in source.files]
+    if given:
+        src_tokenizer, tgt_tokenizer = given.src_tokenizer, given.tgt_tokenizer
+    else:
+        sample: list[Pair] = []
+        if config.tokenizer.level in ("bpe", "unigram"):
+            sample = sample_pairs(source, config.tokenizer.sample_pairs, data.seed)
+            log(f"learning {config.tokenizer.level} pieces from {len(sample):,} training pairs")
+        src_tokenizer, tgt_tokenizer = make_tokenizers(config.tokenizer, sample)
+    workers = data.workers or _cpu_count()
+    problems, reading = Problems(), Problems()  # pairs left out by the workers; lines the reader could not split
+    encoder_args = (src_tokenizer.to_dict(), tgt_tokenizer.to_dict(), data, source.names())
+    pieces = (src_tokenizer.pieces(), tgt_tokenizer.pieces())
+    index_of: dict[str, int] = {}  # open tokenizers: each token's id while preparing (both sides)
+    counts = [np.zeros(len(p) if p else 0, dtype=np.int64) for p in pieces]
+    seen_hashes: set[int] = set()
+    read = kept = 0
+    out = {name: open(work / name, "wb") for name in ("src.raw", "tgt.raw", "src.len", "tgt.len", "positions")}
+    try:
+        bar = tqdm(desc="preparing", unit=" pairs", unit_scale=True, disable=None, leave=False)
+        for chunk in encoded_chunks(encoder_args, source.chunks(reading), workers):
+            read += len(chunk.positions) + sum(chunk.problems.counts.values())
+            problems.merge(chunk.problems)
+            keep = _new_pairs(chunk, seen_hashes, problems) if chunk.hashes is not None else None
+            for side, (ids, lengths) in enumerate(((chunk.src_ids, chunk.src_lengths), (chunk.tgt_ids, chunk.tgt_lengths))):
+                if chunk.tokens is not None:  # the chunk's own ids -> ids of index_of
+                    table = np.fromiter((index_of.setdefault(t, len(index_of)) for t in chunk.tokens), dtype=np.uint32,
+                                        count=len(chunk.tokens))
+                    ids = table[ids] if len(ids) else ids
+                if keep is not None:
+                    ids, lengths = ids[np.repeat(keep, lengths)], lengths[keep]
+                _count(counts, side, ids)
+                _append(out["src.raw" if side == 0 else "tgt.raw"], ids.astype(np.uint32, copy=False))
+                _append(out["src.len" if side == 0 else "tgt.len"], lengths)
+            positions = chunk.positions if keep is None else chunk.positions[keep]
+            _append(out["positions"], positions)
+            kept += len(positions)
+            bar.update(len(chunk.positions) + sum(chunk.problems.counts.values()))
+        bar.close()
+    finally:
+        for handle in out.values():
+            handle.close()
+    read += sum(reading.counts.values())
+    problems.merge(reading)
+    _check_unreadable(problems, read)
+    if not kept:
+        raise AttnmtError(f"no usable training pairs: all {read} were left out ({_reasons(problems, data)})")
+    inventories = [p if p else _inventory(index_of) for p in pieces]
+    if given:
+        src_vocab, tgt_vocab = given.src_vocab, given.tgt_vocab
+    else:
+        src_vocab, tgt_vocab = _vocabularies(config, inventories, counts)
+    tokenization = Tokenization(src_tokenizer, tgt_tokenizer, src_vocab, tgt_vocab)
+    dtype = id_dtype(max(len(src_vocab), len(tgt_vocab)))
+    tokens = {}
+    for name, vocab, inventory in (("src", src_vocab, inventories[0]), ("tgt", tgt_vocab, inventories[1])):
+        table = np.array([vocab.stoi.get(t, UNK_ID) for t in inventory] or [UNK_ID], dtype=dtype)
+        tokens[name] = _renumber(work / f"{name}.raw", work / f"{name}.ids", table)
+        lengths = np.fromfile(work / f"{name}.len", dtype=np.int32)
+        np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]).tofile(work / f"{name}.offsets")
+    positions = np.fromfile(work / "positions", dtype=np.int64)
+    order = np.argsort(positions, kind="stable")
+    order.tofile(work / "order")
+    lengths = np.stack([np.fromfile(work / "tgt.len", dtype=np.int32)[order],
+                        np.fromfile(work / "src.len", dtype=np.int32)[order]], axis=1)
+    lengths.tofile(work / "lengths")
+    for name in ("positions", "src.len", "tgt.len"):
+        (work / name).unlink()
+    (work / HELDOUT_FILE).write_text(json.dumps({"valid": source.valid, "test": source.test}, ensure_ascii=False),
+                                     encoding="utf-8")
+    seconds = time.monotonic() - started
+    report = {"pairs_read": read, "pairs_kept": kept,
+              "left_out": {reason: problems.counts[reason] for reason in REASONS},
+              "unreadable_shown": problems.shown, "valid_pairs": len(source.valid), "test_pairs": len(source.test),
+              "vocab": {"src": len(src_vocab), "tgt": len(tgt_vocab)}, "tokens": tokens, "workers": workers,
+              "seconds": round(seconds, 1), "pairs_per_s": round(read / max(seconds, 1e-9))}
+    settings = _settings(config)
+    meta = {"format": STORE_FORMAT, "attnmt": __version__, "settings": settings, "files": files,
+            "fingerprint": _digest({"settings": settings, "text": [f["sha256"] for f in files],
+                                    "generated": source.generated_sha256() if data.format == "dates" else None}),
+            "tokenization": tokenization.to_dict(), "examples": kept, "rows": kept, "tokens": tokens,
+            "id_dtype": dtype.name, "report": report}
+    with open(work / META_FILE, "w", encoding="utf-8") as meta_file:  # last: a folder without it is no store
+        json.dump(meta, meta_file, ensure_ascii=False)
+        meta_file.flush()
+        os.fsync(meta_file.fileno())
+
+
+def _append(handle: BinaryIO, values: np.ndarray) -> None:
+    handle.write(values.tobytes())
+
+
+def _count(counts: list[np.ndarray], side: int, ids: np.ndarray) -> None:
+    """Add the occurrences of each id to the side's counts, growing them for new tokens."""
+    if not len(ids):
+        return
+    these = np.bincount(ids, minlength=len(counts[side]))
+    if len(these) > len(counts[side]):
+        counts[side] = np.concatenate([counts[side], np.zeros(len(these) - len(counts[side]), dtype=np.int64)])
+    counts[side] += these
+
+
+def _new_pairs(chunk: EncodedChunk, seen: set[int], problems: Problems) -> np.ndarray:
+    """data.dedup: which of the chunk's pairs no earlier pair repeats exactly."""
+    assert chunk.hashes is not None
+    keep = np.ones(len(chunk.hashes), dtype=bool)
+    for index, value in enumerate(chunk.hashes.tolist()):
+        if value in seen:
+            keep[index] = False
+            problems.counts["duplicate"] += 1
+        else:
+            seen.add(value)
+    return keep
+
+
+def _inventory(index_of: dict[str, int]) -> list[str]:
+    return list(index_of)  # insertion order is id order
+
+
+def _vocabularies(config: Config, inventories: list[list[str]], counts: list[np.ndarray]) -> tuple[Vocabulary, Vocabulary]:
+    """The vocabularies from the token counts of the training data, as Vocabulary.build makes them."""
+    voc = config.vocab
+    sides = [Counter({inventory[i]: int(c) for i, c in enumerate(side_counts) if c})
+             for inventory, side_counts in zip(inventories, counts)]
+    if voc.joint:
+        joint = Vocabulary.from_counts(sides[0] + sides[1], voc.min_freq, voc.max_size)
+        return joint, joint
+    return (Vocabulary.from_counts(sides[0], voc.min_freq, voc.max_size),
+            Vocabulary.from_counts(sides[1], voc.min_freq, voc.max_size))
+
+
+def _renumber(raw: Path, final: Path, table: np.ndarray) -> int:
+    """Rewrite the ids of `raw` (uint32, ids while preparing) as vocabulary ids through `table`, in
+    blocks; returns how many there are."""
+    total = 0
+    with open(raw, "rb") as source, open(final, "wb") as target:
+        while block := source.read(1 << 24):
+            ids = np.frombuffer(block, dtype=np.uint32)
+            target.write(table[ids].tobytes())
+            total += len(ids)
+    raw.unlink()
+    return total
+
+
+def _check_unreadable(problems: Problems, read: int) -> None:
+    """Refuse a file with more unreadable lines than a few among many (the wrong file, a binary)."""
+    bad = problems.counts["unreadable"]
+    if bad > MAX_UNREADABLE_SHARE * read:
+        raise AttnmtError(f"{problems.shown[0]} ({bad:,} unreadable lines of {read:,} read, more than "
+                          f"{MAX_UNREADABLE_SHARE:.1%}: is this the right file?)")
+
+
+def _reasons(problems: Problems, data: DataConfig) -> str:
+    """Why pairs were left out, with the settings that decided it."""
+    said = {"unreadable": "unreadable", "empty": "with an empty side", "too_long": f"over data.max_len={data.max_len} tokens",
+            "ratio": f"over data.max_ratio={data.max_ratio:g}", "duplicate": "repeating an earlier pair"}
+    return ", ".join(f"{problems.counts[reason]} {said[reason]}" for reason in REASONS if problems.counts[reason])
+
+
+def report_lines(corpus: PreparedCorpus) -> list[str]:
+    """What `attnmt prepare` prints of a store."""
+    r = corpus.report
+    left = ", ".join(f"{reason.replace('_', ' ')} {count:,}" for reason, count in r["left_out"].items() if count)
+    lines = [f"prepared corpus: {corpus.directory}",
+             f"  training pairs: {r['pairs_kept']:,} of {r['pairs_read']:,} read" + (f" (left out: {left})" if left else ""),
+             f"  held out: {r['valid_pairs']:,} valid, {r['test_pairs']:,} test; vocab {r['vocab']['src']:,} source, "
+             f"{r['vocab']['tgt']:,} target; tokens {r['tokens']['src']:,} source, {r['tokens']['tgt']:,} target",
+             f"  prepared in {r['seconds']:,} s ({r['pairs_per_s']:,} pairs/s, {r['workers']} workers)"]
+    lines += [f"  unreadable: {where}" for where in r["unreadable_shown"]]
+    return lines

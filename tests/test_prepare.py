@@ -1,0 +1,278 @@
+"""Prepared corpora: the same examples, vocabularies and held-out pairs as reading the corpus in
+memory; reuse and rebuilding; workers; filters; bad lines counted; failures that leave nothing behind."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import SHARED_DATA
+
+from attnmt import prepare
+from attnmt.config import config_from_dict
+from attnmt.data import load_corpus
+from attnmt.errors import AttnmtError
+from attnmt.prepare import find_corpus, prepare_corpus
+from attnmt.store import META_FILE, PreparedCorpus
+from attnmt.tokenize import SubwordTokenizer, make_tokenizer
+from attnmt.vocab import Tokenization, Vocabulary
+
+
+def write_parallel(directory: Path, pairs: list[tuple[str, str]], prefix: str = "train") -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    for side, lang in ((0, "de"), (1, "en")):
+        (directory / f"{prefix}.{lang}").write_bytes("".join(p[side] + "\n" for p in pairs).encode())
+
+
+def small_corpus(directory: Path, count: int = 300) -> Path:
+    """Line-aligned train/val/test files of made-up sentences of varied lengths."""
+    words = "der die das ein Hund Katze läuft schnell über Wiese und Mann Frau liest Buch".split()
+    pairs = [(" ".join(words[(i * 7 + k) % len(words)] for k in range(1 + i % 9)),
+              " ".join(words[(i * 3 + k) % len(words)].upper() for k in range(1 + (i * 5) % 11))) for i in range(count)]
+    write_parallel(directory, pairs)
+    write_parallel(directory, pairs[:20], "val")
+    write_parallel(directory, pairs[20:40], "test_2016_flickr")
+    return directory
+
+
+def config_for(path: Path, tmp_path: Path, **data) -> dict:
+    return {"data": {"format": "parallel", "path": str(path), "prepared_dir": str(tmp_path / "prepared"), **data},
+            "tokenizer": {"level": "word"}, "train": {"out_dir": str(tmp_path / "run")}}
+
+
+def in_memory(values: dict) -> tuple[list, Tokenization, list, list]:
+    """What training read before prepared corpora: the corpus in memory, tokenized and filtered there."""
+    config = config_from_dict(values)
+    corpus = load_corpus(config.data)
+    tokenizer, level = config.tokenizer, config.tokenizer.level
+    if level in ("bpe", "unigram"):
+        src = tgt = SubwordTokenizer.train(level, [s for s, _ in corpus.train] + [t for _, t in corpus.train],
+                                           tokenizer.vocab_size, tokenizer.lowercase)
+    else:
+        src, tgt = make_tokenizer(level, tokenizer.lowercase), make_tokenizer(level, tokenizer.lowercase)
+    limit = config.data.max_len
+    tokenized = [(src.tokenize(s), tgt.tokenize(t)) for s, t in corpus.train]
+    tokenized = [(s, t) for s, t in tokenized if 0 < len(s) <= limit and 0 < len(t) <= limit]
+    if config.vocab.joint:
+        src_vocab = tgt_vocab = Vocabulary.build((side for pair in tokenized for side in pair))
+    else:
+        src_vocab, tgt_vocab = Vocabulary.build(s for s, _ in tokenized), Vocabulary.build(t for _, t in tokenized)
+    examples = [(src_vocab.encode(s), tgt_vocab.encode(t)) for s, t in tokenized]
+    return examples, Tokenization(src, tgt, src_vocab, tgt_vocab), corpus.valid, corpus.test
+
+
+def assert_same_as_in_memory(values: dict) -> PreparedCorpus:
+    prepared = prepare_corpus(config_from_dict(values), log=lambda _: None)
+    examples, tokenization, valid, test = in_memory(values)
+    assert [prepared.example(i) for i in range(len(prepared))] == examples
+    assert prepared.tokenization.src_vocab.itos == tokenization.src_vocab.itos
+    assert prepared.tokenization.tgt_vocab.itos == tokenization.tgt_vocab.itos
+    assert prepared.valid_pairs == valid and prepared.test_pairs == test
+    lengths = np.array([(len(t), len(s)) for s, t in examples]).reshape(-1, 2)
+    assert np.array_equal(prepared.lengths, lengths)
+    return prepared
+
+
+def test_parallel_files_give_the_in_memory_examples(tmp_path):
+    values = config_for(small_corpus(tmp_path / "data"), tmp_path, max_len=8, max_ratio=0)
+    corpus = assert_same_as_in_memory(values)
+    assert corpus.report["left_out"]["too_long"] > 0  # the filter did leave some out
+
+
+def test_tsv_file_gives_the_in_memory_split_and_examples(tmp_path):
+    path = tmp_path / "deu.txt.gz"
+    with gzip.open(path, "wt", encoding="utf-8") as handle:
+        handle.write("".join(f"English number {i}{' and more' * (i % 4)}\tDeutsch Nummer {i}\tattr\n" for i in range(400)))
+        handle.write("\n")  # a blank line is no pair
+    values = config_for(path, tmp_path, format="tsv", valid_size=30, test_size=20, seed=7, max_ratio=0)
+    assert_same_as_in_memory(values)
+    values["data"]["max_pairs"] = 120
+    assert len(assert_same_as_in_memory(values)) == 70
+
+
+def test_dates_give_the_in_memory_examples(tmp_path):
+    values = config_for(tmp_path, tmp_path, format="dates", num_pairs=600, valid_size=50, test_size=50)
+    values["tokenizer"]["level"] = "char"
+    assert_same_as_in_memory(values)
+
+
+@pytest.mark.slow
+def test_multi30k_bpe_gives_the_in_memory_examples(tmp_path):
+    if not (SHARED_DATA / "multi30k").is_dir():
+        pytest.skip("../shared/data is not beside the repository")
+    values = config_for(SHARED_DATA / "multi30k", tmp_path)
+    values["tokenizer"] = {"level": "bpe", "vocab_size": 8000}
+    values["vocab"] = {"joint": True}
+    assert len(assert_same_as_in_memory(values)) == 29000
+
+
+def test_workers_prepare_the_same_store_as_one_process(tmp_path, monkeypatch):
+    monkeypatch.setattr(prepare, "CHUNK_PAIRS", 37)  # many chunks, so that the pool of workers runs
+    data = small_corpus(tmp_path / "data", 500)
+    stores = []
+    for workers in (1, 2):
+        values = config_for(data, tmp_path / f"w{workers}", workers=workers)
+        values["tokenizer"] = {"level": "bpe", "vocab_size": 60}
+        stores.append(prepare_corpus(config_from_dict(values), log=lambda _: None))
+    one, two = stores
+    assert one.report["workers"] == 1 and two.report["workers"] == 2
+    for name in ("src.ids", "tgt.ids", "src.offsets", "tgt.offsets", "order", "lengths"):
+        assert (one.directory / name).read_bytes() == (two.directory / name).read_bytes(), name
+    assert one.tokenization.to_dict() == two.tokenization.to_dict()
+
+
+def test_a_store_is_reused_until_the_raw_text_or_a_setting_changes(tmp_path):
+    data = small_corpus(tmp_path / "data")
+    values = config_for(data, tmp_path)
+    first = prepare_corpus(config_from_dict(values), log=lambda _: None)
+    made = (first.directory / META_FILE).stat().st_mtime_ns
+    again = prepare_corpus(config_from_dict(values), log=lambda _: None)
+    assert again.directory == first.directory and (again.directory / META_FILE).stat().st_mtime_ns == made
+    os.utime(data / "train.de")  # touched, same text: still reused
+    assert (prepare_corpus(config_from_dict(values)).directory / META_FILE).stat().st_mtime_ns == made
+    with open(data / "train.de", "r+b") as handle:  # another text of the same size
+        handle.write(b"X")
+    lines: list[str] = []
+    changed = prepare_corpus(config_from_dict(values), log=lines.append)
+    assert any("raw data changed" in line for line in lines)
+    assert changed.directory == first.directory and changed.fingerprint != first.fingerprint
+    values["tokenizer"]["lowercase"] = True
+    assert prepare_corpus(config_from_dict(values), log=lambda _: None).directory != first.directory
+    values["data"]["workers"] = 1  # how it is read does not change what is read
+    assert find_corpus(config_from_dict(values)) is not None
+
+
+def test_an_incomplete_damaged_or_older_store_is_prepared_again(tmp_path):
+    values = config_for(small_corpus(tmp_path / "data"), tmp_path)
+    corpus = prepare_corpus(config_from_dict(values), log=lambda _: None)
+    examples = [corpus.example(i) for i in range(len(corpus))]
+    (corpus.directory / "src.ids").write_bytes(b"12345")           # damaged
+    lines: list[str] = []
+    again = prepare_corpus(config_from_dict(values), log=lines.append)
+    assert any("damaged" in line for line in lines)
+    assert [again.example(i) for i in range(len(again))] == examples
+    meta = json.loads((again.directory / META_FILE).read_text())
+    (again.directory / META_FILE).write_text(json.dumps({**meta, "format": 0}))  # written by another version
+    lines.clear()
+    prepare_corpus(config_from_dict(values), log=lines.append)
+    assert any("format 0" in line for line in lines)
+    (again.directory / META_FILE).unlink()                        # never finished: not a store
+    assert find_corpus(config_from_dict(values)) is None
+
+
+def test_bad_lines_among_many_are_counted_and_skipped(tmp_path):
+    data = tmp_path / "data"
+    good = [(f"satz {i} hier", f"sentence {i} here") for i in range(3000)]
+    write_parallel(data, good)
+    write_parallel(data, good[:5], "val")
+    write_parallel(data, good[5:10], "test_2016_flickr")
+    lines = (data / "train.de").read_bytes().split(b"\n")
+    lines[99] = "Café".encode("latin-1")       # line 100: not UTF-8
+    lines[1999] = b"nul \x00 byte"               # line 2000: NUL
+    (data / "train.de").write_bytes(b"\n".join(lines))
+    corpus = prepare_corpus(config_from_dict(config_for(data, tmp_path)), log=lambda _: None)
+    assert len(corpus) == 2998
+    assert corpus.report["left_out"]["unreadable"] == 2
+    shown = corpus.report["unreadable_shown"]
+    assert shown[0] == f"{data / 'train.de'}:100: not valid UTF-8 (byte 0xe9 at column 4)"
+    assert shown[1].startswith(f"{data / 'train.de'}:2000: contains NUL bytes")
+
+
+def test_a_file_of_many_bad_lines_is_refused_naming_the_first(tmp_path):
+    data = tmp_path / "data"
+    write_parallel(data, [(f"s {i}", f"t {i}") for i in range(200)])
+    write_parallel(data, [("a", "b")], "val")
+    write_parallel(data, [("a", "b")], "test_2016_flickr")
+    lines = (data / "train.en").read_bytes().split(b"\n")
+    lines[4] = b"\xff\xfe"
+    (data / "train.en").write_bytes(b"\n".join(lines))
+    with pytest.raises(AttnmtError) as info:
+        prepare_corpus(config_from_dict(config_for(data, tmp_path)), log=lambda _: None)
+    message = str(info.value)
+    assert message.startswith(f"{data / 'train.en'}:5: not valid UTF-8") and "1 unreadable lines of 200" in message
+    assert not list((tmp_path / "prepared").iterdir())  # nothing left behind
+
+
+def test_unequal_files_are_named_with_the_line_where_they_part(tmp_path):
+    data = small_corpus(tmp_path / "data")
+    (data / "train.en").write_bytes(b"".join((data / "train.en").read_bytes().split(b"\n", 250)[:250]) + b"\n")
+    src_lines = (data / "train.de").read_bytes().count(b"\n")
+    tgt_lines = (data / "train.en").read_bytes().count(b"\n")
+    assert tgt_lines < src_lines
+    with pytest.raises(AttnmtError) as info:
+        prepare_corpus(config_from_dict(config_for(data, tmp_path)), log=lambda _: None)
+    assert str(info.value) == (f"{data / 'train.en'} ends after line {tgt_lines} but {data / 'train.de'} goes on at line "
+                               f"{tgt_lines + 1}; parallel files must have one line per sentence on both sides")
+
+
+def test_filters_are_counted_by_reason(tmp_path):
+    data = tmp_path / "data"
+    pairs = ([("ein hund", "a dog")] * 3 + [("", "empty source")] + [("eins " * 20, "one")]
+             + [("a b c d e f g h i j", "x")] + [(f"satz {i}", f"sentence {i}") for i in range(10)])
+    write_parallel(data, pairs)
+    write_parallel(data, pairs[-2:], "val")
+    write_parallel(data, pairs[-2:], "test_2016_flickr")
+    values = config_for(data, tmp_path, max_len=15, max_ratio=5, dedup=True)
+    corpus = prepare_corpus(config_from_dict(values), log=lambda _: None)
+    assert corpus.report["left_out"] == {"unreadable": 0, "empty": 1, "too_long": 1, "ratio": 1, "duplicate": 2}
+    assert len(corpus) == 11 and corpus.report["pairs_read"] == 16
+
+
+def test_the_subword_model_learns_from_a_seeded_sample(tmp_path):
+    values = config_for(small_corpus(tmp_path / "data", 400), tmp_path)
+    values["tokenizer"] = {"level": "bpe", "vocab_size": 40, "sample_pairs": 50}
+    lines: list[str] = []
+    corpus = prepare_corpus(config_from_dict(values), log=lines.append)
+    assert "learning bpe pieces from 50 training pairs" in lines
+    assert corpus.report["pairs_read"] == 400
+    values["data"]["prepared_dir"] = str(tmp_path / "other")
+    assert prepare_corpus(config_from_dict(values)).tokenization.to_dict() == corpus.tokenization.to_dict()
+    values["data"]["seed"] = 2
+    assert prepare_corpus(config_from_dict(values)).tokenization.to_dict() != corpus.tokenization.to_dict()
+
+
+def test_a_full_disk_leaves_no_store_and_says_so_in_one_line(tmp_path):
+    """The writes fail midway (a file-size limit stands in for a full disk): one line, nothing kept."""
+    data = small_corpus(tmp_path / "data", 3000)
+    values = config_for(data, tmp_path)
+    code = ("import json, resource, signal, sys\n"
+            "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+            "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))\n"
+            "from attnmt.config import config_from_dict\n"
+            "from attnmt.errors import AttnmtError\n"
+            "from attnmt.prepare import prepare_corpus\n"
+            "try:\n"
+            "    prepare_corpus(config_from_dict(json.loads(sys.argv[1])), log=lambda _: None)\n"
+            "except AttnmtError as err:\n"
+            "    print(err)\n")
+    result = subprocess.run([sys.executable, "-c", code, json.dumps(values)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert re.fullmatch(rf"{re.escape(str(tmp_path / 'prepared'))}: cannot write the prepared corpus: File too large; "
+                        r"nothing was kept\n", result.stdout)
+    assert not list((tmp_path / "prepared").iterdir())
+    assert find_corpus(config_from_dict(values)) is None
+
+
+def test_attnmt_prepare_prints_the_report_and_reuses_it(tmp_path):
+    data = small_corpus(tmp_path / "data")
+    config = tmp_path / "c.yaml"
+    config.write_text(json.dumps(config_for(data, tmp_path)))
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "attnmt", "prepare", str(config), *args], capture_output=True,
+                              text=True)
+
+    first = run("data.max_len=8")
+    assert first.returncode == 0, first.stderr
+    assert "training pairs:" in first.stdout and "left out: too long" in first.stdout
+    second = run("data.max_len=8")
+    assert "prepared earlier" in second.stdout
+    bad = run("data.max_ratio=-1")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "data.max_ratio" in bad.stderr
