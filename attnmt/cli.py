@@ -193,8 +193,8 @@ def _translate(args: argparse.Namespace) -> None:
 
 
 def _evaluate(args: argparse.Namespace) -> None:
-    from .data import load_split
     from .evaluate import LENGTH_EDGES, bleu_by_length, parse_length_edges, score_outputs
+    from .prepare import load_split
 
     if (args.split is None) == (args.src is None) or (args.src is None) != (args.ref is None):
         raise AttnmtError("evaluate needs either --src and --ref, or --split")

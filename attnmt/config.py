@@ -98,7 +98,9 @@ class DataConfig:
     # Language codes: the file suffixes of the parallel format; in a tsv file, English is column 1.
     src_lang: str = "de"
     tgt_lang: str = "en"
-    # parallel format: file prefixes of the three splits (Multi30k names by default).
+    # parallel format: file prefixes of the three splits (Multi30k names by default). Several
+    # training corpora: their prefixes separated by spaces, each with an optional whole weight, how
+    # many times its pairs are seen per epoch ("europarl commoncrawl news:4"; default 1).
     train_prefix: str = "train"
     valid_prefix: str = "val"
     test_prefix: str = "test_2016_flickr"
@@ -359,6 +361,25 @@ def validate_serve(config: ServeConfig) -> None:
                           f"{config.max_sentences}): such a request could never pass")
 
 
+MAX_CORPUS_WEIGHT = 1000
+
+
+def training_corpora(data: DataConfig) -> list[tuple[str, int]]:
+    """The training corpora data.train_prefix names (parallel format), each with its weight."""
+    corpora: list[tuple[str, int]] = []
+    for item in data.train_prefix.split():
+        prefix, colon, weight = item.partition(":")
+        if not prefix or (colon and not (weight.isdigit() and 1 <= int(weight) <= MAX_CORPUS_WEIGHT)):
+            raise AttnmtError(f"data.train_prefix: {item!r} is not PREFIX or PREFIX:WEIGHT with a whole weight in "
+                              f"[1, {MAX_CORPUS_WEIGHT}]")
+        if prefix in (p for p, _ in corpora):
+            raise AttnmtError(f"data.train_prefix: {prefix!r} is named twice; give it one weight")
+        corpora.append((prefix, int(weight or 1)))
+    if not corpora:
+        raise AttnmtError("data.train_prefix is empty; name the training files' prefix, e.g. train")
+    return corpora
+
+
 def check_range(value: float, allowed: Range, where: str) -> None:
     refusal = allowed.refusal(value)
     if refusal:
@@ -511,5 +532,7 @@ def validate(config: Config) -> None:
                               "the gold prefix (1.0)")
     if d.format != "dates" and not d.path:
         raise AttnmtError("data.path is required: the TSV file or the directory of parallel files")
+    if d.format == "parallel":
+        training_corpora(d)
     if d.format == "tsv" and "en" not in (d.src_lang, d.tgt_lang):
         raise AttnmtError("data.format=tsv: manythings files hold English in column 1, so src_lang or tgt_lang must be 'en'")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import gzip
 import hashlib
 import random
@@ -13,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Iterator, Optional, Protocol
 
-from .config import DataConfig
+from .config import DataConfig, training_corpora
 from .corpora import is_corpus_name, resolve
 from .dates import generate_dates
 from .errors import AttnmtError
@@ -202,18 +201,9 @@ def load_corpus(config: DataConfig) -> Corpus:
         pairs = english_first if config.src_lang == "en" else [(o, e) for e, o in english_first]
         return split_pairs(pairs, config.valid_size, config.test_size, config.seed)
     splits = []
-    for prefix in (config.train_prefix, config.valid_prefix, config.test_prefix):
-        src = find_split_file(path, prefix, config.src_lang)
-        tgt = find_split_file(path, prefix, config.tgt_lang)
-        splits.append(read_parallel(src, tgt))
+    for prefixes in ([p for p, _ in training_corpora(config)], [config.valid_prefix], [config.test_prefix]):
+        splits.append([pair for prefix in prefixes for pair in read_parallel(
+            find_split_file(path, prefix, config.src_lang), find_split_file(path, prefix, config.tgt_lang))])
     if config.max_pairs:
         splits[0] = splits[0][: config.max_pairs]
     return Corpus(*splits)
-
-
-def load_split(config: DataConfig, split: str, path: str = "") -> list[Pair]:
-    """One split ("train", "valid" or "test") of the corpus a model was trained on, cut as in
-    training (same seed); `path` stands in for data.path, e.g. where the file is on this machine."""
-    if split not in ("train", "valid", "test"):
-        raise AttnmtError(f"unknown split {split!r}: choose train, valid or test")
-    return getattr(load_corpus(dataclasses.replace(config, path=path or config.path)), split)

@@ -36,9 +36,19 @@ import numpy as np
 from tqdm import tqdm
 
 from . import __version__
-from .config import Config, DataConfig, TokenizerConfig
+from .config import Config, DataConfig, TokenizerConfig, training_corpora
 from .corpora import is_corpus_name, resolve
-from .data import LONG_LINE, Pair, decode_line, find_split_file, raw_lines, read_parallel, shuffled_order, text_sha256
+from .data import (
+    LONG_LINE,
+    Pair,
+    decode_line,
+    find_split_file,
+    load_corpus,
+    raw_lines,
+    read_parallel,
+    shuffled_order,
+    text_sha256,
+)
 from .dates import generate_dates
 from .errors import AttnmtError
 from .files import cache_dir
@@ -56,8 +66,10 @@ REASONS = ("unreadable", "empty", "too_long", "ratio", "duplicate")  # why a tra
 
 @dataclass
 class RawChunk:
-    """Training pairs as read, undecoded: their line numbers and their positions in training order."""
+    """Training pairs as read, undecoded: their line numbers and their positions in training order,
+    and the files they come from (named in problems)."""
 
+    names: tuple[str, str]
     src: list[bytes] = field(default_factory=list)
     tgt: list[bytes] = field(default_factory=list)
     lines: list[int] = field(default_factory=list)
@@ -110,8 +122,14 @@ class CorpusSource:
         self.test: list[Pair] = []
         self._dates: list[Pair] = []
         self._count = 0  # tsv, dates: the pairs the split shuffles
+        self.weights = [1]  # how often each training corpus's pairs are seen per epoch
+        self.starts = [0]   # each training corpus's first position
         if data.format == "parallel":
-            self.train_files = [find_split_file(path, data.train_prefix, lang) for lang in (data.src_lang, data.tgt_lang)]
+            corpora = training_corpora(data)
+            self.corpora = [tuple(find_split_file(path, prefix, lang) for lang in (data.src_lang, data.tgt_lang))
+                            for prefix, _ in corpora]
+            self.weights, self.starts = [weight for _, weight in corpora], [0] * len(corpora)
+            self.train_files = [file for files in self.corpora for file in files]
             self.heldout_files = [find_split_file(path, prefix, lang) for prefix in (data.valid_prefix, data.test_prefix)
                                   for lang in (data.src_lang, data.tgt_lang)]
         elif data.format == "tsv":
@@ -132,12 +150,21 @@ class CorpusSource:
         """The dates format: the sha256 of the generated pairs (they depend on attnmt's generator)."""
         return hashlib.sha256("".join(f"{s}\t{t}\n" for s, t in self._dates).encode()).hexdigest()
 
-    def pairs(self, problems: Problems) -> Iterator[tuple[int, int, bytes, bytes]]:
-        """The training pairs: (line number, position in training order, source bytes, target bytes);
-        reading problems go to `problems`. Sets aside the valid and test pairs on the way."""
+    def heldout(self) -> tuple[list[Pair], list[Pair]]:
+        """The valid and test pairs: their own files, or (tsv, dates) those the split sets aside,
+        found by reading the corpus through without keeping the rest."""
+        if self.data.format == "parallel":
+            return read_parallel(*self.heldout_files[:2]), read_parallel(*self.heldout_files[2:])
+        for _ in self.pairs(Problems()):
+            pass
+        return self.valid, self.test
+
+    def pairs(self, problems: Problems) -> Iterator[tuple[int, int, int, bytes, bytes]]:
+        """The training pairs: (corpus, line number, position in training order, source bytes, target
+        bytes); reading problems go to `problems`. Sets aside the valid and test pairs on the way."""
         data = self.data
         if data.format == "parallel":
-            self.valid, self.test = (read_parallel(*self.heldout_files[:2]), read_parallel(*self.heldout_files[2:]))
+            self.valid, self.test = self.heldout()
             yield from self._parallel_pairs(problems)
             return
         # tsv and dates: the seeded split of all pairs; train keeps the shuffled order.
@@ -167,28 +194,32 @@ class CorpusSource:
                 else:
                     valid_pairs[valid[index]] = pair
                 continue
-            yield line, int(position[index]) - held, src, tgt
+            yield 0, line, int(position[index]) - held, src, tgt
         self.valid = [p for p in valid_pairs if p is not None]
         self.test = [p for p in test_pairs if p is not None]
 
-    def _parallel_pairs(self, problems: Problems) -> Iterator[tuple[int, int, bytes, bytes]]:
-        src_path, tgt_path = self.train_files
-        line = 0
-        # b"" marks the end of the shorter file: raw_lines yields each line with its line end.
-        for src, tgt in itertools.zip_longest(raw_lines(src_path), raw_lines(tgt_path), fillvalue=b""):
-            if src == b"" or tgt == b"":
-                longer, shorter = (src_path, tgt_path) if tgt == b"" else (tgt_path, src_path)
-                raise AttnmtError(f"{shorter} ends after line {line} but {longer} goes on at line {line + 1}; "
-                                  f"parallel files must have one line per sentence on both sides")
-            if line == self.data.max_pairs > 0:
-                break
-            line += 1
-            if src is None or tgt is None:
-                problems.add("unreadable", f"{src_path if src is None else tgt_path}:{line}: {LONG_LINE}")
-                continue
-            yield line, line - 1, src, tgt
-        if not line:
-            raise AttnmtError(f"{src_path}: no lines in file")
+    def _parallel_pairs(self, problems: Problems) -> Iterator[tuple[int, int, int, bytes, bytes]]:
+        """The training corpora one after the other; positions run on across them."""
+        read = 0
+        for corpus, (src_path, tgt_path) in enumerate(self.corpora):
+            self.starts[corpus] = read
+            line = 0
+            # b"" marks the end of the shorter file: raw_lines yields each line with its line end.
+            for src, tgt in itertools.zip_longest(raw_lines(src_path), raw_lines(tgt_path), fillvalue=b""):
+                if src == b"" or tgt == b"":
+                    longer, shorter = (src_path, tgt_path) if tgt == b"" else (tgt_path, src_path)
+                    raise AttnmtError(f"{shorter} ends after line {line} but {longer} goes on at line {line + 1}; "
+                                      f"parallel files must have one line per sentence on both sides")
+                if read == self.data.max_pairs > 0:
+                    return
+                line += 1
+                read += 1
+                if src is None or tgt is None:
+                    problems.add("unreadable", f"{src_path if src is None else tgt_path}:{line}: {LONG_LINE}")
+                    continue
+                yield corpus, line, read - 1, src, tgt
+            if not line:
+                raise AttnmtError(f"{src_path}: no lines in file")
 
     def _tsv_rows(self, problems: Problems) -> Iterator[tuple[int, bytes, bytes]]:
         """(line number, source, target) of each non-blank line of the TSV file, as far as data.max_pairs."""
@@ -213,23 +244,28 @@ class CorpusSource:
         if not count:
             raise AttnmtError(f"{path}: no sentence pairs in file")
 
-    def names(self) -> tuple[str, str]:
-        """The files that problems on each side are named by."""
+    def names(self, corpus: int) -> tuple[str, str]:
+        """The files that problems on each side of a training corpus are named by."""
         if self.data.format == "parallel":
-            return str(self.train_files[0]), str(self.train_files[1])
+            return str(self.corpora[corpus][0]), str(self.corpora[corpus][1])
         name = str(self.train_files[0]) if self.train_files else "dates"
         return name, name
 
     def chunks(self, problems: Problems) -> Iterator[RawChunk]:
-        chunk = RawChunk()
-        for line, position, src, tgt in self.pairs(problems):
+        """The training pairs in chunks of CHUNK_PAIRS, each of one corpus."""
+        chunk = RawChunk(names=self.names(0))
+        for corpus, line, position, src, tgt in self.pairs(problems):
+            if self.names(corpus) != chunk.names:
+                if chunk.src:
+                    yield chunk
+                chunk = RawChunk(names=self.names(corpus))
             chunk.src.append(src)
             chunk.tgt.append(tgt)
             chunk.lines.append(line)
             chunk.positions.append(position)
             if len(chunk.src) == CHUNK_PAIRS:
                 yield chunk
-                chunk = RawChunk()
+                chunk = RawChunk(names=chunk.names)
         if chunk.src:
             yield chunk
 
@@ -237,9 +273,9 @@ class CorpusSource:
 class ChunkEncoder:
     """Decodes, tokenizes and filters chunks of training pairs; runs in the worker processes."""
 
-    def __init__(self, src_tokenizer: dict, tgt_tokenizer: dict, data: DataConfig, names: tuple[str, str]) -> None:
+    def __init__(self, src_tokenizer: dict, tgt_tokenizer: dict, data: DataConfig) -> None:
         self.src_tokenizer, self.tgt_tokenizer = tokenizer_from_dict(src_tokenizer), tokenizer_from_dict(tgt_tokenizer)
-        self.data, self.names = data, names
+        self.data = data
         self.open = self.src_tokenizer.pieces() is None
 
     def __call__(self, chunk: RawChunk) -> EncodedChunk:
@@ -247,7 +283,7 @@ class ChunkEncoder:
         texts: tuple[list[str], list[str]] = ([], [])
         readable = []
         for index, line in enumerate(chunk.lines):
-            decoded = self._decoded(chunk.src[index], chunk.tgt[index], line, problems)
+            decoded = self._decoded(chunk, index, problems)
             if decoded:
                 texts[0].append(decoded[0])
                 texts[1].append(decoded[1])
@@ -269,15 +305,15 @@ class ChunkEncoder:
             src_ids=_flat([src_ids[i] for i in kept]), tgt_ids=_flat([tgt_ids[i] for i in kept]),
             tokens=list(index_of) if self.open else None, problems=problems, hashes=hashes)
 
-    def _decoded(self, src: bytes, tgt: bytes, line: int, problems: Problems) -> Optional[tuple[str, str]]:
-        """The pair's texts, or None with the first unreadable side counted and named."""
+    def _decoded(self, chunk: RawChunk, index: int, problems: Problems) -> Optional[tuple[str, str]]:
+        """A pair's texts, or None with its first unreadable side counted and named."""
+        side = 0
         try:
-            where = self.names[0]
-            source = decode_line(src)
-            where = self.names[1]
-            return source, decode_line(tgt)
+            source = decode_line(chunk.src[index])
+            side = 1
+            return source, decode_line(chunk.tgt[index])
         except ValueError as err:
-            problems.add("unreadable", f"{where}:{line}: {err}")
+            problems.add("unreadable", f"{chunk.names[side]}:{chunk.lines[index]}: {err}")
             return None
 
     def _filter(self, src: np.ndarray, tgt: np.ndarray, problems: Problems) -> np.ndarray:
@@ -299,9 +335,9 @@ def _flat(sequences: list[list[int]]) -> np.ndarray:
 _worker_encoder: Optional[ChunkEncoder] = None
 
 
-def _start_worker(src_tokenizer: dict, tgt_tokenizer: dict, data: DataConfig, names: tuple[str, str]) -> None:
+def _start_worker(src_tokenizer: dict, tgt_tokenizer: dict, data: DataConfig) -> None:
     global _worker_encoder
-    _worker_encoder = ChunkEncoder(src_tokenizer, tgt_tokenizer, data, names)
+    _worker_encoder = ChunkEncoder(src_tokenizer, tgt_tokenizer, data)
 
 
 def _encode_in_worker(chunk: RawChunk) -> EncodedChunk:
@@ -335,6 +371,19 @@ def encoded_chunks(encoder_args: tuple, chunks: Iterator[RawChunk], workers: int
             yield pending.popleft().get()
 
 
+def load_split(config: DataConfig, split: str, path: str = "") -> list[Pair]:
+    """One split ("train", "valid" or "test") of the corpus a model was trained on, cut as in
+    training (same seed); `path` stands in for data.path, e.g. where the file is on this machine.
+    The held-out splits are read without holding the training pairs; "train" is read whole."""
+    data = dataclasses.replace(config, path=path or config.path)
+    if split == "train":
+        return load_corpus(data).train
+    if split not in ("valid", "test"):
+        raise AttnmtError(f"unknown split {split!r}: choose train, valid or test")
+    valid, test = CorpusSource(data).heldout()
+    return valid if split == "valid" else test
+
+
 def make_tokenizers(config: TokenizerConfig, pairs: list[Pair]) -> tuple[Tokenizer, Tokenizer]:
     """Source and target tokenizers; subword ones are trained on `pairs` here."""
     if config.level in ("word", "char"):
@@ -352,7 +401,7 @@ def sample_pairs(source: CorpusSource, size: int, seed: int) -> list[Pair]:
     no larger: all), in training order."""
     rng = random.Random(seed)
     kept: list[tuple[int, bytes, bytes]] = []
-    for seen, (_, position, src, tgt) in enumerate(source.pairs(Problems())):
+    for seen, (_, _, position, src, tgt) in enumerate(source.pairs(Problems())):
         if not size or seen < size:
             kept.append((position, src, tgt))
         else:
@@ -504,7 +553,7 @@ def _write_store(config: Config, source: CorpusSource, given: Optional[Tokenizat
         src_tokenizer, tgt_tokenizer = make_tokenizers(config.tokenizer, sample)
     workers = data.workers or _cpu_count()
     problems, reading = Problems(), Problems()  # pairs left out by the workers; lines the reader could not split
-    encoder_args = (src_tokenizer.to_dict(), tgt_tokenizer.to_dict(), data, source.names())
+    encoder_args = (src_tokenizer.to_dict(), tgt_tokenizer.to_dict(), data)
     pieces = (src_tokenizer.pieces(), tgt_tokenizer.pieces())
     index_of: dict[str, int] = {}  # open tokenizers: each token's id while preparing (both sides)
     counts = [np.zeros(len(p) if p else 0, dtype=np.int64) for p in pieces]
@@ -554,7 +603,10 @@ def _write_store(config: Config, source: CorpusSource, given: Optional[Tokenizat
         lengths = np.fromfile(work / f"{name}.len", dtype=np.int32)
         np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]).tofile(work / f"{name}.offsets")
     positions = np.fromfile(work / "positions", dtype=np.int64)
-    order = np.argsort(positions, kind="stable")
+    rows = np.argsort(positions, kind="stable")  # the rows in training order
+    # Each corpus's rows as often as its weight says (positions run on from corpus to corpus).
+    corpus_of = np.searchsorted(source.starts, positions[rows], side="right") - 1
+    order = np.concatenate([np.tile(rows[corpus_of == k], weight) for k, weight in enumerate(source.weights)])
     order.tofile(work / "order")
     lengths = np.stack([np.fromfile(work / "tgt.len", dtype=np.int32)[order],
                         np.fromfile(work / "src.len", dtype=np.int32)[order]], axis=1)
@@ -568,12 +620,14 @@ def _write_store(config: Config, source: CorpusSource, given: Optional[Tokenizat
               "left_out": {reason: problems.counts[reason] for reason in REASONS},
               "unreadable_shown": problems.shown, "valid_pairs": len(source.valid), "test_pairs": len(source.test),
               "vocab": {"src": len(src_vocab), "tgt": len(tgt_vocab)}, "tokens": tokens, "workers": workers,
+              "corpora": [{"files": source.names(k), "weight": weight, "pairs_kept": int((corpus_of == k).sum())}
+                          for k, weight in enumerate(source.weights)],
               "seconds": round(seconds, 1), "pairs_per_s": round(read / max(seconds, 1e-9))}
     settings = _settings(config)
     meta = {"format": STORE_FORMAT, "attnmt": __version__, "settings": settings, "files": files,
             "fingerprint": _digest({"settings": settings, "text": [f["sha256"] for f in files],
                                     "generated": source.generated_sha256() if data.format == "dates" else None}),
-            "tokenization": tokenization.to_dict(), "examples": kept, "rows": kept, "tokens": tokens,
+            "tokenization": tokenization.to_dict(), "examples": len(order), "rows": kept, "tokens": tokens,
             "id_dtype": dtype.name, "report": report}
     with open(work / META_FILE, "w", encoding="utf-8") as meta_file:  # last: a folder without it is no store
         json.dump(meta, meta_file, ensure_ascii=False)
@@ -661,5 +715,7 @@ def report_lines(corpus: PreparedCorpus) -> list[str]:
              f"  held out: {r['valid_pairs']:,} valid, {r['test_pairs']:,} test; vocab {r['vocab']['src']:,} source, "
              f"{r['vocab']['tgt']:,} target; tokens {r['tokens']['src']:,} source, {r['tokens']['tgt']:,} target",
              f"  prepared in {r['seconds']:,} s ({r['pairs_per_s']:,} pairs/s, {r['workers']} workers)"]
+    if len(r["corpora"]) > 1:
+        lines += [f"  corpus {c['files'][0]}: {c['pairs_kept']:,} pairs kept, weight {c['weight']}" for c in r["corpora"]]
     lines += [f"  unreadable: {where}" for where in r["unreadable_shown"]]
     return lines

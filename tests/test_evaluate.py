@@ -8,9 +8,10 @@ from conftest import tiny_dates_config
 from test_cli import assert_one_line_error, attnmt
 
 from attnmt.config import config_from_dict
-from attnmt.data import load_corpus, load_split
+from attnmt.data import load_corpus
 from attnmt.evaluate import bleu_by_length, bucket_labels, exact_match_any
 from attnmt.plot import missing_glyphs
+from attnmt.prepare import load_split
 
 
 def test_bucket_labels():
@@ -47,6 +48,7 @@ def test_load_split_cuts_the_corpus_as_training_did():
     config = config_from_dict(tiny_dates_config(Path("unused")))
     corpus = load_corpus(config.data)
     assert load_split(config.data, "test") == corpus.test
+    assert load_split(config.data, "valid") == corpus.valid
     assert load_split(config.data, "train") == corpus.train
 
 

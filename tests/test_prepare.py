@@ -19,7 +19,7 @@ from attnmt import prepare
 from attnmt.config import config_from_dict
 from attnmt.data import load_corpus
 from attnmt.errors import AttnmtError
-from attnmt.prepare import find_corpus, prepare_corpus
+from attnmt.prepare import find_corpus, load_split, prepare_corpus
 from attnmt.store import META_FILE, PreparedCorpus
 from attnmt.tokenize import SubwordTokenizer, make_tokenizer
 from attnmt.vocab import Tokenization, Vocabulary
@@ -93,6 +93,9 @@ def test_tsv_file_gives_the_in_memory_split_and_examples(tmp_path):
         handle.write("\n")  # a blank line is no pair
     values = config_for(path, tmp_path, format="tsv", valid_size=30, test_size=20, seed=7, max_ratio=0)
     assert_same_as_in_memory(values)
+    data = config_from_dict(values).data
+    assert load_split(data, "test") == load_corpus(data).test  # evaluate --split, without the training pairs
+    assert load_split(data, "valid") == load_corpus(data).valid
     values["data"]["max_pairs"] = 120
     assert len(assert_same_as_in_memory(values)) == 70
 
@@ -276,3 +279,24 @@ def test_attnmt_prepare_prints_the_report_and_reuses_it(tmp_path):
     assert "prepared earlier" in second.stdout
     bad = run("data.max_ratio=-1")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "data.max_ratio" in bad.stderr
+
+
+def test_several_training_corpora_with_weights(tmp_path):
+    data = tmp_path / "data"
+    write_parallel(data, [(f"europa {i}", f"europe {i}") for i in range(30)], "europarl")
+    write_parallel(data, [(f"nachricht {i}", f"news {i}") for i in range(20)], "news")
+    write_parallel(data, [("a", "b")], "val")
+    write_parallel(data, [("c", "d")], "test_2016_flickr")
+    values = config_for(data, tmp_path, train_prefix="europarl news:3")
+    corpus = prepare_corpus(config_from_dict(values), log=lambda _: None)
+    assert len(corpus) == 30 + 3 * 20
+    vocab = corpus.tokenization.src_vocab
+    words = [vocab.itos[corpus.example(i)[0][0]] for i in range(len(corpus))]
+    assert words.count("europa") == 30 and words.count("nachricht") == 60
+    assert [c["weight"] for c in corpus.report["corpora"]] == [1, 3]
+    assert [c["pairs_kept"] for c in corpus.report["corpora"]] == [30, 20]
+    assert vocab.itos[4] == "europa"  # the vocabulary counts each pair once (30 > 20), not each repeat (30 < 60)
+    for bad in ("europarl news:0", "europarl:x", "news news:2", "  "):
+        values["data"]["train_prefix"] = bad
+        with pytest.raises(AttnmtError, match="data.train_prefix"):
+            config_from_dict(values)
