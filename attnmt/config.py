@@ -462,8 +462,21 @@ def load_config(path: str | Path, overrides: Optional[list[str]] = None) -> Conf
         raise AttnmtError(f"{path}:{line} is not valid YAML: {getattr(err, 'problem', err)}") from None
     if not isinstance(values, dict):
         raise AttnmtError(f"{path}: expected a YAML mapping of sections (data, model, train, ...)")
+    # The file's keys and value types are checked on their own, then each override's in turn, so that
+    # a mistake is blamed on where it was made: the file, or the command line. Ranges and combinations
+    # (validate) are checked once every override is in, which may settle what the file leaves open.
     try:
-        return config_from_dict(apply_overrides(values, overrides or []))
+        _build(Config, values, "")
+    except AttnmtError as err:
+        raise AttnmtError(f"{path}: {err}") from None
+    for item in overrides or []:
+        values = apply_overrides(values, [item])
+        try:
+            _build(Config, values, "")
+        except AttnmtError as err:
+            raise AttnmtError(f"override {item!r}: {err}") from None
+    try:
+        return config_from_dict(values)
     except AttnmtError as err:
         raise AttnmtError(f"{path}: {err}") from None
 
