@@ -203,7 +203,10 @@ class TrainConfig:
     out_dir: str = "runs/model"
     # Passes over the training data at most.
     epochs: int = ranged(10, "[1, 1000000]")
-    # Stop at the end of the epoch in which this many minutes have passed (0 = no limit).
+    # A wall-clock budget (0 = no limit): training stops after the update during which this many
+    # minutes have passed, mid-epoch if need be, then validates once more and keeps the best model.
+    # How many updates fit depends on the machine's speed and load, so a time-limited run does not
+    # reproduce; a fixed number of epochs without a budget is what reproduces a run exactly.
     max_minutes: float = ranged(0.0, "[0, inf)")
     # A batch holds batch_size sentences, or sentences of about batch_size target tokens in all.
     batch_size: int = ranged(64, "[1, 10000000]")
