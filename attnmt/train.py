@@ -363,8 +363,9 @@ def _train_epochs(config: Config, data: PreparedData, translator: Translator, ne
             record = _validate(translator, data, config, device, progress)
             progress.history.append(record)
             log(" | ".join(f"{k} {v}" for k, v in record.items()))
+            # label_smoothing: what train_loss includes and valid_loss does not (curves.png says so).
             metrics.write({**record, "lr": progress.lr, "target_tokens_per_s": round(tokens_per_s, 1),
-                           "elapsed_min": round(progress.elapsed_s / 60, 2)})
+                           "elapsed_min": round(progress.elapsed_s / 60, 2), "label_smoothing": tc.label_smoothing})
             # Always: a budget that runs out in the first epoch must still keep its model.
             verdict = _after_validation(record, translator, progress, config, _training_facts(data, record), log)
             stop = stop or verdict
