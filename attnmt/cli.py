@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import itertools
 import signal
 import sys
@@ -37,6 +38,14 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(2, f"attnmt: error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+    def _check_value(self, action: argparse.Action, value: object) -> None:
+        # A mistyped command gets the nearest commands, not "argument COMMAND: invalid choice" and all of them.
+        if isinstance(action, argparse._SubParsersAction) and value not in action.choices:
+            near = difflib.get_close_matches(str(value), action.choices)
+            hint = f"did you mean {' or '.join(near)}?" if near else f"the commands are {', '.join(action.choices)}"
+            raise argparse.ArgumentError(None, f"unknown command {value!r}; {hint}")
+        super()._check_value(action, value)
 
 
 class Number:

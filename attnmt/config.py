@@ -219,7 +219,10 @@ class TrainConfig:
     out_dir: str = "runs/model"
     # Passes over the training data at most.
     epochs: int = ranged(10, "[1, 1000000]")
-    # Stop at the end of the epoch in which this many minutes have passed (0 = no limit).
+    # A wall-clock budget (0 = no limit): training stops after the update during which this many
+    # minutes have passed, mid-epoch if need be, then validates once more and keeps the best model.
+    # How many updates fit depends on the machine's speed and load, so a time-limited run does not
+    # reproduce; a fixed number of epochs without a budget is what reproduces a run exactly.
     max_minutes: float = ranged(0.0, "[0, inf)")
     # A batch holds batch_size sentences, or sentences of about batch_size target tokens in all.
     batch_size: int = ranged(64, "[1, 10000000]")
@@ -497,8 +500,21 @@ def load_config(path: str | Path, overrides: Optional[list[str]] = None) -> Conf
         raise AttnmtError(f"{path}:{line} is not valid YAML: {getattr(err, 'problem', err)}") from None
     if not isinstance(values, dict):
         raise AttnmtError(f"{path}: expected a YAML mapping of sections (data, model, train, ...)")
+    # The file's keys and value types are checked on their own, then each override's in turn, so that
+    # a mistake is blamed on where it was made: the file, or the command line. Ranges and combinations
+    # (validate) are checked once every override is in, which may settle what the file leaves open.
     try:
-        return config_from_dict(apply_overrides(values, overrides or []))
+        _build(Config, values, "")
+    except AttnmtError as err:
+        raise AttnmtError(f"{path}: {err}") from None
+    for item in overrides or []:
+        values = apply_overrides(values, [item])
+        try:
+            _build(Config, values, "")
+        except AttnmtError as err:
+            raise AttnmtError(f"override {item!r}: {err}") from None
+    try:
+        return config_from_dict(values)
     except AttnmtError as err:
         raise AttnmtError(f"{path}: {err}") from None
 

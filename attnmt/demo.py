@@ -6,8 +6,9 @@ from pathlib import Path
 from typing import Callable
 
 from .config import Config, config_from_dict
+from .errors import AttnmtError
 from .plot import plot_attention
-from .train import train
+from .train import holds_model, train
 from .translate import Translator
 
 # Chosen so the demo reaches >= 95 % test exact match within about two minutes on two CPU cores.
@@ -29,6 +30,9 @@ def demo_config(out_dir: str) -> Config:
 
 def run_demo(out_dir: str = "attnmt-demo", overwrite: bool = False, log: Callable[[str], None] = print) -> dict:
     """Train the demo model into `out_dir`; return its test scores and the files written."""
+    # Refused here rather than by train, whose message names its own flags and train.out_dir.
+    if not overwrite and holds_model(Path(out_dir)):
+        raise AttnmtError(f"{out_dir} already holds a model; use --overwrite to replace it, or another --out")
     log("attnmt demo: dates written in English and German -> ISO 8601, character level, Bahdanau attention")
     result = train(demo_config(out_dir), overwrite=overwrite, log=log)
     translator = Translator.load(result.model_path)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-import tempfile
+import secrets
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO, Iterator
@@ -30,7 +30,7 @@ def atomic_writer(path: str | Path) -> Iterator[BinaryIO]:
     path = Path(path)
     check_parent_dir(path)
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        fd, tmp = _hidden_file(path)
     except OSError as err:
         raise _cannot_write(path, err) from None
     try:
@@ -44,6 +44,17 @@ def atomic_writer(path: str | Path) -> Iterator[BinaryIO]:
         if isinstance(err, OSError):
             raise _cannot_write(path, err) from None
         raise
+
+
+def _hidden_file(path: Path) -> tuple[int, Path]:
+    """A new hidden file beside `path`, open for writing, with the mode any new file gets here
+    (0666 less the umask): tempfile.mkstemp's 0600 would make every model and output private."""
+    while True:
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
+        except FileExistsError:  # another writer's name: draw again
+            continue
 
 
 def _cannot_write(path: Path, err: OSError) -> AttnmtError:

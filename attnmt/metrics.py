@@ -1,9 +1,9 @@
 """What a training run leaves to look at: metrics.jsonl, curves.png and, if asked, TensorBoard.
 
 Every validation appends one JSON line to OUT/metrics.jsonl (step, epoch, losses, perplexity,
-BLEU and exact match, learning rate, target tokens per second, minutes so far) and redraws
-OUT/curves.png. A resumed run first drops the lines its checkpoint does not cover, so the file
-never holds a validation twice.
+BLEU and exact match, learning rate, target tokens per second, minutes so far, the label smoothing
+in the training loss) and redraws OUT/curves.png. A resumed run first drops the lines its
+checkpoint does not cover, so the file never holds a validation twice.
 """
 
 from __future__ import annotations
@@ -63,7 +63,8 @@ class MetricsWriter:
         plot_curves({self.path.parent.name: self.records}, self.curves)
         if self.board is not None:
             for key, value in record.items():
-                if key not in ("step", "epoch") and isinstance(value, (int, float)):
+                # label_smoothing is a setting, the same at every step: no curve
+                if key not in ("step", "epoch", "label_smoothing") and isinstance(value, (int, float)):
                     self.board.add_scalar(key, value, record["step"])
             self.board.flush()
 

@@ -161,8 +161,8 @@ def plot_bleu_by_length(buckets: list[str], bleu: dict[str, list[Optional[float]
 
 def plot_curves(runs: dict[str, list[dict]], path: str | Path) -> None:
     """Write a PNG of training curves against the update step, one colour per run: training
-    (dashed) and validation loss on the left, validation BLEU (perplexity if no run has BLEU)
-    on the right."""
+    (dashed; its label gives the label smoothing a run's records name) and validation loss on the
+    left, validation BLEU (perplexity if no run has BLEU) on the right."""
     right = "valid_bleu" if any("valid_bleu" in r for records in runs.values() for r in records) else "valid_ppl"
     with plt.rc_context({"font.family": available_fonts()}):
         fig, (loss_ax, score_ax) = plt.subplots(1, 2, figsize=(9.6, 3.8), dpi=110)
@@ -170,11 +170,17 @@ def plot_curves(runs: dict[str, list[dict]], path: str | Path) -> None:
             def series(key: str) -> tuple[list[int], list[float]]:
                 points = [(r["step"], r[key]) for r in records if isinstance(r.get(key), (int, float))]
                 return [s for s, _ in points], [v for _, v in points]
-            loss_ax.plot(*series("train_loss"), linestyle="--", color=colour, label=f"{name}: training")
+            # Label smoothing adds to the training loss, never to the validation loss beside it: say so.
+            smoothing = max((r.get("label_smoothing") or 0 for r in records), default=0)
+            training = f"training (label smoothing {smoothing:g})" if smoothing else "training"
+            loss_ax.plot(*series("train_loss"), linestyle="--", color=colour, label=f"{name}: {training}")
             loss_ax.plot(*series("valid_loss"), marker=".", color=colour, label=f"{name}: validation")
             score_ax.plot(*series(right), marker=".", color=colour, label=name)
         loss_ax.set_ylabel("loss per target token")
         score_ax.set_ylabel({"valid_bleu": "validation BLEU", "valid_ppl": "validation perplexity"}[right])
+        if right == "valid_bleu":  # matplotlib's margin would run BLEU's axis past 100 and below 0
+            low, high = score_ax.get_ylim()
+            score_ax.set_ylim(max(low, 0), min(high, 100))
         for ax in (loss_ax, score_ax):
             ax.set_xlabel("update step")
             ax.grid(alpha=0.3)

@@ -389,7 +389,7 @@ def _hypothesis(translation: Translation, attention: bool) -> dict[str, Any]:
     result: dict[str, Any] = {"translation": translation.text, "tokens": translation.tokens,
                               "score": round(translation.log_prob, ATTENTION_DECIMALS)}
     if attention and translation.attention is not None:
-        result["attention"] = translation.attention.round(ATTENTION_DECIMALS).tolist()
+        result["attention"] = _rounded(translation.attention)
     return result
 
 
@@ -399,8 +399,14 @@ def _sentence(nbest: list[Translation], attention: bool, n_best: int,
     if n_best > 1:
         result["nbest"] = [_hypothesis(h, attention) for h in nbest]
     if maps is not None:
-        result["maps"] = {name: weights.round(ATTENTION_DECIMALS).tolist() for name, weights in maps.items()}
+        result["maps"] = {name: _rounded(weights) for name, weights in maps.items()}
     return result
+
+
+def _rounded(weights: np.ndarray) -> list:
+    """Weights with ATTENTION_DECIMALS decimals as JSON writes them: rounded in float64, because
+    the float32 nearest 0.0001 is written as 9.999999747378752e-05."""
+    return weights.astype(np.float64).round(ATTENTION_DECIMALS).tolist()
 
 
 def create_app(translator: TextTranslator, limits: Optional[ServeConfig] = None, keys: Optional[KeyFile] = None) -> FastAPI:

@@ -239,11 +239,16 @@ def _silent(line: str) -> None:
     """The log of ranks other than 0."""
 
 
+def holds_model(out_dir: Path) -> bool:
+    """Whether a run has left a model or a checkpoint in `out_dir`, which a new run would replace."""
+    return (out_dir / MODEL_FILE).exists() or (out_dir / CHECKPOINT_FILE).exists()
+
+
 def _prepare_out_dir(out_dir: Path, resume: bool, overwrite: bool) -> None:
-    model_path, checkpoint_path = out_dir / MODEL_FILE, out_dir / CHECKPOINT_FILE
+    checkpoint_path = out_dir / CHECKPOINT_FILE
     if resume and not checkpoint_path.exists():
         raise AttnmtError(f"{checkpoint_path}: no checkpoint to resume from")
-    if not resume and not overwrite and (model_path.exists() or checkpoint_path.exists()):
+    if not resume and not overwrite and holds_model(out_dir):
         raise AttnmtError(f"{out_dir} already holds a model; use --resume to continue it, --overwrite to replace it, "
                           f"or another train.out_dir")
     try:
@@ -303,8 +308,9 @@ def _train_epochs(config: Config, data: TrainingData, translator: Translator, ne
             record = _validate(translator, data, config, device, progress)
             progress.history.append(record)
             log(" | ".join(f"{k} {v}" for k, v in record.items()))
+            # label_smoothing: what train_loss includes and valid_loss does not (curves.png says so).
             metrics.write({**record, "lr": progress.lr, "target_tokens_per_s": round(tokens_per_s, 1),
-                           "elapsed_min": round(progress.elapsed_s / 60, 2)})
+                           "elapsed_min": round(progress.elapsed_s / 60, 2), "label_smoothing": tc.label_smoothing})
             # Always: a budget that runs out in the first epoch must still keep its model.
             verdict = _after_validation(record, translator, progress, config, _training_facts(data, record), log)
             stop = stop or verdict

@@ -141,6 +141,15 @@ def test_model_empty_file(tmp_path, capsys):
 
 # --- inputs and outputs ---------------------------------------------------------------------
 
+def test_demo_into_a_folder_with_a_model_names_the_demo_flags(tmp_path, capsys):
+    model = tmp_path / "model.safetensors"
+    model.write_bytes(b"an earlier demo's model")
+    line = run_cli(capsys, "demo", "--out", str(tmp_path))
+    assert "already holds a model" in line and "--overwrite" in line and "--out" in line
+    assert "--resume" not in line and "train.out_dir" not in line  # train's flags, which the demo does not take
+    assert model.read_bytes() == b"an earlier demo's model"
+
+
 def test_translate_missing_input(dates_model, tmp_path, capsys):
     assert "file not found" in run_cli(capsys, "translate", str(dates_model), "-i", str(tmp_path / "none.txt"))
 

@@ -204,12 +204,17 @@ def test_override_scientific_notation(tmp_path):
 
 def test_override_wrong_type_names_key(tmp_path):
     message = error_of(write(tmp_path, "data:\n  format: dates\n"), ["train.epochs=many"])
-    assert "train.epochs" in message
+    assert message.startswith("override 'train.epochs=many': train.epochs: expected an integer")
 
 
-def test_override_unknown_key(tmp_path):
-    message = error_of(write(tmp_path, "data:\n  format: dates\n"), ["model.atention=dot"])
-    assert "model.atention" in message and "attention" in message
+def test_override_unknown_key_is_blamed_on_the_override_not_the_file(tmp_path):
+    path = write(tmp_path, "data:\n  format: dates\n")
+    message = error_of(path, ["train.epochs=2", "model.atention=dot"])
+    assert message.startswith("override 'model.atention=dot': unknown config key 'model.atention'"), message
+    assert "attention" in message.split(";")[1] and str(path) not in message
+    # A mistake in the file still names the file, even with overrides that are fine.
+    path = write(tmp_path, "data:\n  format: dates\nmodel:\n  atention: dot\n")
+    assert error_of(path, ["train.epochs=2"]).startswith(f"{path}: unknown config key 'model.atention'")
 
 
 def test_override_without_equals(tmp_path):

@@ -32,3 +32,31 @@ def test_every_relative_link_of_the_readme_and_docs_resolves():
         for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text(encoding="utf-8")):
             if "://" not in target:
                 assert (page.parent / target).exists(), f"{page.relative_to(REPO)} links to missing {target}"
+
+
+def test_the_time_budget_is_documented_as_training_keeps_it(tmp_path, monkeypatch):
+    """train.max_minutes: the run stops after the update during which the budget ran out, mid-epoch."""
+    from conftest import tiny_dates_config
+
+    from attnmt import train as training
+    from attnmt.config import config_from_dict
+    from attnmt.metrics import read_metrics
+
+    now = [0.0]
+    monkeypatch.setattr("attnmt.train.time.monotonic", lambda: now[0])
+    real_step = training.train_step
+
+    def minute_long_step(*args, **kwargs):
+        now[0] += 60.0
+        return real_step(*args, **kwargs)
+
+    monkeypatch.setattr(training, "train_step", minute_long_step)
+    values = tiny_dates_config(tmp_path)
+    values["train"].update(epochs=2, max_minutes=2.5)  # an epoch is 21 updates; the budget runs out in the 3rd
+    training.train(config_from_dict(values), log=lambda _: None)
+    assert [(r["epoch"], r["step"]) for r in read_metrics(tmp_path)] == [(1, 3)]
+
+    row = next(line for line in (REPO / "docs" / "configuration.md").read_text(encoding="utf-8").splitlines()
+               if line.startswith("| `max_minutes` |"))
+    assert "stops after the update during which" in row and "mid-epoch" in row, row
+    assert "does not reproduce" in row and "end of the epoch" not in row, row

@@ -119,6 +119,14 @@ def flag_cases() -> list[tuple[str, str, str]]:
 FLAG_CASES = flag_cases()
 
 
+@pytest.mark.parametrize("typed, named", [("trian", "did you mean train?"), ("plot-curve", "did you mean plot-curves?"),
+                                          ("xyz", "the commands are demo, train, translate")])
+def test_a_mistyped_command_gets_the_nearest_named(capsys, typed, named):
+    code, err = run(capsys, [typed, "c.yaml"])
+    assert_refused(code, err, f"unknown command {typed!r}; {named}")
+    assert "invalid choice" not in err
+
+
 def test_the_walk_covers_the_number_flags():
     flags = {(command, flag) for command, flag, _ in FLAG_CASES}
     assert {("translate", "--beam"), ("translate", "--n-best"), ("translate", "--batch-size"),

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from conftest import tiny_dates_config
 
+from attnmt import plot
 from attnmt.cli import main
 from attnmt.config import config_from_dict
 from attnmt.errors import AttnmtError
@@ -20,7 +21,7 @@ PNG = b"\x89PNG\r\n\x1a\n"
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     values = tiny_dates_config(tmp_path_factory.mktemp("run"))
-    values["train"].update(epochs=3, average_last=2)
+    values["train"].update(epochs=3, average_last=2, label_smoothing=0.1)
     logged = []
     train(config_from_dict(values), log=logged.append)
     return values["train"]["out_dir"], logged
@@ -36,6 +37,7 @@ def test_each_validation_appends_one_record(run_dir):
         for key in ("train_loss", "valid_loss", "valid_ppl", "valid_bleu", "valid_exact", "lr",
                     "target_tokens_per_s", "elapsed_min"):
             assert isinstance(record[key], (int, float)), key
+        assert record["label_smoothing"] == 0.1  # what train_loss includes, for curves.png to say
         assert record["lr"] == pytest.approx(0.005) and record["target_tokens_per_s"] > 0
         # The same figures as the log line of that validation.
         assert any(line.startswith(f"epoch {record['epoch']} | step {record['step']} | train_loss {record['train_loss']}")
@@ -50,6 +52,21 @@ def test_curves_are_drawn(run_dir, tmp_path):
     chart = tmp_path / "both.png"
     assert main(["plot-curves", out_dir, str(Path(out_dir) / "metrics.jsonl"), "--out", str(chart)]) == 0
     assert chart.read_bytes().startswith(PNG)
+
+
+def test_curves_say_which_training_loss_is_label_smoothed_and_keep_bleu_within_100(tmp_path, monkeypatch):
+    drawn = []
+    monkeypatch.setattr(plot, "_save", lambda fig, path: drawn.append(fig))
+    smoothed = [{"step": s, "train_loss": 2.0 / s, "valid_loss": 1.5 / s, "valid_bleu": b, "label_smoothing": 0.1}
+                for s, b in [(1, 0.0), (2, 71.5), (3, 99.6)]]
+    plain = [{"step": 3, "train_loss": 0.2, "valid_loss": 0.3, "valid_bleu": 98.0}]  # a record of before it was kept
+    plot.plot_curves({"a": smoothed, "b": plain}, tmp_path / "curves.png")
+    loss_ax, bleu_ax = drawn[0].axes
+    assert [t.get_text() for t in loss_ax.get_legend().get_texts()] == [
+        "a: training (label smoothing 0.1)", "a: validation", "b: training", "b: validation"]
+    low, high = bleu_ax.get_ylim()
+    plot.plt.close(drawn[0])
+    assert low == 0 and 99.6 < high <= 100
 
 
 def test_plot_curves_refuses_what_is_not_a_run_in_one_line(tmp_path, capsys):

@@ -3,6 +3,7 @@
 import asyncio
 import contextlib
 import json
+import re
 import signal
 import socket
 import subprocess
@@ -95,6 +96,16 @@ def test_beam_with_nbest_list(client, translator):
     assert scores == sorted(scores, reverse=True)
     for h in result["nbest"]:
         assert np.array(h["attention"]).shape == (len(h["tokens"]), len(result["source_tokens"]))
+
+
+def test_weights_and_scores_have_four_decimals_in_the_json(client):
+    body = client.post("/translate", json={"texts": DATES[:2], "beam": 2, "n_best": 2, "attention": True,
+                                           "maps": True})
+    numbers: list[str] = []
+    json.loads(body.text, parse_float=lambda text: numbers.append(text))  # each number as the JSON writes it
+    assert len(numbers) > 100
+    # Weights far below 0.0001 are 0.0 once rounded; a float32 rounding would show as 9.999999747378752e-05.
+    assert all(re.fullmatch(r"-?\d+\.\d{1,4}", n) for n in numbers), [n for n in numbers if len(n) > 7][:5]
 
 
 def test_empty_sentence_gets_an_empty_translation(client):
