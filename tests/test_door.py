@@ -120,7 +120,7 @@ FLAG_CASES = flag_cases()
 
 
 @pytest.mark.parametrize("typed, named", [("trian", "did you mean train?"), ("plot-curve", "did you mean plot-curves?"),
-                                          ("xyz", "the commands are demo, train, translate")])
+                                          ("xyz", "the commands are demo, train, prepare, translate")])
 def test_a_mistyped_command_gets_the_nearest_named(capsys, typed, named):
     code, err = run(capsys, [typed, "c.yaml"])
     assert_refused(code, err, f"unknown command {typed!r}; {named}")
