@@ -546,11 +546,7 @@ def _write_store(config: Config, source: CorpusSource, given: Optional[Tokenizat
     if given:
         src_tokenizer, tgt_tokenizer = given.src_tokenizer, given.tgt_tokenizer
     else:
-        sample: list[Pair] = []
-        if config.tokenizer.level in ("bpe", "unigram"):
-            sample = sample_pairs(source, config.tokenizer.sample_pairs, data.seed)
-            log(f"learning {config.tokenizer.level} pieces from {len(sample):,} training pairs")
-        src_tokenizer, tgt_tokenizer = make_tokenizers(config.tokenizer, sample)
+        src_tokenizer, tgt_tokenizer = _learn_tokenizers(config, source, log)
     workers = data.workers or _cpu_count()
     problems, reading = Problems(), Problems()  # pairs left out by the workers; lines the reader could not split
     encoder_args = (src_tokenizer.to_dict(), tgt_tokenizer.to_dict(), data)
@@ -633,6 +629,16 @@ def _write_store(config: Config, source: CorpusSource, given: Optional[Tokenizat
         json.dump(meta, meta_file, ensure_ascii=False)
         meta_file.flush()
         os.fsync(meta_file.fileno())
+
+
+def _learn_tokenizers(config: Config, source: CorpusSource, log: Callable[[str], None]) -> tuple[Tokenizer, Tokenizer]:
+    """New tokenizers; subword ones learn from a sample, freed before the workers start (a forked
+    worker would otherwise carry it)."""
+    sample: list[Pair] = []
+    if config.tokenizer.level in ("bpe", "unigram"):
+        sample = sample_pairs(source, config.tokenizer.sample_pairs, config.data.seed)
+        log(f"learning {config.tokenizer.level} pieces from {len(sample):,} training pairs")
+    return make_tokenizers(config.tokenizer, sample)
 
 
 def _append(handle: BinaryIO, values: np.ndarray) -> None:
