@@ -56,7 +56,7 @@ def batch_indices(
     shuffle: bool = False,
     rng: Optional[random.Random] = None,
 ) -> list[np.ndarray]:
-    """Group example indices into batches of similar length; each batch is an int64 array.
+    """Group example indices into batches of similar length; each batch is an integer array.
 
     `lengths` is an [N, 2] integer array of two lengths per example (sorted by the first, then the
     second). `batch_type` "tokens" caps the padded size (the longest length + 1, times the
@@ -67,21 +67,21 @@ def batch_indices(
     """
     count = len(lengths)
     rng = rng or random.Random()
-    order_buffer = array("q", range(count))
+    # 4 bytes an example (8 past 2^31 examples): the order is the one array as long as the corpus.
+    order_buffer = array("i" if count < 2**31 else "q", range(count))
     if shuffle:
         rng.shuffle(order_buffer)  # an array shuffles as a list of the same length does
         pool = 50 * (batch_size if batch_type == "sentences" else max(1, batch_size // 20))
     else:
         pool = count or 1
-    order = np.frombuffer(order_buffer, dtype=np.int64) if count else np.zeros(0, dtype=np.int64)
-    widths = lengths.max(axis=1).astype(np.int64) + 1 if count else np.zeros(0, dtype=np.int64)
+    order = np.frombuffer(order_buffer, dtype=f"i{order_buffer.itemsize}") if count else np.zeros(0, dtype=np.int64)
     batches: list[np.ndarray] = []
     for start in range(0, count, pool):
         chunk = order[start : start + pool]
         keys = lengths[chunk]
-        chunk = chunk[np.lexsort((keys[:, 1], keys[:, 0]))]  # stable: ties keep the shuffled order
-        ends = _cut(widths[chunk].tolist(), batch_size, batch_type)
-        batches.extend(np.split(chunk, ends[:-1]))
+        by_length = np.lexsort((keys[:, 1], keys[:, 0]))  # stable: ties keep the shuffled order
+        chunk, widths = chunk[by_length], keys[by_length].max(axis=1) + 1
+        batches.extend(np.split(chunk, _cut(widths.tolist(), batch_size, batch_type)[:-1]))
     if shuffle:
         rng.shuffle(batches)
     return batches

@@ -20,7 +20,9 @@ WHITE_SPACE = ("\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\
                "\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
 # Invisible characters that only split or join words by accident: zero-width space, soft hyphen,
 # word joiner, BOM. ZWJ/ZWNJ (U+200D, U+200C) are kept: Devanagari and Persian spell with them.
-_DROP = dict.fromkeys(map(ord, "\u200b\u00ad\u2060\ufeff"), None)
+_DROP_CHARACTERS = "\u200b\u00ad\u2060\ufeff"
+_DROP = dict.fromkeys(map(ord, _DROP_CHARACTERS), None)
+_ANY_DROP = re.compile(f"[{_DROP_CHARACTERS}]")
 
 SPACE_SYMBOL = "\u2581"  # how the char tokenizer shows a space: "▁"
 
@@ -33,7 +35,10 @@ _CONTRACTION_ENDS = {"s", "t", "re", "ve", "ll", "d", "m"}
 
 def normalize(text: str) -> str:
     """NFC, invisible junk removed, each run of white space (WHITE_SPACE) one plain space, none at the ends."""
-    return " ".join(unicodedata.normalize("NFC", text).translate(_DROP).split())
+    text = unicodedata.normalize("NFC", text)
+    if _ANY_DROP.search(text):  # str.translate with a mapping costs more than all the rest: only when needed
+        text = text.translate(_DROP)
+    return " ".join(text.split())
 
 
 def _word_pattern() -> re.Pattern:
