@@ -117,7 +117,6 @@ class CorpusSource:
         path = data.path
         if path and not Path(path).exists() and is_corpus_name(path):
             path = str(resolve(path))
-        self.path = Path(path).resolve() if path else None
         self.valid: list[Pair] = []
         self.test: list[Pair] = []
         self._dates: list[Pair] = []
@@ -418,8 +417,8 @@ def sample_pairs(source: CorpusSource, size: int, seed: int) -> list[Pair]:
 
 
 def _settings(config: Config) -> dict:
-    """What decides a store's content, besides the raw text: the data settings (where the files
-    are, how many processes read them aside), the tokenizer's and the vocabulary's."""
+    """What decides a store's content besides the raw text: the data settings (but where the files
+    are, how many processes read them and where the store goes), the tokenizer's, the vocabulary's."""
     data = {k: v for k, v in dataclasses.asdict(config.data).items() if k not in ("path", "workers", "prepared_dir")}
     return {"data": data, "tokenizer": dataclasses.asdict(config.tokenizer), "vocab": dataclasses.asdict(config.vocab)}
 
@@ -585,7 +584,7 @@ def _write_store(config: Config, source: CorpusSource, given: Optional[Tokenizat
     _check_unreadable(problems, read)
     if not kept:
         raise AttnmtError(f"no usable training pairs: all {read} were left out ({_reasons(problems, data)})")
-    inventories = [p if p else _inventory(index_of) for p in pieces]
+    inventories = [p if p else list(index_of) for p in pieces]  # open tokenizers: ids in order of first sight
     if given:
         src_vocab, tgt_vocab = given.src_vocab, given.tgt_vocab
     else:
@@ -666,10 +665,6 @@ def _new_pairs(chunk: EncodedChunk, seen: set[int], problems: Problems) -> np.nd
         else:
             seen.add(value)
     return keep
-
-
-def _inventory(index_of: dict[str, int]) -> list[str]:
-    return list(index_of)  # insertion order is id order
 
 
 def _vocabularies(config: Config, inventories: list[list[str]], counts: list[np.ndarray]) -> tuple[Vocabulary, Vocabulary]:

@@ -1,8 +1,10 @@
 import contextlib
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Iterator
 
@@ -17,6 +19,17 @@ needs_exact_int8 = pytest.mark.skipif(not int8_products_exact(), reason="this CP
                                       "exact (no VNNI kernels, e.g. under ONEDNN_MAX_CPU_ISA=AVX2)")
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+# Prepared corpora, compiled steps and downloads of the tests' runs (subprocesses too) go to a
+# folder of their own, removed at the end, not to the user's cache, unless ATTNMT_CACHE says where.
+OWN_CACHE = None if os.environ.get("ATTNMT_CACHE") else tempfile.mkdtemp(prefix="attnmt-tests-cache-")
+if OWN_CACHE:
+    os.environ["ATTNMT_CACHE"] = OWN_CACHE
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if OWN_CACHE:
+        shutil.rmtree(OWN_CACHE, ignore_errors=True)
 
 
 def tiny_dates_config(out_dir: Path, **model) -> dict:
