@@ -539,13 +539,67 @@ def _alive(pid: str) -> bool:
 
 def _write_store(config: Config, source: CorpusSource, given: Optional[Tokenization], work: Path,
                  log: Callable[[str], None]) -> None:
-    data, started = config.data, time.monotonic()
+    """Prepare the corpus into the folder `work`: tokenizers, ids and counts, vocabularies, the
+    training order, the held-out pairs; meta.json last."""
+    started = time.monotonic()
     files = [{"path": str(f), "size": f.stat().st_size, "mtime_ns": f.stat().st_mtime_ns, "sha256": text_sha256(f)}
              for f in source.files]
+    src_tokenizer, tgt_tokenizer = (given.src_tokenizer, given.tgt_tokenizer) if given else _learn_tokenizers(
+        config, source, log)
+    streamed = _stream(config.data, source, src_tokenizer, tgt_tokenizer, work)
     if given:
-        src_tokenizer, tgt_tokenizer = given.src_tokenizer, given.tgt_tokenizer
+        src_vocab, tgt_vocab = given.src_vocab, given.tgt_vocab
     else:
-        src_tokenizer, tgt_tokenizer = _learn_tokenizers(config, source, log)
+        src_vocab, tgt_vocab = _vocabularies(config, streamed.inventories, streamed.counts)
+    tokenization = Tokenization(src_tokenizer, tgt_tokenizer, src_vocab, tgt_vocab)
+    dtype = id_dtype(max(len(src_vocab), len(tgt_vocab)))
+    tokens = {}
+    for name, vocab, inventory in (("src", src_vocab, streamed.inventories[0]), ("tgt", tgt_vocab, streamed.inventories[1])):
+        table = np.array([vocab.stoi.get(t, UNK_ID) for t in inventory] or [UNK_ID], dtype=dtype)
+        tokens[name] = _renumber(work / f"{name}.raw", work / f"{name}.ids", table)
+        lengths = np.fromfile(work / f"{name}.len", dtype=np.int32)
+        np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]).tofile(work / f"{name}.offsets")
+    kept_by_corpus = _write_order(work, source)
+    (work / HELDOUT_FILE).write_text(json.dumps({"valid": source.valid, "test": source.test}, ensure_ascii=False),
+                                     encoding="utf-8")
+    seconds = time.monotonic() - started
+    problems, read = streamed.problems, streamed.read
+    report = {"pairs_read": read, "pairs_kept": streamed.kept,
+              "left_out": {reason: problems.counts[reason] for reason in REASONS},
+              "unreadable_shown": problems.shown, "valid_pairs": len(source.valid), "test_pairs": len(source.test),
+              "vocab": {"src": len(src_vocab), "tgt": len(tgt_vocab)}, "tokens": tokens, "workers": streamed.workers,
+              "corpora": [{"files": source.names(k), "weight": weight, "pairs_kept": kept_by_corpus[k]}
+                          for k, weight in enumerate(source.weights)],
+              "seconds": round(seconds, 1), "pairs_per_s": round(read / max(seconds, 1e-9))}
+    settings = _settings(config)
+    generated = source.generated_sha256() if config.data.format == "dates" else None
+    meta = {"format": STORE_FORMAT, "attnmt": __version__, "settings": settings, "files": files,
+            "fingerprint": _digest({"settings": settings, "text": [f["sha256"] for f in files], "generated": generated}),
+            "tokenization": tokenization.to_dict(), "examples": sum(k * w for k, w in zip(kept_by_corpus, source.weights)),
+            "rows": streamed.kept, "tokens": tokens, "id_dtype": dtype.name, "report": report}
+    with open(work / META_FILE, "w", encoding="utf-8") as meta_file:  # last: a folder without it is no store
+        json.dump(meta, meta_file, ensure_ascii=False)
+        meta_file.flush()
+        os.fsync(meta_file.fileno())
+
+
+@dataclass
+class Streamed:
+    """What reading and tokenizing the training pairs gave, beside the files it wrote (ids while
+    preparing, lengths and positions of the kept pairs)."""
+
+    read: int
+    kept: int
+    problems: Problems
+    inventories: list[list[str]]  # each side's tokens by their ids while preparing
+    counts: list[np.ndarray]      # each side's count of each of those ids
+    workers: int
+
+
+def _stream(data: DataConfig, source: CorpusSource, src_tokenizer: Tokenizer, tgt_tokenizer: Tokenizer,
+            work: Path) -> Streamed:
+    """Read, tokenize and filter the training pairs (in worker processes), count the tokens, and
+    append each side's ids and lengths and the pairs' positions to files in `work`."""
     workers = data.workers or _cpu_count()
     problems, reading = Problems(), Problems()  # pairs left out by the workers; lines the reader could not split
     encoder_args = (src_tokenizer.to_dict(), tgt_tokenizer.to_dict(), data)
@@ -585,22 +639,15 @@ def _write_store(config: Config, source: CorpusSource, given: Optional[Tokenizat
     if not kept:
         raise AttnmtError(f"no usable training pairs: all {read} were left out ({_reasons(problems, data)})")
     inventories = [p if p else list(index_of) for p in pieces]  # open tokenizers: ids in order of first sight
-    if given:
-        src_vocab, tgt_vocab = given.src_vocab, given.tgt_vocab
-    else:
-        src_vocab, tgt_vocab = _vocabularies(config, inventories, counts)
-    tokenization = Tokenization(src_tokenizer, tgt_tokenizer, src_vocab, tgt_vocab)
-    dtype = id_dtype(max(len(src_vocab), len(tgt_vocab)))
-    tokens = {}
-    for name, vocab, inventory in (("src", src_vocab, inventories[0]), ("tgt", tgt_vocab, inventories[1])):
-        table = np.array([vocab.stoi.get(t, UNK_ID) for t in inventory] or [UNK_ID], dtype=dtype)
-        tokens[name] = _renumber(work / f"{name}.raw", work / f"{name}.ids", table)
-        lengths = np.fromfile(work / f"{name}.len", dtype=np.int32)
-        np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]).tofile(work / f"{name}.offsets")
+    return Streamed(read, kept, problems, inventories, counts, workers)
+
+
+def _write_order(work: Path, source: CorpusSource) -> list[int]:
+    """The training order (rows by position, each corpus's as often as its weight) and each
+    example's lengths in that order; returns each corpus's kept pairs."""
     positions = np.fromfile(work / "positions", dtype=np.int64)
-    rows = np.argsort(positions, kind="stable")  # the rows in training order
-    # Each corpus's rows as often as its weight says (positions run on from corpus to corpus).
-    corpus_of = np.searchsorted(source.starts, positions[rows], side="right") - 1
+    rows = np.argsort(positions, kind="stable")
+    corpus_of = np.searchsorted(source.starts, positions[rows], side="right") - 1  # positions run on across corpora
     order = np.concatenate([np.tile(rows[corpus_of == k], weight) for k, weight in enumerate(source.weights)])
     order.tofile(work / "order")
     lengths = np.stack([np.fromfile(work / "tgt.len", dtype=np.int32)[order],
@@ -608,26 +655,7 @@ def _write_store(config: Config, source: CorpusSource, given: Optional[Tokenizat
     lengths.tofile(work / "lengths")
     for name in ("positions", "src.len", "tgt.len"):
         (work / name).unlink()
-    (work / HELDOUT_FILE).write_text(json.dumps({"valid": source.valid, "test": source.test}, ensure_ascii=False),
-                                     encoding="utf-8")
-    seconds = time.monotonic() - started
-    report = {"pairs_read": read, "pairs_kept": kept,
-              "left_out": {reason: problems.counts[reason] for reason in REASONS},
-              "unreadable_shown": problems.shown, "valid_pairs": len(source.valid), "test_pairs": len(source.test),
-              "vocab": {"src": len(src_vocab), "tgt": len(tgt_vocab)}, "tokens": tokens, "workers": workers,
-              "corpora": [{"files": source.names(k), "weight": weight, "pairs_kept": int((corpus_of == k).sum())}
-                          for k, weight in enumerate(source.weights)],
-              "seconds": round(seconds, 1), "pairs_per_s": round(read / max(seconds, 1e-9))}
-    settings = _settings(config)
-    meta = {"format": STORE_FORMAT, "attnmt": __version__, "settings": settings, "files": files,
-            "fingerprint": _digest({"settings": settings, "text": [f["sha256"] for f in files],
-                                    "generated": source.generated_sha256() if data.format == "dates" else None}),
-            "tokenization": tokenization.to_dict(), "examples": len(order), "rows": kept, "tokens": tokens,
-            "id_dtype": dtype.name, "report": report}
-    with open(work / META_FILE, "w", encoding="utf-8") as meta_file:  # last: a folder without it is no store
-        json.dump(meta, meta_file, ensure_ascii=False)
-        meta_file.flush()
-        os.fsync(meta_file.fileno())
+    return [int((corpus_of == k).sum()) for k in range(len(source.weights))]
 
 
 def _learn_tokenizers(config: Config, source: CorpusSource, log: Callable[[str], None]) -> tuple[Tokenizer, Tokenizer]:
