@@ -404,23 +404,29 @@ def _keep_epoch_model(translator: Translator, progress: Progress, out_dir: Path,
         (out_dir / progress.epoch_files.pop(0)).unlink(missing_ok=True)
 
 
+def average_weights(paths: list[Path], device: torch.device) -> dict[str, torch.Tensor]:
+    """The element-wise mean of the model files' weights (summed in float32, stored in each
+    weight's own dtype)."""
+    states = [Translator.load(path, device=str(device)).model.state_dict() for path in paths]
+    return {k: (sum(state[k].float() for state in states) / len(states)).to(states[0][k].dtype) for k in states[0]}
+
+
 def _try_average(translator: Translator, data: TrainingData, config: Config, device: torch.device,
                  progress: Progress, metrics: MetricsWriter, log: Callable[[str], None]) -> None:
     """Average the last epochs' weights; keep the average as the model if it validates better."""
     out_dir = Path(config.train.out_dir)
     model_path = out_dir / MODEL_FILE
-    states = [Translator.load(out_dir / name, device=str(device)).model.state_dict() for name in progress.epoch_files]
-    averaged = {k: sum(state[k].float() for state in states) / len(states) for k in states[0]}
-    translator.model.load_state_dict({k: v.to(states[0][k].dtype) for k, v in averaged.items()})
+    count = len(progress.epoch_files)
+    translator.model.load_state_dict(average_weights([out_dir / name for name in progress.epoch_files], device))
     record = _validate(translator, data, config, device, progress)
-    log(f"average of the last {len(states)} epochs: " + " | ".join(f"{k} {v}" for k, v in record.items()
-                                                                      if k.startswith("valid")))
+    log(f"average of the last {count} epochs: " + " | ".join(f"{k} {v}" for k, v in record.items()
+                                                              if k.startswith("valid")))
     # No training happened since the last epoch: its train_loss would read 0.
-    metrics.write({**{k: v for k, v in record.items() if k != "train_loss"}, "average_of_last": len(states)})
+    metrics.write({**{k: v for k, v in record.items() if k != "train_loss"}, "average_of_last": count})
     metric = _selection_metric(record, config.train)
     if metric > progress.best_metric:
         progress.best_metric = metric
-        translator.save(model_path, _training_facts(data, record, average_of_last=len(states)))
+        translator.save(model_path, _training_facts(data, record, average_of_last=count))
         log(f"the average validates better than any single epoch; {model_path} is now the average")
 
 

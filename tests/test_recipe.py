@@ -10,7 +10,7 @@ import attnmt.train as train_module
 from attnmt import Translator
 from attnmt.config import config_from_dict
 from attnmt.modelfile import load_file
-from attnmt.train import train
+from attnmt.train import average_weights, train
 
 
 def progress_of(out_dir) -> dict:
@@ -95,13 +95,16 @@ def test_checkpoint_averaging(tmp_path):
     train(config_from_dict(values), log=lines.append)
     assert sorted(p.name for p in tmp_path.glob("epoch*.safetensors")) == ["epoch2.safetensors", "epoch3.safetensors"]
     assert any("average of the last 2 epochs" in line for line in lines)
-    e2 = Translator.load(tmp_path / "epoch2.safetensors").model.state_dict()
-    e3 = Translator.load(tmp_path / "epoch3.safetensors").model.state_dict()
+    epochs = [tmp_path / "epoch2.safetensors", tmp_path / "epoch3.safetensors"]
+    e2, e3 = (Translator.load(path).model.state_dict() for path in epochs)
+    averaged = average_weights(epochs, torch.device("cpu"))
+    assert averaged.keys() == e2.keys()
+    for name in e2:  # every weight, against the mean computed here
+        assert torch.equal(averaged[name], ((e2[name].float() + e3[name].float()) / 2).to(e2[name].dtype)), name
+    assert not torch.equal(averaged["encoder.embedding.weight"], e3["encoder.embedding.weight"])
     best = Translator.load(tmp_path / "model.safetensors").model.state_dict()
-    name = "encoder.embedding.weight"
-    averaged = (e2[name] + e3[name]) / 2
     kept_average = any("is now the average" in line for line in lines)
-    assert torch.allclose(best[name], averaged) == kept_average
+    assert all(torch.equal(best[name], averaged[name]) for name in best) == kept_average
 
 
 def test_init_uniform_bounds_every_weight_and_keeps_padding_zero():
