@@ -196,8 +196,7 @@ def test_a_fused_optimizer_step_is_seen_after_weights_changed(dates_model):
     for p in translator.model.parameters():
         p.grad = torch.randn_like(p)
     optimizer.step()
-    assert [t.text for t in translator.translate(texts)] == before      # stale: what torch gives us
-    translator.weights_changed()
+    translator.weights_changed()  # whatever torch does with version counters, this must make the copy anew
     after = [t.text for t in translator.translate(texts)]
     fresh = Translator(translator.model, translator.config, translator.src_tokenizer, translator.tgt_tokenizer,
                        translator.src_vocab, translator.tgt_vocab)
