@@ -13,7 +13,8 @@ from .translate import Translator
 
 # One epoch and no time budget: every machine trains the same updates, so the demo gives the same
 # model on a busy machine as on an idle one (99.9 % test exact match on a 2-core AVX-512 CPU), in
-# about 1.5 minutes on two CPU cores. README.md and docs/learn.md state the same time.
+# about 15 seconds on two CPU cores when nothing else runs (minutes while other programs share
+# them). README.md and docs/learn.md state the same time.
 DEMO_SETTINGS: dict[str, dict[str, str | int | float | bool]] = {
     "data": {"format": "dates", "num_pairs": 22000, "valid_size": 500, "test_size": 1000, "max_len": 60},
     "tokenizer": {"level": "char"},
