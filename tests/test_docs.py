@@ -60,3 +60,13 @@ def test_the_time_budget_is_documented_as_training_keeps_it(tmp_path, monkeypatc
                if line.startswith("| `max_minutes` |"))
     assert "stops after the update during which" in row and "mid-epoch" in row, row
     assert "does not reproduce" in row and "end of the epoch" not in row, row
+
+
+def test_the_license_file_is_the_license_pyproject_names():
+    # tomllib is Python 3.11+; attnmt supports 3.10.
+    declared = re.search(r'^license = \{ text = "([^"]+)" \}', (REPO / "pyproject.toml").read_text(encoding="utf-8"),
+                         re.MULTILINE).group(1)
+    text = (REPO / "LICENSE").read_text(encoding="utf-8")
+    assert declared == "MIT" and text.startswith("MIT License"), declared
+    assert "Copyright (c) the attnmt authors" in text
+    assert "[LICENSE](LICENSE)" in (REPO / "README.md").read_text(encoding="utf-8")

@@ -1,5 +1,6 @@
 """Scores: exact match against any reference, BLEU by source length, evaluation on a training split."""
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -89,3 +90,27 @@ def test_devanagari_heatmap_labels_have_a_font(tmp_path):
     plot_attention([[0.7, 0.1, 0.1, 0.1], [0.1, 0.1, 0.7, 0.1], [0.1, 0.7, 0.1, 0.1], [0.0, 0.0, 0.0, 1.0]],
                    source, output, out)
     assert out.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_scoring_tokenized_periods_prints_no_sacrebleu_warning_and_hides_no_other(caplog, capsys):
+    """sacreBLEU warns in three lines when 100 outputs end in " ."; validation scored such a model's
+    outputs at every epoch. That warning is silenced where attnmt scores; the logger itself is not."""
+    from types import SimpleNamespace
+
+    from attnmt.evaluate import score_outputs
+    from attnmt.tokenize import WordTokenizer
+
+    translator = SimpleNamespace(tgt_tokenizer=WordTokenizer())  # all that scoring asks of a translator
+    pairs = [(f"source {i}", f"a reference {i}.") for i in range(120)]
+    hypotheses = [f"a reference {i} ." for i in range(120)]  # each ends in a tokenized period
+    caplog.set_level(logging.WARNING)
+    scores = score_outputs(translator, pairs, hypotheses)
+    logging.getLogger("sacrebleu").warning("another sacreBLEU warning")
+    assert float(scores["bleu"]) > 90 and scores["exact"] == 0.0
+    said = caplog.text + capsys.readouterr().err
+    assert "tokenized period" not in said and "detokenize" not in said, said
+    assert "another sacreBLEU warning" in caplog.text
+    # The same outputs through sacreBLEU's own default do warn: the test would see the warning.
+    caplog.clear()
+    sacrebleu.metrics.BLEU().corpus_score(hypotheses, [[r for _, r in pairs]])
+    assert "tokenized period" in caplog.text
