@@ -420,7 +420,8 @@ def sample_pairs(source: CorpusSource, size: int, seed: int) -> list[Pair]:
 def _settings(config: Config) -> dict:
     """What decides a store's content, besides the raw text: the data settings (where the files
     are, how many processes read them aside), the tokenizer's and the vocabulary's."""
-    data = {k: v for k, v in dataclasses.asdict(config.data).items() if k not in ("path", "workers", "prepared_dir")}
+    data = {k: v for k, v in dataclasses.asdict(config.data).items() if k not in ("path", "workers", "prepared_dir",
+                                                                                    "source_languages")}
     return {"data": data, "tokenizer": dataclasses.asdict(config.tokenizer), "vocab": dataclasses.asdict(config.vocab)}
 
 

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from .batch import pad
-from .config import Config, override_decode_precision
+from .config import Config, override_decode_precision, source_languages
 from .errors import AttnmtError, first_line
 from .family import AttentionView, Model
 from .fast import top_k
@@ -305,6 +305,7 @@ def model_info(path: str | Path) -> dict:
     return {"file": str(path), "format_version": meta["format_version"], "weights_sha256": meta["sha256"],
             "arch": config.model.arch, "architecture": network.describe(),
             "parameters": sum(p.numel() for p in network.parameters()),
-            "src_lang": config.data.src_lang, "tgt_lang": config.data.tgt_lang, "tokenizer": tokenizer,
+            "src_lang": config.data.src_lang, "source_languages": source_languages(config.data),
+            "tgt_lang": config.data.tgt_lang, "tokenizer": tokenizer,
             "src_vocab_size": len(description.src_vocab), "tgt_vocab_size": len(description.tgt_vocab),
             "training": meta.get("training")}
