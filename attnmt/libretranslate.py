@@ -24,7 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .config import ServeConfig, source_languages
 from .detect import detect
-from .translate import TextTranslator
+from .translate import TextTranslator, lines_of, texts_of
 
 PREFIX = "/libretranslate"
 FORM = "application/x-www-form-urlencoded"
@@ -214,17 +214,11 @@ def libretranslate_router(translator: TextTranslator, decode_nbest: Callable[...
                                       f"not {fields.get('alternatives')!r}")
         api_key_is_text(fields)
 
-        lines = [text.split("\n") for text in texts]
-        flat = [line for text_lines in lines for line in text_lines]
+        counts, lines = lines_of(texts)
         n_best = alternatives + 1
-        nbests = await decode_nbest(request, flat, max(default_beam, n_best), n_best)
-        # [text][rank] -> the text's lines at that rank, joined again; a rank a line lacks keeps its best.
-        ranked, start = [], 0
-        for text_lines in lines:
-            group = nbests[start: start + len(text_lines)]
-            start += len(text_lines)
-            ranked.append(["\n".join(nbest[min(rank, len(nbest) - 1)].text for nbest in group)
-                           for rank in range(n_best)])
+        nbests = texts_of(counts, await decode_nbest(request, lines, max(default_beam, n_best), n_best), n_best)
+        # [text][rank]; a rank a text lacks (an empty text has one translation) repeats its last.
+        ranked = [[nbest[min(rank, len(nbest) - 1)].text for rank in range(n_best)] for nbest in nbests]
         answer: dict[str, Any] = {"translatedText": ranked[0][0] if isinstance(q, str) else [r[0] for r in ranked]}
         if alternatives:
             answer["alternatives"] = ranked[0][1:] if isinstance(q, str) else [r[1:] for r in ranked]

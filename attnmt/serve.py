@@ -31,7 +31,7 @@ from .config import ServeConfig, source_languages, validate_serve
 from .errors import AttnmtError
 from .family import AttentionView
 from .libretranslate import PREFIX, LibreTranslateError, RouteLibreTranslate, body_fields, buffered, libretranslate_router
-from .translate import TextTranslator, Translation
+from .translate import TextTranslator, Translation, lines_of, texts_of
 
 STATIC = Path(__file__).parent / "static"
 # Four decimals keep an attention matrix small in JSON and are more than a heatmap can show.
@@ -388,25 +388,6 @@ def _validation_message(request: Request, err: RequestValidationError) -> tuple[
     return 422, "; ".join(parts)
 
 
-def joined(lines: list[Translation]) -> Translation:
-    """A text's lines, translated one by one, as one translation: texts and tokens joined by newlines
-    (a "\n" token between lines, on both sides), log-probabilities added (the lines are independent),
-    the attention block-diagonal (each line's output attends to its own line only; the newlines'
-    rows and columns are 0), or None if a line has none."""
-    text = "\n".join(line.text for line in lines)
-    tokens = [t for i, line in enumerate(lines) for t in ([] if i == 0 else ["\n"]) + line.tokens]
-    source_tokens = [t for i, line in enumerate(lines) for t in ([] if i == 0 else ["\n"]) + line.source_tokens]
-    attention = None
-    if all(line.attention is not None for line in lines):
-        attention = np.zeros((len(tokens), len(source_tokens)), dtype=np.float32)
-        row = col = 0
-        for line in lines:
-            assert line.attention is not None
-            attention[row: row + len(line.tokens), col: col + len(line.source_tokens)] = line.attention
-            row, col = row + len(line.tokens) + 1, col + len(line.source_tokens) + 1
-    return Translation(text, tokens, source_tokens, attention, sum(line.log_prob for line in lines))
-
-
 def _hypothesis(translation: Translation, attention: bool) -> dict[str, Any]:
     result: dict[str, Any] = {"translation": translation.text, "tokens": translation.tokens,
                               "score": round(translation.log_prob, ATTENTION_DECIMALS)}
@@ -501,7 +482,7 @@ def create_app(translator: TextTranslator, limits: Optional[ServeConfig] = None,
               responses=ERROR_RESPONSES)
     async def translate(request: TranslateRequest, http: Request) -> JSONResponse:
         """Translate one sentence or several; concurrent requests are decoded together. A text of several
-        lines is translated line by line and answered as one result, its lines joined (see `joined`)."""
+        lines is translated line by line and answered as one result, its lines joined (translate.join_lines)."""
         if request.texts is not None:
             texts = request.texts
         else:
@@ -509,18 +490,11 @@ def create_app(translator: TextTranslator, limits: Optional[ServeConfig] = None,
             texts = [request.text]
         beam = request.beam or decode.beam_size
         # Each line of a text is a sentence, as on LibreTranslate's path: translated on its own, then joined.
-        lines = [text.split("\n") for text in texts]
-        if request.maps and any(len(text_lines) > 1 for text_lines in lines):
+        counts, lines = lines_of(texts)
+        if request.maps and max(counts) > 1:
             raise ServeError(422, "maps: a text of several lines has no one set of maps; send its lines as `texts`")
-        flat = [line for text_lines in lines for line in text_lines]
-        check(http, flat, beam, request.n_best)
-        line_nbests = await app.state.batcher.translate(flat, beam, request.n_best)
-        nbests, start = [], 0
-        for text_lines in lines:
-            group = line_nbests[start: start + len(text_lines)]
-            start += len(text_lines)
-            nbests.append(group[0] if len(group) == 1 else
-                          [joined([nbest[min(rank, len(nbest) - 1)] for nbest in group]) for rank in range(request.n_best)])
+        check(http, lines, beam, request.n_best)
+        nbests = texts_of(counts, await app.state.batcher.translate(lines, beam, request.n_best), request.n_best)
         maps = await app.state.batcher.maps([nbest[0] for nbest in nbests]) if request.maps else [None] * len(nbests)
         # Built to match TranslateResponse (the tests check it) and sent as is: validating attention
         # matrices again on the way out costs the event loop more than the model call under load.
