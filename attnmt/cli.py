@@ -395,7 +395,7 @@ def _info(args: argparse.Namespace) -> None:
     print(f"{info['file']}: attnmt model file, format {info['format_version']}, weights sha256 {info['weights_sha256']}")
     print(f"family: {info['arch']} ({sizes})")
     print(f"parameters: {info['parameters']:,}")
-    print(f"translates: {info['src_lang']} -> {info['tgt_lang']}; tokenizer: {tokenizer}; "
+    print(f"translates: {' '.join(info['source_languages'])} -> {info['tgt_lang']}; tokenizer: {tokenizer}; "
           f"vocabularies: {info['src_vocab_size']:,} source, {info['tgt_vocab_size']:,} target tokens")
     training = info["training"]
     if training is None:
@@ -431,7 +431,8 @@ def _serve(args: argparse.Namespace) -> None:
     limits = ServeConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(ServeConfig)})
     validate_serve(limits)  # the flags, and the key file below, are refused before the model loads
     keys = KeyFile(args.api_keys, log) if args.api_keys else None
-    serve(_load_translator(args, args.model), args.host, args.port, limits, log=log, name=args.model, keys=keys)
+    serve(_load_translator(args, args.model), args.host, args.port, limits, log=log, name=args.model, keys=keys,
+          access_log=args.access_log)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -612,6 +613,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--api-keys", metavar="FILE",
                        help="translating then needs one of the keys in FILE (one per line, a name after a tab), as "
                             "Authorization: Bearer KEY or LibreTranslate's api_key; read again when it changes or on SIGHUP")
+    serve.add_argument("--no-access-log", dest="access_log", action="store_false",
+                       help="log no line per request (by default each request is logged on stdout with the client's "
+                            "address and the status)")
     limits = serve.add_argument_group("limits")
     for f in dataclasses.fields(ServeConfig):
         limits.add_argument(f"--{f.name.replace('_', '-')}", type=number_flag(ServeConfig, f.name), default=f.default,

@@ -98,6 +98,10 @@ class DataConfig:
     # Language codes: the file suffixes of the parallel format; in a tsv file, English is column 1.
     src_lang: str = "de"
     tgt_lang: str = "en"
+    # The languages the model reads, as codes separated by spaces ("en de"); "" = src_lang alone.
+    # What the server says it translates from (/languages, /model, LibreTranslate's source and
+    # detection); it changes nothing that is read or prepared.
+    source_languages: str = ""
     # parallel format: file prefixes of the three splits (Multi30k names by default). Several
     # training corpora: their prefixes separated by spaces, each with an optional whole weight, how
     # many times its pairs are seen per epoch ("europarl commoncrawl news:4"; default 1).
@@ -364,6 +368,21 @@ def validate_serve(config: ServeConfig) -> None:
                           f"{config.max_sentences}): such a request could never pass")
 
 
+LANGUAGE_CODE = re.compile(r"[A-Za-z]{2,3}(-[A-Za-z0-9]{1,8})*")
+
+
+def source_languages(data: DataConfig) -> list[str]:
+    """The languages a model reads: data.source_languages, or data.src_lang when it is empty."""
+    codes = data.source_languages.split()
+    for code in codes:
+        if not LANGUAGE_CODE.fullmatch(code):
+            raise AttnmtError(f"data.source_languages: {code!r} is not a language code (2 or 3 letters, e.g. de, "
+                              f"or with a subtag, e.g. pt-BR)")
+        if codes.count(code) > 1:
+            raise AttnmtError(f"data.source_languages: {code!r} is named twice")
+    return codes or [data.src_lang]
+
+
 MAX_CORPUS_WEIGHT = 1000
 
 
@@ -550,5 +569,6 @@ def validate(config: Config) -> None:
         raise AttnmtError("data.path is required: the TSV file or the directory of parallel files")
     if d.format == "parallel":
         training_corpora(d)
+    source_languages(d)
     if d.format == "tsv" and "en" not in (d.src_lang, d.tgt_lang):
         raise AttnmtError("data.format=tsv: manythings files hold English in column 1, so src_lang or tgt_lang must be 'en'")

@@ -2,10 +2,13 @@
 
 LibreTranslate (libretranslate.com) is the common API of self-hosted machine translation:
 `POST /translate` with `q` (a text or a list of texts), `source`, `target`, `format` and
-`alternatives`, sent as JSON or as a form, answered with `translatedText`; `GET /languages`.
-Both live under /libretranslate/, and at the root: a POST /translate whose body has `q` is
-LibreTranslate's (`RouteLibreTranslate`), any other is attnmt's. A model translates one language
-pair, sentence by sentence, so a text is translated line by line; `source` may be `auto`.
+`alternatives`, sent as JSON or as a form, answered with `translatedText` (and
+`detectedLanguage` when `source` is `auto`); `POST /detect`; `GET /languages`; `GET
+/frontend/settings`, which its web front end and some clients read first. All live under
+/libretranslate/, and at the root: a POST /translate whose body has `q` is LibreTranslate's
+(`RouteLibreTranslate`), any other is attnmt's. A model translates from the languages it
+declares (`data.source_languages`) into one, sentence by sentence, so a text is translated line
+by line; detection picks among the declared languages (detect.py).
 """
 
 from __future__ import annotations
@@ -19,16 +22,20 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .translate import TextTranslator
+from .config import ServeConfig, source_languages
+from .detect import detect
+from .translate import TextTranslator, lines_of, texts_of
 
 PREFIX = "/libretranslate"
 FORM = "application/x-www-form-urlencoded"
+# How long a front end waits after the last keystroke before it translates (LibreTranslate's default).
+FRONTEND_TIMEOUT_MS = 500
 
 # Names for /languages; a code without one is named by its code.
 LANGUAGE_NAMES = {
     "ar": "Arabic", "cs": "Czech", "da": "Danish", "de": "German", "el": "Greek", "en": "English", "es": "Spanish",
     "fi": "Finnish", "fr": "French", "hi": "Hindi", "hu": "Hungarian", "it": "Italian", "ja": "Japanese",
-    "ko": "Korean", "mr": "Marathi", "nl": "Dutch", "pl": "Polish", "pt": "Portuguese", "ro": "Romanian",
+    "ko": "Korean", "mr": "Marathi", "iso": "ISO 8601 date", "nl": "Dutch", "pl": "Polish", "pt": "Portuguese", "ro": "Romanian",
     "ru": "Russian", "sv": "Swedish", "tr": "Turkish", "uk": "Ukrainian", "vi": "Vietnamese", "zh": "Chinese",
 }
 
@@ -47,10 +54,43 @@ class LibreTranslateRequest(BaseModel):
     api_key: Optional[str] = Field(None, description="the API key, on a server with keys (or Authorization: Bearer)")
 
 
+class DetectedLanguage(BaseModel):
+    language: str = Field(description="one of the model's source languages")
+    confidence: float = Field(ge=0, le=100, description="percent (detect.py says how it is reckoned)")
+
+
 class LibreTranslateResponse(BaseModel):
     translatedText: Union[str, list[str]] = Field(description="a text for a text, a list for a list, in order")
     alternatives: Optional[Union[list[str], list[list[str]]]] = Field(
         None, description="when `alternatives` > 0: the next best translations, per text")
+    detectedLanguage: Optional[Union[DetectedLanguage, list[DetectedLanguage]]] = Field(
+        None, description="when `source` is auto: the language detected, per text for a list")
+
+
+class DetectRequest(BaseModel):
+    q: str = Field(description="the text whose language to detect")
+    api_key: Optional[str] = Field(None, description="accepted and not needed: detection is open, as /languages is")
+
+
+class LanguageName(BaseModel):
+    code: str
+    name: str
+
+
+class FrontendLanguages(BaseModel):
+    source: LanguageName = Field(description="the source language a front end starts with")
+    target: LanguageName = Field(description="the target language a front end starts with")
+
+
+class FrontendSettings(BaseModel):
+    charLimit: int = Field(description="the most characters of one line (a sentence) the server translates")
+    frontendTimeout: int = Field(description="milliseconds a front end waits after typing before it translates")
+    apiKeys: bool = Field(description="whether the server has API keys")
+    keyRequired: bool = Field(description="whether translating needs an API key")
+    suggestions: bool = Field(description="whether suggestions are taken (never: there is no /suggest)")
+    filesTranslation: bool = Field(description="whether files are translated (never: there is no /translate_file)")
+    supportedFilesFormat: list[str] = Field(description="file formats translated: none")
+    language: FrontendLanguages
 
 
 class Language(BaseModel):
@@ -124,16 +164,27 @@ def _fields(content_type: str, body: bytes, strict: bool = True) -> dict[str, An
     return fields
 
 
-def libretranslate_router(translator: TextTranslator, decode_nbest: Callable[..., Any], prefix: str = PREFIX,
-                          with_translate: bool = True, responses: Optional[dict[int | str, dict[str, Any]]] = None
-                          ) -> APIRouter:
-    """/translate and /languages of the LibreTranslate API under `prefix` (the root gets /languages
-    only: its /translate is attnmt's, and RouteLibreTranslate sends LibreTranslate's requests on);
-    `decode_nbest(request, texts, beam, n_best)` is the server's batched, limit-checked n-best
-    translation; `responses` are the server's error answers, for the OpenAPI description."""
-    src, tgt = translator.config.data.src_lang, translator.config.data.tgt_lang
+def api_key_is_text(fields: dict[str, Any]) -> None:
+    if not isinstance(fields.get("api_key", ""), (str, type(None))):
+        raise LibreTranslateError("Invalid request: api_key must be a text")
+
+
+def libretranslate_router(translator: TextTranslator, decode_nbest: Callable[..., Any], limits: ServeConfig,
+                          keys_required: bool, prefix: str = PREFIX, with_translate: bool = True,
+                          responses: Optional[dict[int | str, dict[str, Any]]] = None) -> APIRouter:
+    """The LibreTranslate API under `prefix` (the root gets all but /translate: its /translate is
+    attnmt's, and RouteLibreTranslate sends LibreTranslate's requests on); `decode_nbest(request,
+    texts, beam, n_best)` is the server's batched, limit-checked n-best translation; `limits` and
+    `keys_required` are what /frontend/settings tells; `responses` are the server's error answers,
+    for the OpenAPI description."""
+    sources, tgt = source_languages(translator.config.data), translator.config.data.tgt_lang
+    pair = f"this server translates {', '.join(sources)} to {tgt}"
     default_beam = translator.config.decode.beam_size
     router = APIRouter(prefix=prefix, tags=["LibreTranslate"])
+
+    def detected(text: str) -> dict[str, Any]:
+        best = detect(text, sources)[0]
+        return {"language": best.language, "confidence": best.confidence}
 
     async def translate(request: Request) -> dict[str, Any]:
         """LibreTranslate's translate: `q` a text or a list of texts, `source`, `target`, `format`
@@ -148,10 +199,10 @@ def libretranslate_router(translator: TextTranslator, decode_nbest: Callable[...
         source, target = fields.get("source"), fields.get("target")
         if source is None or target is None:
             raise LibreTranslateError(f"Invalid request: missing {'source' if source is None else 'target'} parameter")
-        if source not in (src, "auto"):
-            raise LibreTranslateError(f"{source} is not supported: this server translates {src} to {tgt}")
+        if source != "auto" and source not in sources:
+            raise LibreTranslateError(f"{source} is not supported: {pair}")
         if target != tgt:
-            raise LibreTranslateError(f"{target} is not supported: this server translates {src} to {tgt}")
+            raise LibreTranslateError(f"{target} is not supported: {pair}")
         if fields.get("format", "text") != "text":
             raise LibreTranslateError(f"format {fields['format']} is not supported: this server translates plain text")
         # A whole number, or its digits as a form sends them (and some JSON clients); never a bool or 1.5.
@@ -161,30 +212,37 @@ def libretranslate_router(translator: TextTranslator, decode_nbest: Callable[...
         if not isinstance(alternatives, int) or isinstance(alternatives, bool) or alternatives < 0:
             raise LibreTranslateError(f"Invalid request: alternatives must be a whole number, 0 or more, "
                                       f"not {fields.get('alternatives')!r}")
-        if not isinstance(fields.get("api_key", ""), (str, type(None))):
-            raise LibreTranslateError("Invalid request: api_key must be a text")
+        api_key_is_text(fields)
 
-        lines = [text.split("\n") for text in texts]
-        flat = [line for text_lines in lines for line in text_lines]
+        counts, lines = lines_of(texts)
         n_best = alternatives + 1
-        nbests = await decode_nbest(request, flat, max(default_beam, n_best), n_best)
-        # [text][rank] -> the text's lines at that rank, joined again; a rank a line lacks keeps its best.
-        ranked, start = [], 0
-        for text_lines in lines:
-            group = nbests[start: start + len(text_lines)]
-            start += len(text_lines)
-            ranked.append(["\n".join(nbest[min(rank, len(nbest) - 1)].text for nbest in group)
-                           for rank in range(n_best)])
+        nbests = texts_of(counts, await decode_nbest(request, lines, max(default_beam, n_best), n_best), n_best)
+        # [text][rank]; a rank a text lacks (an empty text has one translation) repeats its last.
+        ranked = [[nbest[min(rank, len(nbest) - 1)].text for rank in range(n_best)] for nbest in nbests]
         answer: dict[str, Any] = {"translatedText": ranked[0][0] if isinstance(q, str) else [r[0] for r in ranked]}
         if alternatives:
             answer["alternatives"] = ranked[0][1:] if isinstance(q, str) else [r[1:] for r in ranked]
+        if source == "auto":
+            answer["detectedLanguage"] = detected(q) if isinstance(q, str) else [detected(text) for text in texts]
         return answer
+
+    async def detect_language(request: Request) -> list[dict[str, Any]]:
+        """LibreTranslate's detect: `q`, a text (JSON or a form) -> the model's source languages, likeliest
+        first, with confidences in percent; detection picks only among those (see the serving docs)."""
+        fields = _fields(request.headers.get("content-type", ""), await request.body())
+        api_key_is_text(fields)
+        q = fields.get("q")
+        if q is None:
+            raise LibreTranslateError("Invalid request: missing q parameter")
+        if not isinstance(q, str):
+            raise LibreTranslateError("Invalid request: q must be a text")
+        return [{"language": d.language, "confidence": d.confidence} for d in detect(q, sources)]
 
     if with_translate:
         # The handler reads the body itself (JSON or a form); its schema is described here, with
         # the languages this model translates.
         fields = LibreTranslateRequest.model_json_schema()
-        fields["properties"]["source"]["enum"] = [src, "auto"]
+        fields["properties"]["source"]["enum"] = [*sources, "auto"]
         fields["properties"]["target"]["enum"] = [tgt]
         fields["properties"]["format"]["enum"] = ["text"]
         body = {"required": True, "content": {"application/json": {"schema": fields}, FORM: {"schema": fields}}}
@@ -192,10 +250,28 @@ def libretranslate_router(translator: TextTranslator, decode_nbest: Callable[...
                              response_model_exclude_none=True, openapi_extra={"requestBody": body},
                              responses=responses)
 
+    detect_fields = DetectRequest.model_json_schema()
+    detect_body = {"required": True, "content": {"application/json": {"schema": detect_fields},
+                                                  FORM: {"schema": detect_fields}}}
+    router.add_api_route("/detect", detect_language, methods=["POST"], response_model=list[DetectedLanguage],
+                         openapi_extra={"requestBody": detect_body}, responses=responses)
+
+    def named(code: str) -> dict[str, str]:
+        return {"code": code, "name": LANGUAGE_NAMES.get(code, code)}
+
     @router.get("/languages", response_model=list[Language])
     async def languages() -> list[dict[str, Any]]:
         """The languages this server translates from and into."""
-        return [{"code": code, "name": LANGUAGE_NAMES.get(code, code), "targets": targets}
-                for code, targets in ((src, [tgt]), (tgt, []))]
+        return [{**named(code), "targets": [tgt] if code in sources else []}
+                for code in [*sources, *([tgt] if tgt not in sources else [])]]
+
+    settings = {"charLimit": limits.max_chars, "frontendTimeout": FRONTEND_TIMEOUT_MS, "apiKeys": keys_required,
+                "keyRequired": keys_required, "suggestions": False, "filesTranslation": False,
+                "supportedFilesFormat": [], "language": {"source": named(sources[0]), "target": named(tgt)}}
+
+    @router.get("/frontend/settings", response_model=FrontendSettings)
+    async def frontend_settings() -> dict[str, Any]:
+        """What LibreTranslate's web front end (and clients that ask first) read: limits, keys, languages."""
+        return settings
 
     return router

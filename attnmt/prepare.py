@@ -418,8 +418,10 @@ def sample_pairs(source: CorpusSource, size: int, seed: int) -> list[Pair]:
 
 def _settings(config: Config) -> dict:
     """What decides a store's content besides the raw text: the data settings (but where the files
-    are, how many processes read them and where the store goes), the tokenizer's, the vocabulary's."""
-    data = {k: v for k, v in dataclasses.asdict(config.data).items() if k not in ("path", "workers", "prepared_dir")}
+    are, how many processes read them, where the store goes and the languages a model says it
+    reads), the tokenizer's, the vocabulary's."""
+    data = {k: v for k, v in dataclasses.asdict(config.data).items() if k not in ("path", "workers", "prepared_dir",
+                                                                                    "source_languages")}
     return {"data": data, "tokenizer": dataclasses.asdict(config.tokenizer), "vocab": dataclasses.asdict(config.vocab)}
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import ipaddress
 import signal
 import socket
@@ -26,11 +27,11 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .access import Caller, KeyFile, RateLimited, RateLimits
-from .config import ServeConfig, validate_serve
+from .config import ServeConfig, source_languages, validate_serve
 from .errors import AttnmtError
 from .family import AttentionView
 from .libretranslate import PREFIX, LibreTranslateError, RouteLibreTranslate, body_fields, buffered, libretranslate_router
-from .translate import TextTranslator, Translation
+from .translate import TextTranslator, Translation, lines_of, texts_of
 
 STATIC = Path(__file__).parent / "static"
 # Four decimals keep an attention matrix small in JSON and are more than a heatmap can show.
@@ -129,7 +130,9 @@ class ExplainResponse(BaseModel):
 
 
 class ModelInfo(BaseModel):
-    src_lang: str
+    src_lang: str = Field(description="data.src_lang: the source side of the training files")
+    source_languages: list[str] = Field(description="the languages the model reads (data.source_languages, "
+                                                    "or src_lang)")
     tgt_lang: str
     arch: str = Field(description="the model family: rnn or transformer")
     architecture: dict[str, int | str | bool] = Field(description="the family's sizes and kinds (model.describe())")
@@ -478,15 +481,20 @@ def create_app(translator: TextTranslator, limits: Optional[ServeConfig] = None,
     @app.post("/translate", response_model=TranslateResponse, response_model_exclude_none=True,
               responses=ERROR_RESPONSES)
     async def translate(request: TranslateRequest, http: Request) -> JSONResponse:
-        """Translate one sentence or several; concurrent requests are decoded together."""
+        """Translate one sentence or several; concurrent requests are decoded together. A text of several
+        lines is translated line by line and answered as one result, its lines joined (translate.join_lines)."""
         if request.texts is not None:
             texts = request.texts
         else:
             assert request.text is not None                                 # _one_input: one of the two is given
             texts = [request.text]
         beam = request.beam or decode.beam_size
-        check(http, texts, beam, request.n_best)
-        nbests = await app.state.batcher.translate(texts, beam, request.n_best)
+        # Each line of a text is a sentence, as on LibreTranslate's path: translated on its own, then joined.
+        counts, lines = lines_of(texts)
+        if request.maps and max(counts) > 1:
+            raise ServeError(422, "maps: a text of several lines has no one set of maps; send its lines as `texts`")
+        check(http, lines, beam, request.n_best)
+        nbests = texts_of(counts, await app.state.batcher.translate(lines, beam, request.n_best), request.n_best)
         maps = await app.state.batcher.maps([nbest[0] for nbest in nbests]) if request.maps else [None] * len(nbests)
         # Built to match TranslateResponse (the tests check it) and sent as is: validating attention
         # matrices again on the way out costs the event loop more than the model call under load.
@@ -498,8 +506,10 @@ def create_app(translator: TextTranslator, limits: Optional[ServeConfig] = None,
         check(http, texts, beam, n_best)
         return await app.state.batcher.translate(texts, beam, n_best)
 
-    app.include_router(libretranslate_router(translator, decode_nbest, responses=ERROR_RESPONSES))
-    app.include_router(libretranslate_router(translator, decode_nbest, prefix="", with_translate=False))
+    app.include_router(libretranslate_router(translator, decode_nbest, limits, keys is not None,
+                                             responses=ERROR_RESPONSES))
+    app.include_router(libretranslate_router(translator, decode_nbest, limits, keys is not None, prefix="",
+                                             with_translate=False, responses=ERROR_RESPONSES))
 
     @app.post("/explain", response_model=ExplainResponse, responses={
         **ERROR_RESPONSES, 501: {"model": ErrorResponse, "description": "this server's engine (CTranslate2) gives no "
@@ -528,7 +538,8 @@ def create_app(translator: TextTranslator, limits: Optional[ServeConfig] = None,
 
     config = translator.config
     rnn = config.model.arch == "rnn"
-    info = {"src_lang": config.data.src_lang, "tgt_lang": config.data.tgt_lang, "arch": config.model.arch,
+    info = {"src_lang": config.data.src_lang, "source_languages": source_languages(config.data),
+            "tgt_lang": config.data.tgt_lang, "arch": config.model.arch,
             "rnn": config.model.rnn if rnn else None, "decoder": config.model.decoder if rnn else None,
             "attention": config.model.attention if rnn else "multihead", "tokenizer": config.tokenizer.level,
             "beam_size": decode.beam_size, **asdict(engine), "explains": translator.explains,
@@ -547,11 +558,22 @@ def create_app(translator: TextTranslator, limits: Optional[ServeConfig] = None,
     return app
 
 
+def logging_config(access_log: bool) -> dict[str, Any]:
+    """uvicorn's logging: its warnings and errors on stderr; with `access_log`, its access log on stdout,
+    one line a request with the client's address and port, the request line and the status."""
+    config = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+    config["loggers"]["uvicorn"]["level"] = config["loggers"]["uvicorn.error"]["level"] = "WARNING"
+    if not access_log:
+        config["loggers"]["uvicorn.access"]["handlers"] = []
+    return config
+
+
 def serve(translator: TextTranslator, host: str, port: int, limits: ServeConfig, log: Callable[[str], None] = print,
-          name: str = "the model", keys: Optional[KeyFile] = None) -> None:
+          name: str = "the model", keys: Optional[KeyFile] = None, access_log: bool = True) -> None:
     """Serve the translator's model (`name` in the log) until SIGTERM or SIGINT: the requests in flight
     are answered, then serve() returns (SIGTERM) or raises KeyboardInterrupt (SIGINT). Port 0 picks a
-    free port (printed). With `keys`, translating needs a key; SIGHUP reads the key file again."""
+    free port (printed). With `keys`, translating needs a key; SIGHUP reads the key file again. With
+    `access_log`, each request is logged on stdout (uvicorn's access log)."""
     validate_serve(limits)
     note = translator.precision_note()
     if note:
@@ -577,7 +599,9 @@ def serve(translator: TextTranslator, host: str, port: int, limits: ServeConfig,
     # that closes them: otherwise a request sent as the server closes its connection fails.
     # uvicorn's proxy_headers (on) takes the client address from X-Forwarded-For when the connection
     # comes from FORWARDED_ALLOW_IPS (127.0.0.1 unless set): a reverse proxy's clients get their own rates.
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, timeout_keep_alive=75))
+    # log_level None: uvicorn keeps the levels of logging_config (warnings, and the access log's lines).
+    server = uvicorn.Server(uvicorn.Config(app, log_config=logging_config(access_log), log_level=None,
+                                           access_log=access_log, timeout_keep_alive=75))
     # uvicorn stops on SIGTERM once the requests in flight are answered, then raises the signal again
     # for the handler it found (attnmt's CLI: exit 143, as for a killed training run). That stop is
     # the end of serving, not a failure: with uvicorn's own handler found, serve() returns, and a

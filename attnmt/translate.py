@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from .batch import pad
-from .config import Config, override_decode_precision
+from .config import Config, override_decode_precision, source_languages
 from .errors import AttnmtError, first_line
 from .family import AttentionView, Model
 from .fast import top_k
@@ -293,6 +293,44 @@ class Translator(TextTranslator):
                            hypothesis.log_prob)
 
 
+def join_lines(lines: list[Translation]) -> Translation:
+    """A text's lines, translated one by one, as one translation: texts and tokens joined by newlines
+    (a "\n" token between lines, on both sides), log-probabilities added (the lines are independent),
+    the attention block-diagonal (each line's output attends to its own line only; the newlines'
+    rows and columns are 0), or None if a line has none."""
+    text = "\n".join(line.text for line in lines)
+    tokens = [t for i, line in enumerate(lines) for t in ([] if i == 0 else ["\n"]) + line.tokens]
+    source_tokens = [t for i, line in enumerate(lines) for t in ([] if i == 0 else ["\n"]) + line.source_tokens]
+    attention = None
+    if all(line.attention is not None for line in lines):
+        attention = np.zeros((len(tokens), len(source_tokens)), dtype=np.float32)
+        row = col = 0
+        for line in lines:
+            assert line.attention is not None
+            attention[row: row + len(line.tokens), col: col + len(line.source_tokens)] = line.attention
+            row, col = row + len(line.tokens) + 1, col + len(line.source_tokens) + 1
+    return Translation(text, tokens, source_tokens, attention, sum(line.log_prob for line in lines))
+
+
+def lines_of(texts: list[str]) -> tuple[list[int], list[str]]:
+    """How many lines each text has, and all their lines in order: a model translates sentences, so
+    a text is translated line by line (texts_of puts the translations together again)."""
+    lines = [text.split("\n") for text in texts]
+    return [len(text_lines) for text_lines in lines], [line for text_lines in lines for line in text_lines]
+
+
+def texts_of(counts: list[int], nbests: list[list[Translation]], n_best: int) -> list[list[Translation]]:
+    """The lines' n-best lists as their texts': a text of one line keeps its line's; for several, the
+    n-th joins each line's n-th (its last, for a line with fewer) with join_lines."""
+    texts, start = [], 0
+    for count in counts:
+        group = nbests[start: start + count]
+        start += count
+        texts.append(group[0] if count == 1 else
+                     [join_lines([nbest[min(rank, len(nbest) - 1)] for nbest in group]) for rank in range(n_best)])
+    return texts
+
+
 def model_info(path: str | Path) -> dict:
     """What a model file holds (`attnmt info`): family and sizes, parameters, languages,
     tokenizer, vocabularies, how it was trained (older files do not say), format."""
@@ -305,6 +343,7 @@ def model_info(path: str | Path) -> dict:
     return {"file": str(path), "format_version": meta["format_version"], "weights_sha256": meta["sha256"],
             "arch": config.model.arch, "architecture": network.describe(),
             "parameters": sum(p.numel() for p in network.parameters()),
-            "src_lang": config.data.src_lang, "tgt_lang": config.data.tgt_lang, "tokenizer": tokenizer,
+            "src_lang": config.data.src_lang, "source_languages": source_languages(config.data),
+            "tgt_lang": config.data.tgt_lang, "tokenizer": tokenizer,
             "src_vocab_size": len(description.src_vocab), "tgt_vocab_size": len(description.tgt_vocab),
             "training": meta.get("training")}

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from attnmt.config import Config, apply_overrides, config_from_dict, load_config, validate
+from attnmt.config import Config, apply_overrides, config_from_dict, load_config, source_languages, validate
 from attnmt.errors import AttnmtError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -363,3 +363,18 @@ def test_validation_error_from_file_names_file(tmp_path):
     path = write(tmp_path, BASE)
     message = error_of(path, ["model.input_feeding=true"])
     assert str(path) in message and "input_feeding" in message
+
+
+@pytest.mark.parametrize("value, fragment", [
+    ("en fr_FR", "data.source_languages: 'fr_FR' is not a language code"),
+    ("en de en", "data.source_languages: 'en' is named twice"),
+    ("auto", "data.source_languages: 'auto' is not a language code"),
+])
+def test_source_languages_are_language_codes_named_once(tmp_path, value, fragment):
+    assert fragment in error_of(write(tmp_path, "data:\n  format: dates\n"), [f"data.source_languages={value}"])
+
+
+def test_source_languages_default_to_src_lang(tmp_path):
+    path = write(tmp_path, "data:\n  format: dates\n  src_lang: fr\n")
+    assert source_languages(load_config(path).data) == ["fr"]
+    assert source_languages(load_config(path, ["data.source_languages=en de pt-BR"]).data) == ["en", "de", "pt-BR"]

@@ -1,15 +1,20 @@
 """The LibreTranslate API of `attnmt serve`: its real client against a real server, and the API's details."""
 
+import dataclasses
 import json
 import urllib.error
 from pathlib import Path
 from typing import Iterator
 
+import httpx
 import pytest
 from conftest import serving
 from fastapi.testclient import TestClient
 
+from attnmt.access import KeyFile
 from attnmt.config import ServeConfig
+from attnmt.detect import detect
+from attnmt.modelfile import read_model, save_model
 from attnmt.serve import create_app
 from attnmt.translate import Translator
 
@@ -85,4 +90,99 @@ def test_attnmt_requests_at_the_root_stay_attnmt_requests(client, translator):
         == translator.translate(DATES[:1])[0].text
     assert client.post("/translate", data={"text": DATES[0]}).status_code == 415  # a form without q is not LibreTranslate's
     spec = client.get("/openapi.json").json()
-    assert {"/libretranslate/translate", "/libretranslate/languages", "/languages"} <= set(spec["paths"])
+    assert {"/libretranslate/translate", "/libretranslate/languages", "/languages", "/detect", "/libretranslate/detect",
+            "/frontend/settings", "/libretranslate/frontend/settings"} <= set(spec["paths"])
+
+
+@pytest.fixture(scope="module")
+def two_source_model(dates_model: Path, tmp_path_factory) -> Path:
+    """The dates model, declaring what it reads as the demo does: English and German, into ISO dates."""
+    description, weights, _ = read_model(dates_model)
+    data = dataclasses.replace(description.config.data, source_languages="en de", tgt_lang="iso")
+    description = dataclasses.replace(description, config=dataclasses.replace(description.config, data=data))
+    path = tmp_path_factory.mktemp("two_sources") / "model.safetensors"
+    save_model(path, description, weights)
+    return path
+
+
+def test_the_client_detects_and_reads_settings_against_attnmt_serve(dates_model, translator):
+    from libretranslatepy import LibreTranslateAPI
+
+    expected = translator.translate(DATES[:1])[0].text
+    with serving(dates_model) as url:
+        for base in (url, url + "libretranslate/"):
+            # One source language: detection is that one, sure.
+            assert LibreTranslateAPI(base).detect(DATES[1]) == [{"language": "de", "confidence": 100.0}]
+            # A client that reads the front end's settings first, as LibreTranslate's page does.
+            settings = httpx.get(base + "frontend/settings", timeout=10)
+            assert settings.status_code == 200
+            assert settings.json() == {"charLimit": 1000, "frontendTimeout": 500, "apiKeys": False, "keyRequired": False,
+                                       "suggestions": False, "filesTranslation": False, "supportedFilesFormat": [],
+                                       "language": {"source": {"code": "de", "name": "German"},
+                                                    "target": {"code": "en", "name": "English"}}}
+            auto = httpx.post(base + "translate", data={"q": DATES[0], "source": "auto", "target": "en"}, timeout=30)
+            assert auto.json() == {"translatedText": expected, "detectedLanguage": {"language": "de", "confidence": 100.0}}
+            named = httpx.post(base + "translate", json={"q": [DATES[0]], "source": "de", "target": "en"}, timeout=30)
+            assert named.json() == {"translatedText": [expected]}  # no detection when the source is named
+
+
+def test_a_model_of_two_source_languages_takes_both_and_detects_between_them(two_source_model, translator):
+    from libretranslatepy import LibreTranslateAPI
+
+    expected = [t.text for t in translator.translate(DATES)]
+    with serving(two_source_model) as url:
+        client = LibreTranslateAPI(url)
+        assert client.translate(DATES[1], "en", "iso") == expected[1]
+        assert client.translate(DATES[0], "de", "iso") == expected[0]
+        assert client.languages() == [{"code": "en", "name": "English", "targets": ["iso"]},
+                                      {"code": "de", "name": "German", "targets": ["iso"]},
+                                      {"code": "iso", "name": "ISO 8601 date", "targets": []}]
+        assert client.detect("the 21st of June 1975")[0] == {"language": "en", "confidence": 100.0}
+        assert client.detect("Montag, 1. Januar 2024")[0] == {"language": "de", "confidence": 100.0}
+        # No evidence either way: equal shares, the first declared language first.
+        assert client.detect("12/25/2031") == [{"language": "en", "confidence": 50.0},
+                                               {"language": "de", "confidence": 50.0}]
+        auto = httpx.post(url + "libretranslate/translate", json={"q": DATES, "source": "auto", "target": "iso"},
+                          timeout=30).json()
+        assert auto == {"translatedText": expected, "detectedLanguage": [
+            {"language": "de", "confidence": 100.0}, {"language": "en", "confidence": 100.0},
+            {"language": "en", "confidence": 100.0}]}
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            client.translate(DATES[0], "fr", "iso")
+        assert json.loads(refused.value.read()) == {"error": "fr is not supported: this server translates en, de to iso"}
+        model = httpx.get(url + "model", timeout=10).json()
+        assert model["source_languages"] == ["en", "de"] and model["tgt_lang"] == "iso"
+        assert httpx.get(url + "frontend/settings", timeout=10).json()["language"] == {
+            "source": {"code": "en", "name": "English"}, "target": {"code": "iso", "name": "ISO 8601 date"}}
+
+
+@pytest.mark.parametrize("text, languages, expected", [
+    ("anything", ["fr"], [("fr", 100.0)]),
+    ("Der Mann und die Frau", ["en", "de"], [("de", 100.0), ("en", 0.0)]),
+    ("Straße", ["en", "de"], [("de", 100.0), ("en", 0.0)]),                 # a letter only German has
+    ("the man and der Mann", ["en", "de"], [("en", 66.7), ("de", 33.3)]),  # the, and; der
+    ("Привет, мир", ["en", "ru"], [("ru", 100.0), ("en", 0.0)]),
+    ("1990", ["de", "en", "xx"], [("de", 33.3), ("en", 33.3), ("xx", 33.3)]),
+])
+def test_detection_picks_among_the_declared_languages(text, languages, expected):
+    assert [(d.language, d.confidence) for d in detect(text, languages)] == expected
+
+
+@pytest.mark.parametrize("fields, error", [
+    ({}, "Invalid request: missing q parameter"),
+    ({"q": ["a", "b"]}, "Invalid request: q must be a text"),
+    ({"q": 7}, "Invalid request: q must be a text"),
+    ({"q": "1 May 2000", "api_key": 7}, "Invalid request: api_key must be a text"),
+])
+def test_detect_errors_are_libretranslate_errors(client, fields, error):
+    for path in "/detect", "/libretranslate/detect":
+        answer = client.post(path, json=fields)
+        assert answer.status_code == 400 and answer.json() == {"error": error}
+
+
+def test_frontend_settings_tell_the_limits_and_keys(translator, tmp_path):
+    (tmp_path / "keys").write_text("a-key-of-sixteen-characters\n", encoding="utf-8")
+    with TestClient(create_app(translator, ServeConfig(max_chars=77), KeyFile(str(tmp_path / "keys"), lambda _: None))) as keyed:
+        settings = keyed.get("/libretranslate/frontend/settings").json()
+        assert settings["charLimit"] == 77 and settings["apiKeys"] and settings["keyRequired"]
+        assert keyed.post("/detect", data={"q": DATES[0]}).json() == [{"language": "de", "confidence": 100.0}]

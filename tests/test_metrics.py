@@ -1,5 +1,6 @@
 """What a training run leaves to look at: metrics.jsonl, curves.png, TensorBoard, plot-curves."""
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ from attnmt.cli import main
 from attnmt.config import config_from_dict
 from attnmt.errors import AttnmtError
 from attnmt.metrics import read_metrics
+from attnmt.modelfile import read_model, save_model
 from attnmt.train import train
 from attnmt.translate import Translator
 
@@ -132,4 +134,18 @@ def test_info_says_what_the_file_holds_and_how_it_was_trained(run_dir, capsys):
 def test_info_of_an_older_file_says_training_was_not_recorded(capsys):
     fixture = Path(__file__).parent / "fixtures" / "models" / "gru_bahdanau.safetensors"
     assert main(["info", str(fixture)]) == 0
-    assert "training: not recorded" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "training: not recorded" in text
+    assert "translates: de -> en;" in text  # written before source_languages: its src_lang
+
+
+def test_info_names_every_source_language(tmp_path, capsys):
+    fixture = Path(__file__).parent / "fixtures" / "models" / "gru_bahdanau.safetensors"
+    description, weights, _ = read_model(fixture)
+    data = dataclasses.replace(description.config.data, source_languages="en de", tgt_lang="iso")
+    save_model(tmp_path / "m.safetensors", dataclasses.replace(
+        description, config=dataclasses.replace(description.config, data=data)), weights)
+    assert main(["info", str(tmp_path / "m.safetensors"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["source_languages"] == ["en", "de"]
+    assert main(["info", str(tmp_path / "m.safetensors")]) == 0
+    assert "translates: en de -> iso;" in capsys.readouterr().out

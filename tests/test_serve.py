@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Iterator
 from urllib.parse import urlsplit
 
+import httpx
 import numpy as np
 import pytest
 from conftest import server_process
@@ -287,3 +288,49 @@ def test_a_model_without_attention_answers_without_weights(no_attention_model: P
         for result in body.json()["results"]:
             assert result["translation"] and result.get("attention") is None
             assert all(h.get("attention") is None for h in result["nbest"])
+
+
+def test_a_text_of_several_lines_is_translated_line_by_line(client, translator):
+    lines = ["3. Oktober 1990", "", "March 14, 2026"]
+    answer = client.post("/translate", json={"texts": ["\n".join(lines), DATES[3]], "beam": 2, "n_best": 2,
+                                             "attention": True})
+    assert answer.status_code == 200, answer.text
+    joined, single = answer.json()["results"]
+    nbests = translator.translate_nbest(lines, 2, 2)
+    assert joined["translation"] == "\n".join(nbest[0].text for nbest in nbests)
+    # Rank 2 of each line (an empty line has one translation only, and keeps it).
+    assert joined["nbest"][1]["translation"] == "\n".join(nbest[min(1, len(nbest) - 1)].text for nbest in nbests)
+    assert joined["score"] == pytest.approx(sum(nbest[0].log_prob for nbest in nbests), abs=1e-3)
+    first, last = nbests[0][0], nbests[2][0]
+    assert joined["tokens"] == first.tokens + ["\n", "\n"] + last.tokens
+    assert joined["source_tokens"] == first.source_tokens + ["\n", "\n"] + last.source_tokens
+    # Block-diagonal: each line's output attends to its own line only; the newlines' rows are 0.
+    attention = np.array(joined["attention"])
+    rows, cols = len(first.tokens), len(first.source_tokens)
+    np.testing.assert_allclose(attention[:rows, :cols], first.attention, atol=1e-4)
+    np.testing.assert_allclose(attention[rows + 2:, cols + 2:], last.attention, atol=1e-4)
+    assert attention[:rows, cols:].sum() == 0 and attention[rows + 2:, :cols + 2].sum() == 0
+    assert attention[rows: rows + 2].sum() == 0
+    assert single["translation"] == translator.translate(DATES[3:4])[0].text
+    # Each line counts against the request's sentences, as on LibreTranslate's path (limit 4).
+    over = client.post("/translate", json={"text": "\n".join(DATES[:5])})
+    assert over.status_code == 413 and over.json() == {"error": "5 sentences in one request; the limit is 4"}
+    maps = client.post("/translate", json={"text": "1 May 2000\n2 May 2000", "maps": True})
+    assert maps.status_code == 422 and "send its lines as `texts`" in maps.json()["error"]
+
+
+@pytest.mark.parametrize("flags", [[], ["--no-access-log"]], ids=["access-log", "no-access-log"])
+def test_the_access_log_names_the_client_and_the_status(dates_model, flags):
+    with server_process(dates_model, *flags) as (url, process):
+        assert httpx.post(url + "translate", json={"text": DATES[0]}, timeout=30).status_code == 200
+        assert httpx.post(url + "translate", json={"texts": []}, timeout=30).status_code == 422
+        assert httpx.post(url + "translate", data={"q": DATES[0], "source": "de", "target": "en"},
+                          timeout=30).status_code == 200
+    log = process.stdout.read().splitlines()
+    requests = [line for line in log if '"POST /translate HTTP/1.1"' in line]
+    if flags:
+        assert log == []  # (server_process read the line with the URL)
+    else:
+        assert len(requests) == 3 and all(re.search(r" 127\.0\.0\.1:\d+ - ", line) for line in requests)
+        assert [line.split('"')[-1].split()[0] for line in requests] == ["200", "422", "200"]
+    assert process.stderr.read() == ""

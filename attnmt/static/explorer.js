@@ -59,7 +59,7 @@
         ? `Transformer ${a.enc_layers}+${a.dec_layers} layers, d ${a.d_model}, ${a.heads} heads`
         : `${info.rnn.toUpperCase()} encoder-decoder, ${info.attention} attention, ${info.decoder} decoder`;
       $("model-info").textContent =
-        `${info.src_lang} \u2192 ${info.tgt_lang} \u00b7 ${family} \u00b7 ${info.tokenizer} tokens \u00b7 ` +
+        `${info.source_languages.join(", ")} \u2192 ${info.tgt_lang} \u00b7 ${family} \u00b7 ${info.tokenizer} tokens \u00b7 ` +
         `vocabularies ${info.src_vocab_size} / ${info.tgt_vocab_size}`;
       beamInput.max = info.limits.max_beam;
       source.maxLength = info.limits.max_chars;
@@ -111,7 +111,8 @@
       const response = await fetch("/translate", {
         method: "POST",
         headers: { "Content-Type": "application/json" },
-        body: JSON.stringify({ text, beam, n_best, attention: true, maps: mapChoices() }),
+        // A text of several lines is translated line by line: one block-diagonal matrix, no maps.
+        body: JSON.stringify({ text, beam, n_best, attention: true, maps: !text.includes("\n") && mapChoices() }),
         signal: inFlight.signal,
       });
       const body = await response.json();
