@@ -361,7 +361,7 @@ def _explain(args: argparse.Namespace) -> None:
     import json
 
     from .explain import check_step, explain, render
-    from .family import AttentionView
+    from .families.seam import AttentionView
     from .translate import Translator
 
     translator = Translator.load(args.model, args.device)

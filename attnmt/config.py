@@ -159,11 +159,14 @@ class VocabConfig:
 
 @dataclass
 class ModelConfig:
-    # The model family (model.FAMILIES): rnn (encoder-decoder RNN with attention, Bahdanau or
+    """The model section: the keys every family has. Each family's config subclasses this with its
+    own keys and checks (attnmt/families/<family>/config.py); model.arch picks which."""
+
+    # The model family (attnmt/families): rnn (encoder-decoder RNN with attention, Bahdanau or
     # Luong) or transformer (Vaswani et al. 2017); files written before families existed are rnn.
-    arch: Literal["rnn", "transformer"] = "rnn"
-    # Both families: embedding width (the Transformer's model width d), layer counts, dropout
-    # (the Transformer's on embeddings and residuals), tie_embeddings, init_uniform.
+    arch: str = "rnn"
+    # Embedding width (the Transformer's model width d), layer counts, dropout (the Transformer's
+    # on embeddings and residuals).
     emb_dim: int = ranged(256, "[1, 65536]")
     enc_layers: int = ranged(1, "[1, 64]")
     dec_layers: int = ranged(1, "[1, 64]")
@@ -177,44 +180,25 @@ class ModelConfig:
     # Initialize every weight uniformly in [-x, x] (0.1 in Luong et al. 2015 and OpenNMT);
     # 0 keeps the family's default (RNN: PyTorch's per-layer; Transformer: Xavier, N(0, d^-1/2) embeddings).
     init_uniform: float = ranged(0.0, "[0, 10]")
-    # rnn only: the cell of encoder and decoder.
-    rnn: Literal["gru", "lstm"] = "gru"
-    # rnn: the encoder's state width per direction (its outputs are enc_hidden x directions wide).
-    enc_hidden: int = ranged(256, "[1, 65536]")
-    bidirectional: bool = True
-    # rnn: the decoder's state width.
-    dec_hidden: int = ranged(512, "[1, 65536]")
-    # rnn: the score of decoder state s and encoder output h: bahdanau v^T tanh(W_q s + W_k h);
-    # concat v^T tanh(W[s; h] + b); dot s^T h; general s^T W h; none, plain seq2seq. local_m and
-    # local_p are Luong's local attention: model.local_score inside a window of source positions
-    # around p_t = t (local_m) or a predicted p_t, Gaussian-weighted (local_p).
-    attention: Literal["bahdanau", "dot", "general", "concat", "local_m", "local_p", "none"] = "bahdanau"
-    # rnn, local_m / local_p: the window's half width D (positions p_t - D .. p_t + D; Luong: 10)
-    # and the score inside it.
-    local_window: int = ranged(10, "[1, 10000]")
-    local_score: Literal["dot", "general", "concat"] = "general"
-    # rnn: the width of the additive (bahdanau, concat) score's hidden layer.
-    attn_dim: int = ranged(256, "[1, 65536]")
-    # rnn: bahdanau attends with the previous state, then runs the RNN; luong runs the RNN first,
-    # then attends.
-    decoder: Literal["bahdanau", "luong"] = "bahdanau"
-    # rnn, luong order: feed the previous attentional vector into the RNN with the embedding.
-    input_feeding: bool = False
-    # rnn: the decoder's first state from the encoder's last: tanh(W h), h as is, or zeros.
-    bridge: Literal["linear", "copy", "zero"] = "linear"
-    # transformer only: attention heads (emb_dim must divide by them), the feed-forward width,
-    # its activation, dropout on attention weights and inside the feed-forward block, where the
-    # LayerNorm goes (pre: each block's input, and the stack's output; post: after each residual
-    # sum, as in the paper), and position encodings (sinusoidal, or learned for max_positions
-    # positions; later ones share the last).
-    heads: int = ranged(4, "[1, 1024]")
-    ff_dim: int = ranged(1024, "[1, 1000000]")
-    activation: Literal["relu", "gelu"] = "relu"
-    attn_dropout: float = ranged(0.0, "[0, 1)")
-    act_dropout: float = ranged(0.0, "[0, 1)")
-    norm: Literal["pre", "post"] = "pre"
-    positions: Literal["sinusoidal", "learned"] = "sinusoidal"
-    max_positions: int = ranged(1024, "[1, 1000000]")
+
+    def check(self, config: "Config") -> None:
+        """Refuse combinations the family cannot build (its subclass adds its own), naming the keys."""
+        if self.share_embeddings and not config.vocab.joint:
+            raise AttnmtError("model.share_embeddings needs vocab.joint: true (one vocabulary for both sides)")
+
+
+# Each family's config class by model.arch. The registry (attnmt/families/__init__.py) fills it:
+# the families' configs subclass ModelConfig, so this module, below them in the house, cannot name them.
+MODEL_CONFIGS: dict[str, type[ModelConfig]] = {}
+DEFAULT_ARCH = "rnn"
+
+
+def model_config_class(arch: str) -> type[ModelConfig]:
+    """The config class of the family `arch`; refuses a family nobody registered."""
+    try:
+        return MODEL_CONFIGS[arch]
+    except KeyError:
+        raise AttnmtError(f"model.arch: {arch!r} is not one of {', '.join(MODEL_CONFIGS)}") from None
 
 
 @dataclass
@@ -413,7 +397,7 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     vocab: VocabConfig = field(default_factory=VocabConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
+    model: ModelConfig = field(default_factory=lambda: model_config_class(DEFAULT_ARCH)())
     train: TrainConfig = field(default_factory=TrainConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
 
@@ -459,12 +443,20 @@ def _check_value(value: Any, hint: Any, where: str) -> Any:
 def _build(cls: type, values: dict, where: str) -> Any:
     if not isinstance(values, dict):
         raise AttnmtError(f"{where or 'config'}: expected a mapping of keys, got {values!r}")
+    if cls is ModelConfig:
+        arch = values.get("arch", DEFAULT_ARCH)
+        cls = model_config_class(_check_value(arch, str, f"{where}.arch"))
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     kwargs = {}
     for key, value in values.items():
         path = f"{where}.{key}" if where else str(key)
         if key not in fields:
+            owners = [name for name, other in MODEL_CONFIGS.items()
+                      if issubclass(cls, ModelConfig) and key in {f.name for f in dataclasses.fields(other)}]
+            if owners:
+                raise AttnmtError(f"{path} is a key of model.arch {' and '.join(owners)}, not of this config's "
+                                  f"{values.get('arch', DEFAULT_ARCH)}; its keys: {', '.join(fields)}")
             raise AttnmtError(f"unknown config key {path!r}; valid keys here: {', '.join(fields)}")
         hint = hints[key]
         if isinstance(hint, type) and dataclasses.is_dataclass(hint):
@@ -479,6 +471,17 @@ def config_from_dict(values: dict) -> Config:
     config = _build(Config, values, "")
     validate(config)
     return config
+
+
+def saved_config(values: dict) -> Config:
+    """The config a model file, checkpoint or exported engine holds, as written by any version: files
+    written before each family had its own keys hold every family's, of which model.arch's are kept."""
+    model = values.get("model")
+    if isinstance(model, dict):
+        family = model_config_class(model.get("arch", DEFAULT_ARCH))
+        keys = {f.name for f in dataclasses.fields(family)}
+        values = {**values, "model": {key: value for key, value in model.items() if key in keys}}
+    return config_from_dict(values)
 
 
 def apply_overrides(values: dict, overrides: list[str]) -> dict:
@@ -545,26 +548,8 @@ def validate(config: Config) -> None:
         for f in dataclasses.fields(values):
             if "range" in f.metadata:
                 check_range(getattr(values, f.name), f.metadata["range"], f"{section.name}.{f.name}")
-    m, d = config.model, config.data
-    if m.share_embeddings and not config.vocab.joint:
-        raise AttnmtError("model.share_embeddings needs vocab.joint: true (one vocabulary for both sides)")
-    if m.arch == "rnn":
-        enc_out = m.enc_hidden * (2 if m.bidirectional else 1)
-        dot = "model.attention=dot" if m.attention == "dot" else (
-            "model.local_score=dot" if m.attention in ("local_m", "local_p") and m.local_score == "dot" else None)
-        if dot and enc_out != m.dec_hidden:
-            raise AttnmtError(f"{dot} needs encoder outputs ({enc_out}) as wide as model.dec_hidden ({m.dec_hidden})")
-        if m.bridge == "copy" and enc_out != m.dec_hidden:
-            raise AttnmtError(f"model.bridge=copy needs encoder outputs ({enc_out}) == model.dec_hidden ({m.dec_hidden})")
-        if m.input_feeding and m.decoder != "luong":
-            raise AttnmtError("model.input_feeding applies to model.decoder=luong only (bahdanau feeds the context already)")
-    else:
-        if m.emb_dim % m.heads:
-            raise AttnmtError(f"model.emb_dim ({m.emb_dim}) must be a multiple of model.heads ({m.heads}): "
-                              f"each head gets emb_dim / heads dimensions")
-        if config.train.teacher_forcing < 1:
-            raise AttnmtError("train.teacher_forcing below 1 is for model.arch rnn; the Transformer trains on "
-                              "the gold prefix (1.0)")
+    config.model.check(config)
+    d = config.data
     if d.format != "dates" and not d.path:
         raise AttnmtError("data.path is required: the TSV file or the directory of parallel files")
     if d.format == "parallel":

@@ -14,12 +14,11 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from .config import Config, config_from_dict, override_decode_precision
+from .config import Config, override_decode_precision, saved_config
 from .errors import AttnmtError, first_line
 from .export import ctranslate2_package
-from .model import resolve_device
 from .modelfile import CTRANSLATE2_ENGINE_FILE
-from .precision import precision_note
+from .precision import precision_note, resolve_device
 from .precision import resolve as resolve_precision
 from .tokenize import Tokenizer, tokenizers_from_dicts
 from .translate import EngineInfo, TextTranslator, Translation
@@ -55,7 +54,7 @@ class CTranslate2Translator(TextTranslator):
             raise AttnmtError(f"{path}: not a model that attnmt export --to ctranslate2 wrote (no {engine_file.name})")
         try:
             saved = json.loads(engine_file.read_text(encoding="utf-8"))
-            config = config_from_dict(saved["config"])
+            config = saved_config(saved["config"])
             src_tokenizer, tgt_tokenizer = tokenizers_from_dicts(saved["src_tokenizer"], saved["tgt_tokenizer"])
             architecture, vocab_sizes = dict(saved["architecture"]), (int(saved["src_vocab_size"]),
                                                                      int(saved["tgt_vocab_size"]))

@@ -23,7 +23,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 from .config import TrainConfig
 from .errors import AttnmtError, first_line
-from .model import resolve_device
+from .families.seam import Model
+from .precision import resolve_device
 
 # What torchrun sets in each process it starts.
 TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
@@ -61,8 +62,9 @@ class Ranks:
         first = self.rank * accumulate
         return [(j, every[j]) for j in range(first, first + accumulate) if every[j]]
 
-    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+    def wrap(self, model: Model) -> torch.nn.Module:
         """The module training calls: the model itself, or DDP around it."""
+        assert isinstance(model, torch.nn.Module), "every family's network is an nn.Module"
         return model
 
     def exchanging(self, model: torch.nn.Module, last: bool) -> ContextManager:
@@ -92,7 +94,8 @@ class ProcessGroupRanks(Ranks):
     def device(self, device: torch.device) -> torch.device:
         return self._device
 
-    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+    def wrap(self, model: Model) -> torch.nn.Module:
+        assert isinstance(model, torch.nn.Module), "every family's network is an nn.Module"
         # Buffers (sinusoids, masks) are never trained: nothing to broadcast at every forward.
         ids = [self._device.index] if self._device.type == "cuda" else None
         return DistributedDataParallel(model, device_ids=ids, forward_sync_buffers=False)

@@ -19,7 +19,7 @@ from typing import Optional
 import torch
 
 from .errors import AttnmtError
-from .family import AttentionView
+from .families.seam import AttentionView
 from .translate import Translator
 from .vocab import EOS_ID, SOS_ID
 

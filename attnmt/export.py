@@ -20,9 +20,9 @@ import torch
 
 from .config import CTRANSLATE2_QUANTIZATIONS
 from .errors import AttnmtError
+from .families.transformer.network import Transformer, sinusoids
 from .files import check_parent_dir
 from .modelfile import CTRANSLATE2_ENGINE_FILE
-from .transformer import Transformer, sinusoids
 from .translate import Translator
 from .vocab import EOS, SOS, UNK
 
@@ -46,10 +46,10 @@ def export_ctranslate2(model_path: str | Path, out_dir: str | Path, quantization
 
     translator = Translator.load(model_path, device="cpu", precision="fp32")
     network = translator.model
-    config = network.config
     if not isinstance(network, Transformer):
         raise AttnmtError(f"{model_path}: CTranslate2 has no RNN encoder-decoder; only Transformer models "
                           f"(model.arch transformer) export to it")
+    config = network.config
     out_dir = Path(out_dir)
     if out_dir.exists() and any(out_dir.iterdir()) and not overwrite:
         raise AttnmtError(f"{out_dir} is not empty; use --overwrite to replace it")

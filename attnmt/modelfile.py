@@ -23,7 +23,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load as load_safetensors_bytes
 from safetensors.torch import save as save_safetensors_bytes
 
-from .config import Config, config_from_dict
+from .config import Config, saved_config
 from .errors import AttnmtError
 from .files import atomic_write
 from .tokenize import Tokenizer, tokenizers_from_dicts
@@ -131,7 +131,7 @@ def read_model(path: str | Path) -> tuple[ModelDescription, dict[str, torch.Tens
     """A model file's (or a checkpoint's) description, its network's weights and all of its metadata."""
     tensors, meta = load_file(path)
     try:
-        description = ModelDescription(config_from_dict(meta["config"]),
+        description = ModelDescription(saved_config(meta["config"]),
                                        *tokenizers_from_dicts(meta["src_tokenizer"], meta["tgt_tokenizer"]),
                                        Vocabulary.from_list(meta["src_vocab"]), Vocabulary.from_list(meta["tgt_vocab"]))
     except (KeyError, ValueError, TypeError, AttnmtError) as err:

@@ -14,11 +14,13 @@ from typing import Optional
 import torch
 from torch import nn
 
-# oneDNN's instruction set caps (ONEDNN_MAX_CPU_ISA) below AVX512_CORE_BF16: under them oneDNN
-# multiplies bf16 without the native instructions, whatever the CPU has.
+from .errors import AttnmtError
+
 # An RNN's state as nn.GRU (h) and nn.LSTM ((h, c)) take and return it.
 TorchRNNState = torch.Tensor | tuple[torch.Tensor, torch.Tensor]
 
+# oneDNN's instruction set caps (ONEDNN_MAX_CPU_ISA) below AVX512_CORE_BF16: under them oneDNN
+# multiplies bf16 without the native instructions, whatever the CPU has.
 ISAS_WITHOUT_BF16 = {"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI"}
 
 
@@ -96,3 +98,21 @@ def run_rnn(rnn: nn.Module, inputs: torch.Tensor, state: TorchRNNState) -> tuple
         with torch.autocast("cpu", enabled=False):
             return rnn(inputs.float(), tuple(s.float() for s in state))
     return rnn(inputs, state)
+
+
+def resolve_device(name: str = "auto") -> torch.device:
+    """`auto` picks the GPU when there is one."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise AttnmtError(f"device {name!r}: expected auto, cpu, cuda or cuda:N") from None
+    if device.type not in ("cpu", "cuda"):
+        raise AttnmtError(f"device {name!r}: attnmt runs on cpu or cuda")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise AttnmtError(f"device {name!r}: this machine has no CUDA GPU that torch can use; use cpu or auto")
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        raise AttnmtError(f"device {name!r}: this machine has {torch.cuda.device_count()} CUDA GPU(s), "
+                          f"numbered from 0")
+    return device

@@ -13,7 +13,7 @@ from typing import Callable, Optional
 import torch
 import torch.nn.functional as F
 
-from .family import Memory, Model, State
+from .families.seam import Memory, Model, State
 from .fast.topk import TopK, block_top_k
 from .vocab import EOS_ID, SOS_ID
 

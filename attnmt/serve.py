@@ -29,7 +29,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from .access import Caller, KeyFile, RateLimited, RateLimits
 from .config import ServeConfig, source_languages, validate_serve
 from .errors import AttnmtError
-from .family import AttentionView
+from .families.seam import AttentionView
 from .libretranslate import PREFIX, LibreTranslateError, RouteLibreTranslate, body_fields, buffered, libretranslate_router
 from .translate import TextTranslator, Translation, lines_of, texts_of
 

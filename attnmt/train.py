@@ -14,16 +14,16 @@ import torch
 from tqdm import tqdm
 
 from .batch import Batch, batch_indices, collate
-from .config import Config, TrainConfig, config_from_dict
+from .config import Config, TrainConfig, saved_config
 from .distributed import Ranks
 from .errors import AttnmtError
 from .evaluate import score_translations
-from .family import Model
+from .families import build_model
+from .families.seam import Model
 from .loss import sequence_loss
 from .metrics import MetricsWriter
-from .model import build_model, resolve_device
 from .modelfile import load_file, model_tensors, network_weights, read_model, save_file
-from .precision import autocast, precision_note
+from .precision import autocast, precision_note, resolve_device
 from .prepare import open_corpus
 from .store import PreparedCorpus
 from .translate import Translator
@@ -111,7 +111,7 @@ def _read_checkpoint(path: Path, config: Config) -> tuple[dict[str, torch.Tensor
     if meta.get("kind") != "checkpoint":
         raise AttnmtError(f"{path}: not a training checkpoint")
     try:  # parsed, so that keys added since the checkpoint was written (model.arch) take their defaults
-        saved = config_from_dict(meta["config"])
+        saved = saved_config(meta["config"])
     except (KeyError, TypeError, AttnmtError) as err:
         raise AttnmtError(f"{path}: checkpoint metadata is incomplete or invalid ({err})") from None
     changed = _differences(saved, config)  # data are checked by their fingerprint

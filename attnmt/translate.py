@@ -15,13 +15,13 @@ import torch
 from .batch import pad
 from .config import Config, override_decode_precision, source_languages
 from .errors import AttnmtError, first_line
-from .family import AttentionView, Model
+from .families import build_model
+from .families.seam import AttentionView, Model
 from .fast import top_k
 from .fast.compiled import compiled_step
 from .fast.int8 import int8_decoding_copy
-from .model import build_model, resolve_device
 from .modelfile import ModelDescription, read_model, save_model
-from .precision import precision_note
+from .precision import precision_note, resolve_device
 from .precision import resolve as resolve_precision
 from .search import Hypothesis, Step, beam_search, greedy
 from .tokenize import Tokenizer

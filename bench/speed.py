@@ -37,9 +37,10 @@ import torch
 from attnmt.batch import collate
 from attnmt.config import Config, load_config
 from attnmt.data import find_split_file, read_lines
-from attnmt.family import Model
+from attnmt.families import build_model
+from attnmt.families.rnn.network import RNNEncoderDecoder
+from attnmt.families.seam import Model
 from attnmt.fast.process import set_up_decoding_process, set_up_training_process
-from attnmt.model import Seq2Seq, build_model
 from attnmt.precision import resolve
 from attnmt.prepare import prepare_corpus
 from attnmt.train import Part, epoch_batches, make_optimizer, train_step
@@ -98,7 +99,7 @@ def transformer_forward_flops(model: Model, lengths: dict[str, int]) -> float:
     return 2.0 * (per_src * lengths["src"] + per_tgt * lengths["tgt"] + 2 * dim * pairs)
 
 
-def rnn_forward_flops(model: Seq2Seq, lengths: dict[str, int]) -> float:
+def rnn_forward_flops(model: RNNEncoderDecoder, lengths: dict[str, int]) -> float:
     """Per source position of each decoder step (T x S), the attention's score (an attn_dim-wide
     dot product after the additive layer) and the context."""
     src_tokens, tgt_tokens, attended = lengths["src"], lengths["tgt"], lengths["tgt_x_src"]

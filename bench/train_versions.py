@@ -26,7 +26,7 @@ import attnmt
 from attnmt.batch import collate
 from attnmt.config import load_config
 from attnmt.fast.process import set_up_training_process
-from attnmt.model import build_model
+from attnmt.families import build_model
 from attnmt.train import Part, make_optimizer, train_step
 set_up_training_process()                       # as attnmt train does
 config_file, precision, updates, threads = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])

@@ -32,12 +32,16 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         shutil.rmtree(OWN_CACHE, ignore_errors=True)
 
 
+RNN_SIZES = {"enc_hidden": 32, "dec_hidden": 48, "attn_dim": 24}
+
+
 def tiny_dates_config(out_dir: Path, **model) -> dict:
     """A model that trains on 1,500 generated dates in a few seconds (not to accuracy)."""
     return {
         "data": {"format": "dates", "num_pairs": 1500, "valid_size": 100, "test_size": 100},
         "tokenizer": {"level": "char"},
-        "model": {"emb_dim": 16, "enc_hidden": 32, "dec_hidden": 48, "attn_dim": 24, "dropout": 0.0, **model},
+        "model": {"emb_dim": 16, "dropout": 0.0, **RNN_SIZES, **model} if model.get("arch", "rnn") == "rnn"
+        else {"emb_dim": 16, "dropout": 0.0, **model},
         "train": {"out_dir": str(out_dir), "epochs": 2, "batch_size": 64, "lr": 0.005},
     }
 

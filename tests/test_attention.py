@@ -8,9 +8,16 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from attnmt.attention import AdditiveAttention, DotAttention, GeneralAttention, LocalAttention, NoAttention, make_attention
-from attnmt.config import ModelConfig
-from attnmt.model import Seq2Seq
+from attnmt.families.rnn.attention import (
+    AdditiveAttention,
+    DotAttention,
+    GeneralAttention,
+    LocalAttention,
+    NoAttention,
+    make_attention,
+)
+from attnmt.families.rnn.config import RNNConfig
+from attnmt.families.rnn.network import RNNEncoderDecoder
 from attnmt.search import greedy
 
 KINDS = ["bahdanau", "concat", "dot", "general", "none"]
@@ -405,9 +412,9 @@ def test_no_state_between_calls(kind):
 
 def tiny_model(kind, order):
     torch.manual_seed(8)
-    config = ModelConfig(rnn="gru", emb_dim=6, enc_hidden=4, bidirectional=True, dec_hidden=8,
+    config = RNNConfig(rnn="gru", emb_dim=6, enc_hidden=4, bidirectional=True, dec_hidden=8,
                          attention=kind, attn_dim=5, decoder=order, dropout=0.0)
-    return Seq2Seq(config, 10, 11).eval()
+    return RNNEncoderDecoder(config, 10, 11).eval()
 
 
 @pytest.mark.parametrize("order", ["bahdanau", "luong"])
@@ -547,9 +554,9 @@ def test_local_sentence_alone_equals_it_padded_in_a_batch(kind, score):
 def test_local_decoder_step_by_step_equals_all_steps_at_once(kind, feeding):
     """Each step reads its own target position: the teacher-forced pass and the pass one step at a
     time (the searches' way) give the same weights and logits."""
-    config = ModelConfig(emb_dim=8, enc_hidden=6, dec_hidden=12, attention=kind, local_window=1, attn_dim=5,
+    config = RNNConfig(emb_dim=8, enc_hidden=6, dec_hidden=12, attention=kind, local_window=1, attn_dim=5,
                          decoder="luong", input_feeding=feeding, dropout=0.0)
-    model = Seq2Seq(config, 10, 11).eval()
+    model = RNNEncoderDecoder(config, 10, 11).eval()
     src, lengths = torch.tensor([[4, 5, 6, 7, 8, 9], [8, 9, 4, 0, 0, 0]]), torch.tensor([6, 3])
     tgt_in = torch.tensor([[2, 4, 5, 6, 7, 8, 9, 4], [2, 8, 9, 4, 5, 0, 0, 0]])
     logits, weights = model(src, lengths, tgt_in)

@@ -10,11 +10,12 @@ from conftest import needs_exact_int8, tiny_dates_config
 
 from attnmt import AttnmtError, Translator, cli
 from attnmt.config import config_from_dict
-from attnmt.family import Model
+from attnmt.families import build_model
+from attnmt.families.rnn.network import RNNEncoderDecoder
+from attnmt.families.seam import Model
 from attnmt.fast.compiled import _program_key, compiled_step
 from attnmt.fast.int8 import int8_decoding_copy
 from attnmt.files import cache_dir
-from attnmt.model import Seq2Seq, build_model
 
 needs_compiler = pytest.mark.skipif(shutil.which(os.environ.get("CXX", "g++")) is None,
                                     reason="no C++ compiler to compile the step with (.ci/run installs g++)")
@@ -153,7 +154,7 @@ def test_unwritable_cache_is_one_clear_error(dates_model, tmp_path, monkeypatch)
 
 
 def test_a_family_without_int8_layers_is_refused_in_one_line(dates_model, monkeypatch):
-    """A model family says what it supports (family.Model); what it does not is one clear error."""
-    monkeypatch.setattr(Seq2Seq, "int8_layers", lambda self: [])
+    """A model family says what it supports (seam.Model); what it does not is one clear error."""
+    monkeypatch.setattr(RNNEncoderDecoder, "int8_layers", lambda self: [])
     with pytest.raises(AttnmtError, match="decode precision int8 does not support model.arch rnn"):
         Translator.load(dates_model, "cpu", "int8").translate(["March 3, 2021"])

@@ -13,7 +13,7 @@ from attnmt import AttnmtError, Translator
 from attnmt.cli import main
 from attnmt.config import config_from_dict
 from attnmt.explain import ExplainedStep, Explanation, explain, render
-from attnmt.family import AttentionView, Probe
+from attnmt.families.seam import AttentionView, Probe
 from attnmt.train import train
 from attnmt.vocab import SOS_ID
 

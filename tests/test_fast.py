@@ -16,24 +16,28 @@ from torch.testing import assert_close
 from attnmt import Translator
 from attnmt.batch import collate, pad
 from attnmt.config import config_from_dict
-from attnmt.decoder import Decoder
-from attnmt.encoder import Encoder
 from attnmt.errors import AttnmtError
-from attnmt.fast import FAST_CLASSES, REFERENCE_CLASSES, top_k, use_fast_paths
-from attnmt.fast.additive import SigmoidAdditiveAttention, SigmoidScore
+from attnmt.families import build_model
+from attnmt.families.rnn.decoder import Decoder
+from attnmt.families.rnn.encoder import Encoder
+from attnmt.families.rnn.fast_attention import SigmoidAdditiveAttention, SigmoidScore
+from attnmt.families.rnn.fast_recurrence import FusedDecoder, GRULayer, GRULayerEncoder
+from attnmt.families.rnn.network import RNNEncoderDecoder
+from attnmt.fast import SHARED_FAST_CLASSES, top_k, use_fast_paths
 from attnmt.fast.dropout import RandDropout
-from attnmt.fast.recurrence import FusedDecoder, GRULayer, GRULayerEncoder
 from attnmt.fast.topk import block_top_k, reference_top_k
 from attnmt.loss import sequence_loss
-from attnmt.model import Seq2Seq, build_model
 from attnmt.precision import autocast
 from attnmt.search import beam_search, greedy
 from attnmt.train import train
 from attnmt.vocab import EOS_ID
 
+RNN_FAST = RNNEncoderDecoder.fast_classes
+FAST_CLASSES = {**SHARED_FAST_CLASSES, **RNN_FAST}
+
 
 def fast_classes(model: nn.Module) -> set[str]:
-    return {type(m).__name__ for m in model.modules() if type(m) in REFERENCE_CLASSES}
+    return {type(m).__name__ for m in model.modules() if type(m) in FAST_CLASSES.values()}
 
 
 # ---------------------------------------------------------------- the switch
@@ -48,10 +52,10 @@ def test_build_model_picks_the_fast_paths_or_the_reference():
     assert all(type(m) is nn.Dropout for m in reference.modules() if isinstance(m, nn.Dropout))
     # Switching keeps every weight: the state dicts are the same tensors.
     state = {k: v.clone() for k, v in fast.state_dict().items()}
-    use_fast_paths(fast, False)
+    use_fast_paths(fast, False, RNN_FAST)
     assert fast_classes(fast) == set()
     assert all(torch.equal(state[k], v) for k, v in fast.state_dict().items()) and state.keys() == fast.state_dict().keys()
-    use_fast_paths(fast, True)
+    use_fast_paths(fast, True, RNN_FAST)
     assert fast_classes(fast) == {"SigmoidAdditiveAttention", "FusedDecoder", "GRULayerEncoder", "RandDropout"}
 
 
@@ -76,7 +80,7 @@ def test_fast_model_trains_and_decodes_like_the_reference(rnn, order, feeding, a
     batch = collate([([5, 6, 7, 8, 9], [9, 10, 11]), ([4, 5], [6, 7, 8, 9, 10, 11]), ([7, 8, 9], [4, 5])], [0, 1, 2])
     results = []
     for fast in (True, False):
-        use_fast_paths(model, fast)
+        use_fast_paths(model, fast, RNN_FAST)
         model.zero_grad()
         logits, _ = model(batch.src, batch.src_lengths, batch.tgt_in)
         loss = sequence_loss(logits, batch.tgt_out)
@@ -122,7 +126,7 @@ def test_sigmoid_additive_attention_equals_the_tanh_form(bias):
     mask = torch.tensor([[True] * 4, [True, True, False, False]])
     results = []
     for fast in (True, False):
-        use_fast_paths(attention, fast)
+        use_fast_paths(attention, fast, RNN_FAST)
         attention.zero_grad()
         context, weights = attention(query, attention.project_keys(memory), memory, mask)
         probe = torch.linspace(-1, 1, weights.numel(), dtype=torch.float64).view_as(weights)
@@ -143,7 +147,7 @@ def encoder_runs(encoder: Encoder, precision: str = "fp32"):
     lengths = torch.tensor([3, 7, 1, 7, 5])                      # unsorted, a one-token sentence
     results = []
     for fast in (True, False):
-        use_fast_paths(encoder, fast)
+        use_fast_paths(encoder, fast, RNN_FAST)
         encoder.zero_grad()
         with autocast(precision, torch.device("cpu")):
             outputs, (final,) = encoder.run_rnn(encoder.embedding(src), lengths)
@@ -167,7 +171,7 @@ def test_gru_layer_encoder_equals_packed_gru(layers, bidirectional):
     for name in ref_grads:
         assert_close(grads[name], ref_grads[name], atol=1e-12, rtol=1e-9, msg=name)
     # Training on a CPU goes through GRULayer, decoding through nn.GRU.
-    use_fast_paths(encoder)
+    use_fast_paths(encoder, True, RNN_FAST)
     calls = []
     encoder.rnn.register_forward_hook(lambda *_: calls.append(1))
     encoder(pad([[5, 6], [7]]), torch.tensor([2, 1]))
@@ -191,7 +195,7 @@ def test_gru_layer_encoder_in_bfloat16_stays_close():
 @pytest.mark.parametrize("layers", [1, 2])
 def test_gru_layer_encoder_ignores_padding(layers):
     torch.manual_seed(0)
-    encoder = use_fast_paths(Encoder(VOCAB, 8, 6, layers, True, "gru", dropout=0.3).eval())
+    encoder = use_fast_paths(Encoder(VOCAB, 8, 6, layers, True, "gru", dropout=0.3).eval(), True, RNN_FAST)
     assert isinstance(encoder, GRULayerEncoder)
     short, longer = [5, 6, 7], [8, 9, 10, 11, 4, 5, 6]
     alone = encoder(torch.tensor([short]), torch.tensor([3]))
@@ -210,12 +214,12 @@ def test_gru_layer_encoder_ignores_padding(layers):
     ("gru", "bahdanau", False, 1, "bahdanau", False), ("gru", "luong", True, 1, "local_m", False)])
 def test_fused_flag(rnn, order, feeding, dec_layers, attention, fused):
     model = use_fast_paths(make_model(rnn=rnn, order=order, input_feeding=feeding, dec_layers=dec_layers,
-                                      attention=attention))
+                                      attention=attention), True, RNN_FAST)
     assert isinstance(model.decoder, FusedDecoder)
     assert model.decoder.fused is fused
 
 
-def fused_and_reference(model: Seq2Seq, dtype=torch.float64, precision="fp32", read_weights=True):
+def fused_and_reference(model: RNNEncoderDecoder, dtype=torch.float64, precision="fp32", read_weights=True):
     """Logits, weights and every parameter's gradient, from the fused loop and from the reference model.
 
     With read_weights the loss reads the attention weights too, so their gradient path is checked
@@ -225,7 +229,7 @@ def fused_and_reference(model: Seq2Seq, dtype=torch.float64, precision="fp32", r
     batch = collate([([5, 6, 7, 8, 9], [9, 10, 11]), ([4, 5], [6, 7, 8, 9, 10, 11]), ([7, 8, 9], [4, 5])], [0, 1, 2])
     results = []
     for fast in (True, False):
-        use_fast_paths(model, fast)
+        use_fast_paths(model, fast, RNN_FAST)
         model.zero_grad()
         with autocast(precision, torch.device("cpu")):
             memory, state = model.encode(batch.src, batch.src_lengths)
@@ -250,7 +254,7 @@ def test_fused_loop_equals_the_reference(attention, tie, read_weights):
     torch.manual_seed(0)
     config = replace(make_config(order="luong", attention=attention, input_feeding=True, emb=32 if tie else 16),
                      tie_embeddings=tie)
-    model = Seq2Seq(config, VOCAB, VOCAB)
+    model = RNNEncoderDecoder(config, VOCAB, VOCAB)
     (logits, weights, grads), (ref_logits, ref_weights, ref_grads) = fused_and_reference(model, read_weights=read_weights)
     assert_close(logits, ref_logits, atol=1e-12, rtol=1e-10)
     assert_close(weights, ref_weights, atol=1e-12, rtol=1e-10)

@@ -10,11 +10,12 @@ import torch
 from torch.testing import assert_close
 
 from attnmt.batch import collate, pad
-from attnmt.config import Config, DataConfig, ModelConfig, validate
-from attnmt.encoder import Encoder
+from attnmt.config import Config, DataConfig, validate
 from attnmt.errors import AttnmtError
+from attnmt.families.rnn.config import RNNConfig
+from attnmt.families.rnn.encoder import Encoder
+from attnmt.families.rnn.network import RNNEncoderDecoder
 from attnmt.loss import sequence_loss
-from attnmt.model import Seq2Seq
 from attnmt.search import greedy
 from attnmt.vocab import EOS_ID, PAD_ID, SOS_ID
 
@@ -22,7 +23,7 @@ VOCAB = 12
 ATTENTIONS = ["bahdanau", "dot", "general", "concat", "none"]
 
 
-def greedy_ids(model: Seq2Seq, src: torch.Tensor, lengths: torch.Tensor, max_lengths: torch.Tensor) -> torch.Tensor:
+def greedy_ids(model: RNNEncoderDecoder, src: torch.Tensor, lengths: torch.Tensor, max_lengths: torch.Tensor) -> torch.Tensor:
     """Greedy outputs as one tensor [B, T]: each sentence's ids, then EOS, then PAD."""
     return pad([h.ids + [EOS_ID] for h in greedy(model, src, lengths, max_lengths)])
 
@@ -37,9 +38,9 @@ def one_thread():
 
 
 def make_config(rnn="gru", order="bahdanau", attention="bahdanau", input_feeding=False, bidirectional=True,
-                enc_layers=1, dec_layers=1, bridge="linear", dropout=0.0, emb=16, dec_hidden=32) -> ModelConfig:
+                enc_layers=1, dec_layers=1, bridge="linear", dropout=0.0, emb=16, dec_hidden=32) -> RNNConfig:
     # enc_hidden x directions == dec_hidden, so `dot` and `copy` are always possible.
-    model = ModelConfig(rnn=rnn, emb_dim=emb, enc_hidden=dec_hidden // (2 if bidirectional else 1),
+    model = RNNConfig(rnn=rnn, emb_dim=emb, enc_hidden=dec_hidden // (2 if bidirectional else 1),
                         enc_layers=enc_layers, bidirectional=bidirectional, dec_hidden=dec_hidden,
                         dec_layers=dec_layers, attention=attention, attn_dim=16, decoder=order,
                         input_feeding=input_feeding, bridge=bridge, dropout=dropout)
@@ -47,9 +48,9 @@ def make_config(rnn="gru", order="bahdanau", attention="bahdanau", input_feeding
     return model
 
 
-def make_model(seed=0, src_vocab=VOCAB, tgt_vocab=VOCAB, **kwargs) -> Seq2Seq:
+def make_model(seed=0, src_vocab=VOCAB, tgt_vocab=VOCAB, **kwargs) -> RNNEncoderDecoder:
     torch.manual_seed(seed)
-    return Seq2Seq(make_config(**kwargs), src_vocab, tgt_vocab)
+    return RNNEncoderDecoder(make_config(**kwargs), src_vocab, tgt_vocab)
 
 
 def tiny_corpus(seed=0, n=8):
@@ -70,7 +71,7 @@ def lstm_or_gru_state_equal(a, b, **kw):
 # ---------------------------------------------------------------- config checks
 
 def test_dot_attention_needs_matching_widths():
-    model = ModelConfig(enc_hidden=16, bidirectional=True, dec_hidden=16, attention="dot")
+    model = RNNConfig(enc_hidden=16, bidirectional=True, dec_hidden=16, attention="dot")
     with pytest.raises(AttnmtError, match="dot"):
         validate(Config(data=DataConfig(path="x"), model=model))
     model.dec_hidden = 32
@@ -78,7 +79,7 @@ def test_dot_attention_needs_matching_widths():
 
 
 def test_input_feeding_needs_luong_order():
-    model = ModelConfig(decoder="bahdanau", input_feeding=True)
+    model = RNNConfig(decoder="bahdanau", input_feeding=True)
     with pytest.raises(AttnmtError, match="input_feeding"):
         validate(Config(data=DataConfig(path="x"), model=model))
 

@@ -16,11 +16,11 @@ from attnmt import precision
 from attnmt.batch import collate
 from attnmt.config import config_from_dict
 from attnmt.errors import AttnmtError
+from attnmt.families.rnn.network import RNNEncoderDecoder
+from attnmt.families.transformer.network import Transformer
 from attnmt.fast import int8 as int8_module
 from attnmt.fast.int8 import Int8Linear, Int8RNN, int8_decoding_copy, int8_products_exact
-from attnmt.model import Seq2Seq
 from attnmt.train import Part, make_optimizer, train, train_step
-from attnmt.transformer import Transformer
 from attnmt.translate import Translator
 
 MODELS = [
@@ -42,7 +42,7 @@ def test_bf16_training_step_gives_the_fp32_loss_and_update(model, tmp_path):
     torch.manual_seed(0)
     configs = {p: config_from_dict({**tiny_dates_config(tmp_path, **model), "train": {"precision": p, "clip": 100.0}})
                for p in ("fp32", "bf16")}
-    fp32 = Seq2Seq(configs["fp32"].model, 40, 30)
+    fp32 = RNNEncoderDecoder(configs["fp32"].model, 40, 30)
     bf16 = copy.deepcopy(fp32)
     batch = random_batch(40, 30)
     losses, updates = {}, {}
@@ -151,7 +151,7 @@ def assert_steps_close(fp32, int8) -> None:
 @pytest.mark.parametrize("model", MODELS + [{"attention": "bahdanau", "decoder": "luong", "tie_embeddings": True}])
 def test_int8_decoding_copy_runs_every_product_of_a_step_in_int8(model):
     torch.manual_seed(0)
-    fp32 = Seq2Seq(config_from_dict(tiny_dates_config("unused", **model)).model, 30, 20).eval()
+    fp32 = RNNEncoderDecoder(config_from_dict(tiny_dates_config("unused", **model)).model, 30, 20).eval()
     int8 = int8_decoding_copy(fp32)
     decoder = int8.decoder
     assert isinstance(decoder.rnn, Int8RNN)
@@ -364,7 +364,7 @@ def test_lstm_decoder_trains_in_fp32_under_bf16_where_onednn_has_no_kernel(monke
     monkeypatch.setattr(precision, "cpu_autocast_lstm", lambda: False)
     model_settings = {"attention": "general", "decoder": "luong", "rnn": "lstm"}
     config = config_from_dict({**tiny_dates_config(tmp_path, **model_settings), "train": {"precision": "bf16"}})
-    model = Seq2Seq(config.model, 40, 30)
+    model = RNNEncoderDecoder(config.model, 40, 30)
     batch = random_batch(40, 30)
     seen = []
     model.decoder.rnn.register_forward_hook(lambda module, inputs, output: seen.append(output[0].dtype))

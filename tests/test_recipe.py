@@ -79,9 +79,9 @@ def test_tied_embeddings(tmp_path):
     assert decoder.output_size == values["model"]["emb_dim"]
     untied = tiny_dates_config(tmp_path, decoder="luong", input_feeding=True)
     n_tied = sum(p.numel() for p in translator.model.parameters())
-    from attnmt.model import Seq2Seq
+    from attnmt.families.rnn.network import RNNEncoderDecoder
 
-    n_untied = sum(p.numel() for p in Seq2Seq(config_from_dict(untied).model, len(translator.src_vocab),
+    n_untied = sum(p.numel() for p in RNNEncoderDecoder(config_from_dict(untied).model, len(translator.src_vocab),
                                               len(translator.tgt_vocab)).parameters())
     assert n_tied < n_untied
     assert translator.translate(["March 3, 2021"])[0].text == Translator.load(result.model_path).translate(
@@ -108,11 +108,11 @@ def test_checkpoint_averaging(tmp_path):
 
 
 def test_init_uniform_bounds_every_weight_and_keeps_padding_zero():
-    from attnmt.model import Seq2Seq
+    from attnmt.families.rnn.network import RNNEncoderDecoder
     from attnmt.vocab import PAD_ID
 
     config = config_from_dict({**tiny_dates_config(Path("unused")), "model": {"init_uniform": 0.05}})
-    model = Seq2Seq(config.model, 30, 20)
+    model = RNNEncoderDecoder(config.model, 30, 20)
     for name, parameter in model.named_parameters():
         assert parameter.abs().max() <= 0.05, name
         assert parameter.std() > 0.01, name  # spread over the range, not left at zero

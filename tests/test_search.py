@@ -7,8 +7,9 @@ import torch
 
 from attnmt import Translator, search
 from attnmt.batch import pad
-from attnmt.config import ModelConfig
-from attnmt.model import build_model
+from attnmt.families import build_model
+from attnmt.families.rnn.config import RNNConfig
+from attnmt.families.transformer.config import TransformerConfig
 from attnmt.search import beam_search, greedy, length_penalty
 from attnmt.vocab import EOS_ID, SOS_ID
 
@@ -25,8 +26,9 @@ def classifier(model) -> torch.nn.Linear:
 
 def random_model(seed: int = 0, **kwargs):
     torch.manual_seed(seed)
-    config = ModelConfig(**{"emb_dim": 16, "enc_hidden": 16, "dec_hidden": 32, "attn_dim": 16, "dropout": 0.0,
-                            **kwargs})
+    config = (TransformerConfig(emb_dim=16, dropout=0.0, **kwargs) if kwargs.get("arch") == "transformer"
+              else RNNConfig(**{"emb_dim": 16, "enc_hidden": 16, "dec_hidden": 32, "attn_dim": 16, "dropout": 0.0,
+                                **kwargs}))
     model = build_model(config, 30, 12).eval()
     with torch.no_grad():  # make EOS likely enough that hypotheses end at different lengths
         classifier(model).bias[EOS_ID] += 1.5

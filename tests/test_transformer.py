@@ -12,13 +12,14 @@ from torch.testing import assert_close
 
 from attnmt import Translator
 from attnmt.batch import collate, pad
-from attnmt.config import Config, DataConfig, ModelConfig, TrainConfig, validate
+from attnmt.config import Config, DataConfig, TrainConfig, validate
 from attnmt.errors import AttnmtError
+from attnmt.families import build_model
+from attnmt.families.transformer.config import TransformerConfig
+from attnmt.families.transformer.network import MultiHeadAttention, Transformer, TransformerState, sinusoids
 from attnmt.loss import sequence_loss
-from attnmt.model import build_model
 from attnmt.search import greedy
 from attnmt.train import make_optimizer
-from attnmt.transformer import MultiHeadAttention, Transformer, TransformerState, sinusoids
 from attnmt.vocab import EOS_ID, SOS_ID
 
 VOCAB = 12
@@ -28,16 +29,16 @@ def make_transformer(seed: int = 0, **kwargs) -> Transformer:
     torch.manual_seed(seed)
     values = {"arch": "transformer", "emb_dim": 16, "heads": 2, "ff_dim": 32, "enc_layers": 2, "dec_layers": 2,
               "dropout": 0.0, **kwargs}
-    config = ModelConfig(**values)
+    config = TransformerConfig(**values)
     validate(Config(data=DataConfig(path="unused"), model=config))
     return build_model(config, VOCAB, VOCAB).eval()
 
 
 def test_config_refusals_name_the_keys():
     with pytest.raises(AttnmtError, match=r"model.emb_dim \(30\) must be a multiple of model.heads \(4\)"):
-        validate(Config(data=DataConfig(path="x"), model=ModelConfig(arch="transformer", emb_dim=30, heads=4)))
+        validate(Config(data=DataConfig(path="x"), model=TransformerConfig(emb_dim=30, heads=4)))
     with pytest.raises(AttnmtError, match="train.teacher_forcing below 1 is for model.arch rnn"):
-        validate(Config(data=DataConfig(path="x"), model=ModelConfig(arch="transformer"),
+        validate(Config(data=DataConfig(path="x"), model=TransformerConfig(),
                         train=TrainConfig(teacher_forcing=0.5)))
 
 
@@ -255,8 +256,8 @@ def test_a_joint_vocabulary_ties_all_three_matrices(tmp_path, arch):
     from attnmt.config import config_from_dict
     from attnmt.train import train
 
-    values = tiny_dates_config(tmp_path, arch=arch, emb_dim=32, heads=4, ff_dim=64, tie_embeddings=True,
-                               share_embeddings=True)
+    sizes = {"heads": 4, "ff_dim": 64} if arch == "transformer" else {}
+    values = tiny_dates_config(tmp_path, arch=arch, emb_dim=32, tie_embeddings=True, share_embeddings=True, **sizes)
     values["data"]["num_pairs"] = 300
     values["train"]["epochs"] = 1
     values["vocab"] = {"joint": True}

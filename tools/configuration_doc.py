@@ -1,10 +1,11 @@
-"""Write docs/configuration.md from attnmt/config.py: every key, its values, default and range.
+"""Write docs/configuration.md from attnmt/config.py and each model family's config
+(attnmt/families/*/config.py): every key, its values, default and range.
 
     python tools/configuration_doc.py            # rewrite docs/configuration.md
     python tools/configuration_doc.py --check    # exit 1 if the file is stale (tests run this)
 
-The meanings are the comments above the fields in config.py, so the settings are documented in
-one place; a comment covers the fields below it up to the next comment.
+The meanings are the comments above the fields in those classes, so each setting is documented
+where it is defined; a comment covers the fields below it up to the next comment.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from attnmt import config
+from attnmt.families import FAMILIES
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "docs" / "configuration.md"
@@ -66,19 +68,24 @@ def values_of(hint: Any, spec: dataclasses.Field) -> str:
     return "text"
 
 
-def section(title: str, cls: type, intro: str, as_flags: bool = False) -> list[str]:
-    """One table per section; a comment over several fields is said once, "〃" below it."""
+def section(title: str, cls: type, intro: str, as_flags: bool = False, level: str = "##",
+            inherited: frozenset[str] = frozenset()) -> list[str]:
+    """One table per section, leaving out the `inherited` fields a family's class repeats; a comment
+    over several fields is said once, "〃" below it."""
     hints = typing.get_type_hints(cls)
     fields = {spec.name: spec for spec in dataclasses.fields(cls)}
-    out = [f"## {title}", ""] + ([intro, ""] if intro else [])
+    out = [f"{level} {title}", ""] + ([intro, ""] if intro else [])
     out += ["| key | values | default | meaning |", "|---|---|---|---|"]
-    for comment, names in comment_groups(cls):
+    for comment, all_names in comment_groups(cls):
+        names = [name for name in all_names if name not in inherited]
         for index, name in enumerate(names):
             spec = fields[name]
             meaning = spec.metadata.get("help") or (comment if index == 0 else "〃" if comment else "")
             meaning = meaning.replace("|", "\\|").replace("<", "&lt;")
             key = "--" + name.replace("_", "-") if as_flags else name
-            out.append(f"| `{key}` | {values_of(hints[name], spec)} | {shown_default(spec.default)} | {meaning} |")
+            values = (" \\| ".join(f"`{arch}`" for arch in FAMILIES) if (cls, name) == (config.ModelConfig, "arch")
+                      else values_of(hints[name], spec))
+            out.append(f"| `{key}` | {values} | {shown_default(spec.default)} | {meaning} |")
     return out + [""]
 
 
@@ -93,6 +100,12 @@ def render() -> str:
     for spec in dataclasses.fields(config.Config):
         cls = typing.get_type_hints(config.Config)[spec.name]
         out += section(f"`{spec.name}`", cls, written_docstring(cls))
+        if cls is config.ModelConfig:
+            for arch, family in FAMILIES.items():
+                out += section(f"`model` keys of `arch: {arch}`", family.config,
+                               f"{written_docstring(family.config)} In `{inspect.getsourcefile(family.config)}`."
+                               .replace(str(REPO) + "/", ""), level="###",
+                               inherited=frozenset(f.name for f in dataclasses.fields(config.ModelConfig)))
     out += section("`attnmt serve` flags", config.ServeConfig,
                    "Not config keys: the limits of `attnmt serve`, not stored in model files.", as_flags=True)
     return "\n".join(out).rstrip() + "\n"

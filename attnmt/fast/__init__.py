@@ -1,9 +1,7 @@
 """Fast paths: faster ways to compute what the reference modules compute, each beside the piece it
-replaces, each tested against it (tests/test_fast.py).
+replaces, each tested against it (tests/test_fast.py). Those of one model family live in its folder
+(families/rnn/fast_attention.py, fast_recurrence.py; families/transformer/fast.py); these serve all:
 
-    additive.py    SigmoidAdditiveAttention: additive scores as 2 vᵀ σ(2x) with their own backward
-    recurrence.py  FusedDecoder, GRULayerEncoder: training's recurrent loops as single autograd
-                   nodes with hand-written backwards
     dropout.py     RandDropout: a cheaper dropout mask on CPUs (16 random bits a value)
     topk.py        block_top_k: the searches' top-k through block maxima
     int8.py        decode.precision int8: every product of a decoding step in int8
@@ -17,36 +15,29 @@ classes (or back), `top_k` picks the searches' top-k. train.fast_paths / decode.
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Mapping, TypeVar
 
 from torch import nn
 
-from ..attention import AdditiveAttention
-from ..decoder import Decoder
-from ..encoder import Encoder
-from .additive import SigmoidAdditiveAttention
 from .dropout import RandDropout
-from .recurrence import FusedDecoder, GRULayerEncoder
 from .topk import TopK, block_top_k, reference_top_k
 
 # Each fast class subclasses its reference class and adds no parameters or buffers, so switching
-# a module's class keeps its weights, its state_dict and everything built around it.
-FAST_CLASSES: dict[type, type] = {
-    AdditiveAttention: SigmoidAdditiveAttention,
-    Decoder: FusedDecoder,
-    Encoder: GRULayerEncoder,
-    nn.Dropout: RandDropout,
-}
-REFERENCE_CLASSES = {fast: reference for reference, fast in FAST_CLASSES.items()}
+# a module's class keeps its weights, its state_dict and everything built around it. A family
+# names its own in its network's `fast_classes`.
+SHARED_FAST_CLASSES: dict[type, type] = {nn.Dropout: RandDropout}
 
 ModuleT = TypeVar("ModuleT", bound=nn.Module)
 
 
-def use_fast_paths(model: ModuleT, enabled: bool = True) -> ModuleT:
-    """Switch every module of `model` that has a fast path to it (enabled) or to its reference class."""
+def use_fast_paths(model: ModuleT, enabled: bool = True, family_classes: Mapping[type, type] = {}) -> ModuleT:
+    """Switch every module of `model` that has a fast path (shared, or among its family's
+    `family_classes`) to it (enabled) or to its reference class."""
+    fast_classes = {**SHARED_FAST_CLASSES, **family_classes}
+    reference_classes = {fast: reference for reference, fast in fast_classes.items()}
     for module in model.modules():
-        reference = REFERENCE_CLASSES.get(type(module), type(module))
-        module.__class__ = FAST_CLASSES.get(reference, reference) if enabled else reference
+        reference = reference_classes.get(type(module), type(module))
+        module.__class__ = fast_classes.get(reference, reference) if enabled else reference
     return model
 
 

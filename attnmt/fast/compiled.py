@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from ..errors import AttnmtError, first_line
-from ..family import Memory, Model, State
+from ..families.seam import Memory, Model, State
 from ..files import cache_dir
 from ..vocab import UNK_ID
 

@@ -19,9 +19,9 @@ import torch
 from torch import nn
 
 from ..errors import AttnmtError
-from ..family import Model
+from ..families.seam import Model
 from ..precision import TorchRNNState
-from .recurrence import gru_cell
+from .gru import gru_cell
 
 INT8_MAX = 127
 TINY = torch.finfo(torch.float32).tiny  # the scale of an all-zero row: any positive number will do

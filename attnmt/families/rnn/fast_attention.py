@@ -12,7 +12,7 @@ from typing import Optional
 
 import torch
 
-from ..attention import AdditiveAttention
+from .attention import AdditiveAttention
 
 
 def sigmoid_hidden(q: torch.Tensor, keys: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:

@@ -25,10 +25,11 @@ from typing import NamedTuple, Optional
 import torch
 from torch.nn import functional as F
 
-from ..attention import AdditiveAttention
-from ..decoder import Decoder, DecoderState, Memory
-from ..encoder import Encoder, RNNState
-from .additive import sigmoid_hidden, sigmoid_hidden_grad
+from ...fast.gru import gru_cell, gru_cell_backward, tanh_
+from .attention import AdditiveAttention
+from .decoder import Decoder, RNNDecoderState, RNNMemory
+from .encoder import Encoder, RNNState
+from .fast_attention import sigmoid_hidden, sigmoid_hidden_grad
 
 
 def product_dtype(device: torch.device, state_dtype: torch.dtype) -> torch.dtype:
@@ -36,42 +37,6 @@ def product_dtype(device: torch.device, state_dtype: torch.dtype) -> torch.dtype
     if torch.is_autocast_enabled(device.type):
         return torch.get_autocast_dtype(device.type)
     return state_dtype
-
-
-def tanh_(x: torch.Tensor) -> torch.Tensor:
-    """tanh in place, as 2σ(2x) - 1: on CPUs cheaper than torch.tanh (docs/speed.md)."""
-    return x.mul_(2).sigmoid_().mul_(2).sub_(1)
-
-
-def gru_cell(gi: torch.Tensor, gh: torch.Tensor, h: torch.Tensor, rz: Optional[torch.Tensor] = None,
-             n: Optional[torch.Tensor] = None, out: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """A GRU's new state [B, H] from its gates' input part gi and recurrent part gh ([B, 3H] each,
-    r, z, n, biases included) and its state h [B, H].
-
-    rz [B, 2H] and n [B, H], if given, receive σ(r, z) and n (a backward reads them); out the new state.
-    """
-    H = h.shape[-1]
-    rz = torch.add(gi[..., : 2 * H], gh[..., : 2 * H], out=rz).sigmoid_()
-    n = tanh_(torch.addcmul(gi[..., 2 * H :], rz[..., :H], gh[..., 2 * H :], out=n))
-    return torch.sub(h, n, out=out).mul_(rz[..., H:]).add_(n)             # n + z (h - n)
-
-
-def gru_cell_backward(grad_h: torch.Tensor, h: torch.Tensor, rz: torch.Tensor, n: torch.Tensor,
-                      gh_n: torch.Tensor, grad_gi: torch.Tensor, grad_gh: torch.Tensor) -> torch.Tensor:
-    """gru_cell's backward, given the new state's gradient grad_h [.., H], the old state h and what
-    the forward kept: σ(r, z) [.., 2H], n and gh's n part [.., H].
-
-    Writes the gradients of gi and gh [.., 3H] into grad_gi and grad_gh and returns h's gradient
-    through the gate z, in grad_h's storage (its path through gh is the caller's product).
-    """
-    H = h.shape[-1]
-    r, z = rz[..., :H], rz[..., H:]
-    torch.mul(n, n, out=grad_gi[..., 2 * H :]).neg_().add_(1).mul_(grad_h).mul_(1 - z)       # n's pre-activation
-    torch.mul(grad_gi[..., 2 * H :], gh_n, out=grad_gi[..., :H]).mul_(r).mul_(1 - r)         # r's
-    torch.sub(h, n, out=grad_gi[..., H : 2 * H]).mul_(grad_h).mul_(z).mul_(1 - z)           # z's
-    grad_gh.copy_(grad_gi)
-    grad_gh[..., 2 * H :] *= r
-    return grad_h.mul_(z)
 
 
 class LoopWeights(NamedTuple):
@@ -123,7 +88,7 @@ class InputFedGRUAttention(torch.autograd.Function):
 
     Inputs: embedded [B, T, E], the target's input embeddings; h0 [B, H]; keys [B, S, A]
     (additive: W_k h; dot/general: [B, S, H]); values [B, S, D]; mask [B, S], True at real
-    tokens; then the LoopWeights. Additive scores take the sigmoid form (fast/additive.py).
+    tokens; then the LoopWeights. Additive scores take the sigmoid form (fast_attention.py).
     State and gate arithmetic is in the weights' precision (at least float32); matrix products run
     in the autocast dtype when autocast is on.
     """
@@ -425,7 +390,7 @@ class FusedDecoder(Decoder):
                 and self.rnn.num_layers == 1 and self.attention.returns_weights
                 and not self.attention.needs_positions)
 
-    def forward(self, tgt_in: torch.Tensor, state: DecoderState, memory: Memory, teacher_forcing: float = 1.0,
+    def forward(self, tgt_in: torch.Tensor, state: RNNDecoderState, memory: RNNMemory, teacher_forcing: float = 1.0,
                 classify_at: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         if teacher_forcing < 1.0 or not self.fused:
             return super().forward(tgt_in, state, memory, teacher_forcing, classify_at)

@@ -26,7 +26,7 @@ from typing import Optional
 import torch
 from torch import nn
 
-from .family import Probe
+from ..seam import Probe
 
 
 class Attention(nn.Module):
@@ -66,7 +66,7 @@ class AdditiveAttention(Attention):
     """Bahdanau's score, also Luong's `concat`: score(q, h_j) = vᵀ tanh(W_q q + W_k h_j).
 
     W_k h_j is computed once per sentence (`project_keys`); Bahdanau's W_q has no bias, concat's
-    W_a [q; h_j] + b does (its W_q part carries b). fast/additive.py computes the same weights faster.
+    W_a [q; h_j] + b does (its W_q part carries b). fast_attention.py computes the same weights faster.
     """
 
     def __init__(self, query_dim: int, key_dim: int, attn_dim: int, bias: bool):

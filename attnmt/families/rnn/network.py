@@ -1,4 +1,4 @@
-"""The whole network: encoder, bridge, attention and decoder, built from a ModelConfig."""
+"""The RNN family's network: encoder, bridge, attention and decoder, built from an RNNConfig."""
 
 from __future__ import annotations
 
@@ -8,37 +8,26 @@ from typing import Optional
 import torch
 from torch import nn
 
+from ...errors import AttnmtError
+from ...fast import use_fast_paths
+from ...vocab import PAD_ID
+from ..seam import AttentionView, Probe
 from .attention import AdditiveAttention, Attention, AttentionProbe, make_attention
-from .config import ModelConfig
-from .decoder import Decoder, DecoderState, Memory
+from .config import RNNConfig
+from .decoder import Decoder, RNNDecoderState, RNNMemory
 from .encoder import Encoder, EncoderOutput, RNNState
-from .errors import AttnmtError
-from .family import AttentionView, Probe
-from .fast import use_fast_paths
-from .transformer import Transformer
-from .vocab import PAD_ID
+from .fast_attention import SigmoidAdditiveAttention
+from .fast_recurrence import FusedDecoder, GRULayerEncoder
 
 
-def resolve_device(name: str = "auto") -> torch.device:
-    """`auto` picks the GPU when there is one."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise AttnmtError(f"device {name!r}: expected auto, cpu, cuda or cuda:N") from None
-    if device.type not in ("cpu", "cuda"):
-        raise AttnmtError(f"device {name!r}: attnmt runs on cpu or cuda")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise AttnmtError(f"device {name!r}: this machine has no CUDA GPU that torch can use; use cpu or auto")
-    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
-        raise AttnmtError(f"device {name!r}: this machine has {torch.cuda.device_count()} CUDA GPU(s), "
-                          f"numbered from 0")
-    return device
+class RNNEncoderDecoder(nn.Module):
+    """An encoder-decoder RNN with attention (Bahdanau et al. 2015; Luong et al. 2015)."""
 
+    # The fast paths of its modules (fast_attention.py, fast_recurrence.py); fast.use_fast_paths switches them.
+    fast_classes: dict[type, type] = {AdditiveAttention: SigmoidAdditiveAttention, Decoder: FusedDecoder,
+                                      Encoder: GRULayerEncoder}
 
-class Seq2Seq(nn.Module):
-    def __init__(self, config: ModelConfig, src_vocab_size: int, tgt_vocab_size: int):
+    def __init__(self, config: RNNConfig, src_vocab_size: int, tgt_vocab_size: int):
         super().__init__()
         self.config = config
         self.encoder = Encoder(src_vocab_size, config.emb_dim, config.enc_hidden, config.enc_layers,
@@ -59,7 +48,7 @@ class Seq2Seq(nn.Module):
                 self.encoder.embedding.weight[PAD_ID].zero_()
                 self.decoder.embedding.weight[PAD_ID].zero_()
 
-    # What the rest of attnmt may ask of a model family (family.Model).
+    # What the rest of attnmt may ask of a model family (seam.Model).
     def describe(self) -> dict[str, int | str | bool]:
         c = self.config
         local = ({"local_window": c.local_window, "local_score": c.local_score}
@@ -85,16 +74,16 @@ class Seq2Seq(nn.Module):
         """Whether decoding steps return attention weights (not for the baseline without attention)."""
         return self.decoder.attention.returns_weights
 
-    def step(self, prev_tokens: torch.Tensor, state: DecoderState, memory: Memory
-             ) -> tuple[torch.Tensor, DecoderState, Optional[torch.Tensor]]:
+    def step(self, prev_tokens: torch.Tensor, state: RNNDecoderState, memory: RNNMemory
+             ) -> tuple[torch.Tensor, RNNDecoderState, Optional[torch.Tensor]]:
         """One decoding step (T > 1 only when the decoder is `parallel`): Decoder.step."""
         return self.decoder.step(prev_tokens, state, memory)
 
-    def encode(self, src: torch.Tensor, src_lengths: torch.Tensor) -> tuple[Memory, DecoderState]:
+    def encode(self, src: torch.Tensor, src_lengths: torch.Tensor) -> tuple[RNNMemory, RNNDecoderState]:
         """Run the encoder once; return what the decoder attends to and its first state."""
         encoded = self.encoder(src, src_lengths)
         keys = self.decoder.attention.project_keys(encoded.outputs)          # [B, S, A]
-        memory = Memory(keys, encoded.outputs, encoded.mask)
+        memory = RNNMemory(keys, encoded.outputs, encoded.mask)
         return memory, self.decoder.initial_state(self._bridge(encoded), src.shape[0])
 
     def _bridge(self, encoded: EncoderOutput) -> RNNState:
@@ -118,13 +107,13 @@ class Seq2Seq(nn.Module):
         _, weights = self(src, src_lengths, tgt_in)
         return {} if weights is None else {"cross": weights[:, None, None]}
 
-    def probed(self, view: AttentionView) -> tuple["Seq2Seq", Probe, AttentionView]:
+    def probed(self, view: AttentionView) -> tuple["RNNEncoderDecoder", Probe, AttentionView]:
         if view.kind != "cross" or view.layer is not None or view.head is not None:
             raise AttnmtError("an RNN model has one attention, of the output over the source: layers, heads and "
                               "self-attention are for Transformer models")
         if not self.returns_attention:
             raise AttnmtError("this model has no attention (model.attention none): there is nothing to explain")
-        network = use_fast_paths(copy.deepcopy(self), False).eval()
+        network = use_fast_paths(copy.deepcopy(self), False, self.fast_classes).eval()
         attention = network.decoder.attention
         assert isinstance(attention, Attention), "probed twice"
         probe = Probe()
@@ -143,14 +132,3 @@ class Seq2Seq(nn.Module):
         """Logits [B, T, V] ([N, V] at `classify_at`, see Decoder.forward) and attention weights [B, T, S]."""
         memory, state = self.encode(src, src_lengths)
         return self.decoder(tgt_in, state, memory, teacher_forcing, classify_at)
-
-
-# The model families, by model.arch: each network is built from (config, source vocabulary size,
-# target vocabulary size) and implements family.Model.
-Network = Seq2Seq | Transformer
-FAMILIES: dict[str, type[Network]] = {"rnn": Seq2Seq, "transformer": Transformer}
-
-
-def build_model(config: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, fast_paths: bool = True) -> Network:
-    """The network of the family `config.arch`, with its fast paths (fast/) or the reference modules only."""
-    return use_fast_paths(FAMILIES[config.arch](config, src_vocab_size, tgt_vocab_size), fast_paths)

@@ -23,10 +23,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .config import ModelConfig
-from .errors import AttnmtError
-from .family import AttentionView, Probe, SourceMemory
-from .vocab import PAD_ID
+from ...errors import AttnmtError
+from ...vocab import PAD_ID
+from ..seam import AttentionView, Probe, SourceMemory
+from .config import TransformerConfig
 
 
 class MultiHeadAttention(nn.Module):
@@ -107,7 +107,7 @@ class Residual(nn.Module):
 
 
 class EncoderLayer(nn.Module):
-    def __init__(self, config: ModelConfig):
+    def __init__(self, config: TransformerConfig):
         super().__init__()
         dim, pre = config.emb_dim, config.norm == "pre"
         self.self_attention = MultiHeadAttention(dim, config.heads, config.attn_dropout)
@@ -123,7 +123,7 @@ class EncoderLayer(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, config: ModelConfig):
+    def __init__(self, config: TransformerConfig):
         super().__init__()
         dim, pre = config.emb_dim, config.norm == "pre"
         # HeadsProbes in attnmt explain's probed copy (Transformer.probed)
@@ -243,11 +243,12 @@ def sinusoids(positions: torch.Tensor, dim: int) -> torch.Tensor:
 
 
 class Transformer(nn.Module):
-    """Encoder and decoder stacks, the embeddings and the output layer: family.Model."""
+    """Encoder and decoder stacks, the embeddings and the output layer: seam.Model."""
 
     returns_attention = True
+    fast_classes: dict[type, type] = {}
 
-    def __init__(self, config: ModelConfig, src_vocab_size: int, tgt_vocab_size: int):
+    def __init__(self, config: TransformerConfig, src_vocab_size: int, tgt_vocab_size: int):
         super().__init__()
         self.config = config
         dim = config.emb_dim

@@ -1,7 +1,7 @@
 """The seam between a model family and the rest of attnmt: what search, translate, serve, compile
 and int8 may ask of a model, its encoder memory and its decoder state. Nothing outside a family
-knows a tensor layout; a second family (model.arch) implements these and registers its network in
-model.FAMILIES.
+knows a tensor layout; each family (model.arch) implements these in its folder and is registered
+in families/__init__.py.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Protocol, Ty
 
 import torch
 
-from .config import ModelConfig
+from ..config import ModelConfig
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -67,7 +67,11 @@ class Model(Protocol[MemoryT, StateT]):
     """A model family's network: an nn.Module, of which the rest of attnmt uses the members below;
     its steps take the memory and state of its own encode."""
 
-    config: ModelConfig
+    # Its modules' fast classes by reference class (fast.use_fast_paths switches them); may be empty.
+    fast_classes: dict[type, type]
+
+    @property
+    def config(self) -> ModelConfig: ...                     # its family's config (a ModelConfig subclass)
 
     @property
     def returns_attention(self) -> bool: ...  # decoding steps return weights over the source

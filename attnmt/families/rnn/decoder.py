@@ -14,14 +14,14 @@ from typing import NamedTuple, Optional
 import torch
 from torch import nn
 
+from ...precision import run_rnn
+from ...vocab import PAD_ID
+from ..seam import SourceMemory
 from .attention import Attention, AttentionProbe
 from .encoder import RNN_CLASSES, RNNState, as_state, as_torch_state
-from .family import SourceMemory
-from .precision import run_rnn
-from .vocab import PAD_ID
 
 
-class Memory(SourceMemory):
+class RNNMemory(SourceMemory):
     """What the decoder attends to, computed once per sentence; rows are sentences (or beams)."""
 
     def __init__(self, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor):
@@ -31,7 +31,7 @@ class Memory(SourceMemory):
         self.mask = mask      # [B, S] True at real tokens
 
 
-class DecoderState(NamedTuple):
+class RNNDecoderState(NamedTuple):
     """The decoder's state between steps; rows are sentences (or beams)."""
 
     hidden: tuple[torch.Tensor, ...]      # (h,) for a GRU, (h, c) for an LSTM, each [layers, B, H]
@@ -50,20 +50,20 @@ class DecoderState(NamedTuple):
         rows: list[tuple[int, Optional[int]]] = [(1, None)] * len(self.hidden)
         return rows + [(0, None)] * len(self._extras())
 
-    def make_room(self, positions: int) -> "DecoderState":
+    def make_room(self, positions: int) -> "RNNDecoderState":
         return self  # its tensors keep no positions: a step never grows them
 
-    def like(self, tensors: list[torch.Tensor]) -> "DecoderState":
+    def like(self, tensors: list[torch.Tensor]) -> "RNNDecoderState":
         """A state of this one's structure from a flat list as `tensors()` gives it."""
         rest = iter(tensors[len(self.hidden):])
-        return DecoderState(tuple(tensors[: len(self.hidden)]), None if self.attn_vector is None else next(rest),
+        return RNNDecoderState(tuple(tensors[: len(self.hidden)]), None if self.attn_vector is None else next(rest),
                             None if self.position is None else next(rest))
 
-    def select(self, index: torch.Tensor) -> "DecoderState":
+    def select(self, index: torch.Tensor) -> "RNNDecoderState":
         """Keep (or repeat) the rows `index`, e.g. to follow beams."""
         return self.like([t.index_select(dim, index) for t, (dim, _) in zip(self.tensors(), self.dims())])
 
-    def put(self, index: torch.Tensor, source: "DecoderState") -> None:
+    def put(self, index: torch.Tensor, source: "RNNDecoderState") -> None:
         """Overwrite the rows `index` in place with the rows of `source`."""
         for mine, theirs, (dim, _) in zip(self.tensors(), source.tensors(), self.dims()):
             mine.index_copy_(dim, index, theirs)
@@ -103,15 +103,15 @@ class Decoder(nn.Module):
         """True when, given the gold target, every step can be computed in one call."""
         return self.order == "luong" and not self.input_feeding
 
-    def initial_state(self, hidden: RNNState, batch_size: int) -> DecoderState:
+    def initial_state(self, hidden: RNNState, batch_size: int) -> RNNDecoderState:
         top = top_layer(hidden)
         attn_vector = top.new_zeros(batch_size, self.output_size) if self.input_feeding else None
         position = (torch.ones(batch_size, dtype=torch.long, device=top.device)
                     if self.attention.needs_positions else None)
-        return DecoderState(hidden, attn_vector, position)
+        return RNNDecoderState(hidden, attn_vector, position)
 
-    def step(self, prev_tokens: torch.Tensor, state: DecoderState, memory: Memory
-             ) -> tuple[torch.Tensor, DecoderState, Optional[torch.Tensor]]:
+    def step(self, prev_tokens: torch.Tensor, state: RNNDecoderState, memory: RNNMemory
+             ) -> tuple[torch.Tensor, RNNDecoderState, Optional[torch.Tensor]]:
         """Decode T steps given the previous tokens [B, T]; T > 1 only when `parallel`.
 
         Returns logits [B, T, V], the new state and the attention weights [B, T, S] (None for `none`).
@@ -128,8 +128,8 @@ class Decoder(nn.Module):
             features = features[at]                                         # [N, O]
         return self.classifier(self.dropout(features))
 
-    def _features(self, embedded: torch.Tensor, state: DecoderState, memory: Memory
-                  ) -> tuple[torch.Tensor, DecoderState, Optional[torch.Tensor]]:
+    def _features(self, embedded: torch.Tensor, state: RNNDecoderState, memory: RNNMemory
+                  ) -> tuple[torch.Tensor, RNNDecoderState, Optional[torch.Tensor]]:
         """The decoding step of either paper: the vector the classifier reads, [B, T, O], for T steps
         given their input embeddings y [B, T, E] (T > 1 only when `parallel`); h_j are the encoder's outputs."""
         steps = embedded.shape[1]
@@ -154,14 +154,14 @@ class Decoder(nn.Module):
         features = torch.tanh(self.combine(combined))                       # [B, T, O] = t_i or h~_t
         attn_vector = features[:, -1] if self.input_feeding else None
         position = None if state.position is None else state.position + steps
-        return features, DecoderState(hidden, attn_vector, position), weights
+        return features, RNNDecoderState(hidden, attn_vector, position), weights
 
     def _recur(self, inputs: torch.Tensor, hidden: RNNState) -> tuple[torch.Tensor, RNNState]:
         """The RNN over inputs [B, T, I]: its outputs [B, T, H] and the new hidden state."""
         output, new = run_rnn(self.rnn, inputs, as_torch_state(self.rnn, hidden))
         return output, as_state(new)
 
-    def forward(self, tgt_in: torch.Tensor, state: DecoderState, memory: Memory, teacher_forcing: float = 1.0,
+    def forward(self, tgt_in: torch.Tensor, state: RNNDecoderState, memory: RNNMemory, teacher_forcing: float = 1.0,
                 classify_at: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         """Logits [B, T, V] and weights [B, T, S] for the whole target, `<sos> y1 .. yn` [B, T].
 
@@ -175,7 +175,7 @@ class Decoder(nn.Module):
             return self.classify(features, classify_at), weights
         return self.forward_step_by_step(tgt_in, state, memory, teacher_forcing, classify_at)
 
-    def forward_step_by_step(self, tgt_in: torch.Tensor, state: DecoderState, memory: Memory,
+    def forward_step_by_step(self, tgt_in: torch.Tensor, state: RNNDecoderState, memory: RNNMemory,
                              teacher_forcing: float = 1.0, classify_at: Optional[torch.Tensor] = None
                              ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         """`forward` for any configuration, one `_features` call per step."""

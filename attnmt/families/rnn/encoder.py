@@ -13,8 +13,8 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from .precision import TorchRNNState
-from .vocab import PAD_ID
+from ...precision import TorchRNNState
+from ...vocab import PAD_ID
 
 # GRU: (h,); LSTM: (h, c); each [layers, B, H].
 RNNState = tuple[torch.Tensor, ...]

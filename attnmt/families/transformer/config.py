@@ -1,0 +1,38 @@
+"""The Transformer family's settings: model.arch transformer, its keys beside the shared ones, and its checks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from ...config import Config, ModelConfig, ranged
+from ...errors import AttnmtError
+
+
+@dataclass
+class TransformerConfig(ModelConfig):
+    """The Transformer (Vaswani et al. 2017); emb_dim is its model width d."""
+
+    arch: str = "transformer"
+    # Attention heads (emb_dim must divide by them), the feed-forward width, its activation,
+    # dropout on attention weights and inside the feed-forward block, where the LayerNorm goes (pre:
+    # each block's input, and the stack's output; post: after each residual sum, as in the paper),
+    # and position encodings (sinusoidal, or learned for max_positions positions; later ones share
+    # the last).
+    heads: int = ranged(4, "[1, 1024]")
+    ff_dim: int = ranged(1024, "[1, 1000000]")
+    activation: Literal["relu", "gelu"] = "relu"
+    attn_dropout: float = ranged(0.0, "[0, 1)")
+    act_dropout: float = ranged(0.0, "[0, 1)")
+    norm: Literal["pre", "post"] = "pre"
+    positions: Literal["sinusoidal", "learned"] = "sinusoidal"
+    max_positions: int = ranged(1024, "[1, 1000000]")
+
+    def check(self, config: Config) -> None:
+        super().check(config)
+        if self.emb_dim % self.heads:
+            raise AttnmtError(f"model.emb_dim ({self.emb_dim}) must be a multiple of model.heads ({self.heads}): "
+                              f"each head gets emb_dim / heads dimensions")
+        if config.train.teacher_forcing < 1:
+            raise AttnmtError("train.teacher_forcing below 1 is for model.arch rnn; the Transformer trains on "
+                              "the gold prefix (1.0)")
