@@ -378,3 +378,21 @@ def test_source_languages_default_to_src_lang(tmp_path):
     path = write(tmp_path, "data:\n  format: dates\n  src_lang: fr\n")
     assert source_languages(load_config(path).data) == ["fr"]
     assert source_languages(load_config(path, ["data.source_languages=en de pt-BR"]).data) == ["en", "de", "pt-BR"]
+
+
+def test_each_family_owns_its_keys(tmp_path):
+    from attnmt.families.rnn.config import RNNConfig
+    from attnmt.families.transformer.config import TransformerConfig
+
+    path = write(tmp_path, BASE)
+    assert type(load_config(path).model) is RNNConfig
+    # A key of another family is refused, naming the key, the family it belongs to and this one's keys.
+    with pytest.raises(AttnmtError, match=r"override 'model.arch=transformer': model.rnn is a key of model.arch "
+                                          r"rnn, not of this config's transformer; its keys: .*heads"):
+        load_config(path, ["model.arch=transformer"])
+    with pytest.raises(AttnmtError, match=r"model.heads is a key of model.arch transformer, not of this config's rnn"):
+        load_config(path, ["model.heads=8"])
+    with pytest.raises(AttnmtError, match=r"model.arch: 'gpt' is not one of rnn, transformer"):
+        load_config(path, ["model.arch=gpt"])
+    model = load_config(write(tmp_path, "data: {path: x}\nmodel: {arch: transformer, heads: 8}\n")).model
+    assert type(model) is TransformerConfig and model.heads == 8 and model.arch == "transformer"
