@@ -1,7 +1,7 @@
 """Decoding: from source ids to output ids, with the attention weights of every step.
 
 Both searches run their sentences through one batch of at most `batch_size` sentences
-(`Beams`): when a sentence ends, a waiting one takes over its rows, so the batch stays full
+(`DecodingBatch`): when a sentence ends, a waiting one takes over its rows, so the batch stays full
 instead of thinning out to the last long sentence of every group.
 """
 
@@ -49,7 +49,7 @@ def rows_to_keep(live: torch.Tensor) -> Optional[torch.Tensor]:
     return torch.cat([live.nonzero().squeeze(1), (~live).nonzero().squeeze(1)[: size - count]])
 
 
-class Beams:
+class DecodingBatch:
     """The sentences being decoded, `width` rows each (one per live hypothesis), and those waiting.
 
     Sentences join in the order given (longest first is best: similar lengths share the batch,
@@ -224,20 +224,20 @@ def greedy(model: Model, src: torch.Tensor, src_lengths: torch.Tensor, max_lengt
     decode at once; `step` replaces the model's decoder step and `top_k` torch.topk (fast/topk.py).
     Returns one hypothesis per sentence.
     """
-    beams = Beams(model, src, src_lengths, max_lengths, 1, batch_size, step)
+    batch = DecodingBatch(model, src, src_lengths, max_lengths, 1, batch_size, step)
     results: dict[int, Hypothesis] = {}                                         # by sentence
-    while beams.decoding():
-        logits, weights = beams.decode()                                        # [b, V], [b, S]
+    while batch.decoding():
+        logits, weights = batch.decode()                                        # [b, V], [b, S]
         # A sentence at its length limit ends here, as if it had produced EOS.
         log_probs = torch.log_softmax(logits.float(), dim=-1)                   # [b, V]
         _, tokens = top_k(log_probs, 1)                                         # [b, 1]
-        tokens = tokens.squeeze(1).masked_fill_(beams.at_limit(), EOS_ID)      # [b]
-        scores = beams.scores[:, 0] + log_probs.gather(1, tokens.unsqueeze(1)).squeeze(1)  # [b]
-        ended = (tokens == EOS_ID) & beams.live
+        tokens = tokens.squeeze(1).masked_fill_(batch.at_limit(), EOS_ID)      # [b]
+        scores = batch.scores[:, 0] + log_probs.gather(1, tokens.unsqueeze(1)).squeeze(1)  # [b]
+        ended = (tokens == EOS_ID) & batch.live
         for row in ended.nonzero().squeeze(1).tolist():
-            results[int(beams.sentence[row])] = beams.hypothesis(row, float(scores[row]))
-        beams.choose(None, tokens, scores.unsqueeze(1), weights)
-        beams.retire(ended)
+            results[int(batch.sentence[row])] = batch.hypothesis(row, float(scores[row]))
+        batch.choose(None, tokens, scores.unsqueeze(1), weights)
+        batch.retire(ended)
     return [results[i] for i in range(src.shape[0])]                            # every sentence ends
 
 
@@ -271,13 +271,13 @@ def beam_search(model: Model, src: torch.Tensor, src_lengths: torch.Tensor, max_
     `step` replaces the model's decoder step and `top_k` torch.topk (fast/topk.py).
     """
     k = beam_size
-    beams = Beams(model, src, src_lengths, max_lengths, k, batch_size, step)
+    batch = DecodingBatch(model, src, src_lengths, max_lengths, k, batch_size, step)
     finished: list[list[Hypothesis]] = [[] for _ in range(src.shape[0])]
-    while beams.decoding():
-        logits, weights = beams.decode()                                            # [b*K, V]
+    while batch.decoding():
+        logits, weights = batch.decode()                                            # [b*K, V]
         vocab = logits.shape[-1]
-        candidates = torch.log_softmax(logits.float(), dim=-1).add_(beams.scores.view(-1, 1))  # [b*K, V]
-        at_limit = beams.at_limit()
+        candidates = torch.log_softmax(logits.float(), dim=-1).add_(batch.scores.view(-1, 1))  # [b*K, V]
+        at_limit = batch.at_limit()
         if at_limit.any():  # at the length limit only EOS may follow
             not_eos = torch.arange(vocab, device=logits.device) != EOS_ID
             candidates.masked_fill_(at_limit.unsqueeze(1) & not_eos, float("-inf"))
@@ -288,18 +288,18 @@ def beam_search(model: Model, src: torch.Tensor, src_lengths: torch.Tensor, max_
         is_eos = (next_token == EOS_ID) & torch.isfinite(top_scores)
 
         for i, j in is_eos[:, :k].nonzero().tolist():  # EOS among the best K: a finished hypothesis
-            hypotheses = finished[int(beams.sentence[i])]
-            if beams.live[i] and len(hypotheses) < k:
-                hypotheses.append(beams.hypothesis(int(from_row[i, j]), float(top_scores[i, j]), alpha))
+            hypotheses = finished[int(batch.sentence[i])]
+            if batch.live[i] and len(hypotheses) < k:
+                hypotheses.append(batch.hypothesis(int(from_row[i, j]), float(top_scores[i, j]), alpha))
 
         live_scores = top_scores.masked_fill(next_token == EOS_ID, float("-inf"))
         scores, pick = live_scores.topk(k, dim=1)                                   # [b, K]
-        beams.choose(from_row.gather(1, pick).view(-1), next_token.gather(1, pick).view(-1), scores, weights)
+        batch.choose(from_row.gather(1, pick).view(-1), next_token.gather(1, pick).view(-1), scores, weights)
 
-        limits = beams.max_lengths[beams.sentence]
+        limits = batch.max_lengths[batch.sentence]
         ended = at_limit.view(b, k)[:, 0] | torch.tensor(
             [settled(finished[s], k, n_best, live, limit, alpha)
-             for s, live, limit in zip(beams.sentence.tolist(), scores[:, 0].tolist(), limits.tolist())],
+             for s, live, limit in zip(batch.sentence.tolist(), scores[:, 0].tolist(), limits.tolist())],
             device=logits.device)
-        beams.retire(ended & beams.live)
+        batch.retire(ended & batch.live)
     return [sorted(hyps, key=lambda h: -h.score)[:n_best] for hyps in finished]
