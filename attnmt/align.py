@@ -39,12 +39,18 @@ import numpy as np
 import torch
 
 from .batch import pad
-from .config import ALIGN_METHODS, ALIGN_STEPS, SYMMETRIZATIONS
 from .errors import AttnmtError
+from .families.seam import AttentionView
 from .translate import Translator
 from .vocab import SOS_ID
 
 Link = tuple[int, int]                      # (source word, target word), from 0
+# How attention becomes links, and how the links of two directions combine (the module's docstring).
+ALIGN_METHODS = ("argmax", "threshold")
+SYMMETRIZATIONS = ("intersect", "union", "grow-diag", "grow-diag-final")
+# Which decoding step's attention aligns a target token: the step that writes it, or the next one,
+# which reads it.
+ALIGN_STEPS = ("output", "input")
 
 
 @dataclass
@@ -113,10 +119,7 @@ def word_attention(translator: Translator, pairs: list[tuple[list[str], list[str
 def _chosen(cross: torch.Tensor, layer: Optional[int], head: Optional[int]) -> torch.Tensor:
     """One map [B, T, S] of cross-attention [B, layers, heads, T, S]."""
     layers, heads = cross.shape[1:3]
-    if layer is not None and not 1 <= layer <= layers:
-        raise AttnmtError(f"layer {layer}: this model's cross-attention has layers 1 to {layers}")
-    if head is not None and not 1 <= head <= heads:
-        raise AttnmtError(f"head {head}: this model's cross-attention has heads 1 to {heads}")
+    AttentionView("cross", layer, head).check({"cross": (layers, heads)})
     chosen = cross[:, (layer or default_layer(layers)) - 1]                            # [B, heads, T, S]
     return chosen.mean(1) if head is None else chosen[:, head - 1]
 

@@ -36,14 +36,6 @@ def parse_yaml(text: str) -> Any:
 TrainPrecision = Literal["fp32", "bf16", "auto"]
 DecodePrecision = Literal["fp32", "bf16", "int8", "auto"]
 PRECISIONS: tuple[DecodePrecision, ...] = typing.get_args(DecodePrecision)
-# How `attnmt export --to ctranslate2` may store the weights (CTranslate2's quantization names).
-CTRANSLATE2_QUANTIZATIONS = ("int8", "int8_float32", "int16", "float16", "bfloat16")
-# How `attnmt align` turns attention into links, and combines the links of two directions (align.py).
-ALIGN_METHODS = ("argmax", "threshold")
-SYMMETRIZATIONS = ("intersect", "union", "grow-diag", "grow-diag-final")
-# Which decoding step's attention aligns a target token: the step that writes it, or the next one,
-# which reads it (align.py).
-ALIGN_STEPS = ("output", "input")
 
 
 @dataclass(frozen=True)

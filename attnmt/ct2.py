@@ -81,11 +81,11 @@ class CTranslate2Translator(TextTranslator):
 
     def _search(self, sources: list[list[str]], n_best: int, beam_size: int, alpha: float,
                 batch_size: int) -> list[list[Translation]]:
-        decode = self.config.decode
         # CTranslate2 takes one length limit per call, attnmt one per sentence (by its source
         # length): one call with the longest limit, each output then cut to its own. For greedy
         # search that is exactly attnmt's rule; a beam's hypotheses can only be cut after the search.
-        limits = [int(len(tokens) * decode.max_len_ratio) + decode.max_len_extra for tokens in sources]
+        # CTranslate2's max_decoding_length counts the tokens it returns, <eos> left out, as the rule does.
+        limits = [self.max_output_tokens(len(tokens)) for tokens in sources]
         outputs = self.engine.translate_batch(
             sources, max_batch_size=batch_size, beam_size=beam_size, num_hypotheses=n_best, length_penalty=alpha,
             return_attention=True, max_input_length=0, max_decoding_length=max(limits))

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import bisect
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional
 
 import sacrebleu
 
 from .errors import AttnmtError
 from .tokenize import WordTokenizer
-from .translate import TextTranslator, Translator
+from .translate import TextTranslator
 
 
 def exact_match(hypotheses: list[str], references: list[str]) -> float:
@@ -61,19 +63,49 @@ def exact_match_any(sources: list[str], hypotheses: list[str], references: list[
     return sum(h.strip() in accepted[s] for s, h in zip(sources, hypotheses)) / len(references)
 
 
-def score_translations(translator: Translator, pairs: list[tuple[str, str]], beam_size: Optional[int] = None,
+@dataclass
+class Evaluation:
+    """One model's scores of sentence pairs (`attnmt evaluate`)."""
+
+    scores: dict[str, float | str]            # score_outputs': exact match (%), BLEU, chrF, ...
+    by_length: Optional[list[dict]] = None    # bleu_by_length's rows, where asked for
+
+    def lines(self) -> list[str]:
+        """The scores as `attnmt evaluate` prints them: `name: value`, then the BLEU of each length bucket."""
+        lines = [f"{key}: {value}" for key, value in self.scores.items()]
+        if self.by_length is not None:
+            lines.append("bleu by source length (word tokens):")
+            for row in self.by_length:
+                bleu = "-" if row["bleu"] is None else f"{row['bleu']:.2f}"
+                lines.append(f"  {row['bucket']:>7}  sentences {row['sentences']:>5}  bleu {bleu}")
+        return lines
+
+
+def evaluate(translator: TextTranslator, pairs: list[tuple[str, str]], beam_size: Optional[int] = None,
+             alpha: Optional[float] = None, lc_tok: bool = False, edges: Optional[tuple[int, ...]] = None,
+             name: str = "the list of pairs") -> Evaluation:
+    """Translate the sources of (source, reference) pairs and score the outputs: exact match (%),
+    BLEU and chrF, with `lc_tok` the tutorials' lowercased-token BLEU, and with `edges` (length
+    bucket bounds, e.g. LENGTH_EDGES) BLEU by source length. `name` says what the pairs are when
+    there are none."""
+    if not pairs:
+        raise AttnmtError(f"nothing to score: {name} has no sentences")
+    sources, references = [s for s, _ in pairs], [r for _, r in pairs]
+    hypotheses = [t.text for t in translator.translate(sources, beam_size, alpha)]
+    scores = score_outputs(translator, pairs, hypotheses, lc_tok)
+    by_length = None if edges is None else bleu_by_length(sources, hypotheses, references, edges, lc_tok)
+    return Evaluation(scores, by_length)
+
+
+def score_translations(translator: TextTranslator, pairs: list[tuple[str, str]], beam_size: Optional[int] = None,
                        alpha: Optional[float] = None, lc_tok: bool = False) -> dict:
-    """Exact match (%), BLEU and chrF of the translator's outputs for (source, reference) pairs,
-    and with `lc_tok` the tutorials' lowercased-token BLEU."""
-    hypotheses = [t.text for t in translator.translate([s for s, _ in pairs], beam_size, alpha)]
-    return score_outputs(translator, pairs, hypotheses, lc_tok)
+    """evaluate's scores alone (training's validation and test, bench/)."""
+    return evaluate(translator, pairs, beam_size, alpha, lc_tok).scores
 
 
 def score_outputs(translator: TextTranslator, pairs: list[tuple[str, str]], hypotheses: list[str],
                   lc_tok: bool = False) -> dict:
-    """The scores of `score_translations` for outputs already made."""
-    if not pairs:
-        raise AttnmtError("nothing to score: no sentence pairs")
+    """The scores of `evaluate` for outputs already made (at least one pair)."""
     sources = [s for s, _ in pairs]
     references = [r for _, r in pairs]
     # Exact match forgives what the tokenizer normalizes away (odd spaces; case when lowercasing).
@@ -137,3 +169,19 @@ def bleu_by_length(sources: list[str], hypotheses: list[str], references: list[s
             bleu = lowercased_token_bleu(hyps, refs) if lc_tok else corpus_scores(hyps, refs)["bleu"]
         rows.append({"bucket": label, "sentences": len(hyps), "bleu": bleu})
     return rows
+
+
+def chart_by_length(evaluations: dict[str, Evaluation], path: str | Path, lc_tok: bool = False) -> None:
+    """Draw the BLEU by source length of each evaluation (name -> Evaluation, all with the same
+    buckets) into one PNG chart."""
+    from .plot import plot_bleu_by_length  # matplotlib: only when a chart is drawn
+
+    rows: dict[str, list[dict]] = {}
+    for name, evaluation in evaluations.items():
+        if evaluation.by_length is None:
+            raise ValueError(f"{name}: evaluated without length buckets; evaluate(..., edges=LENGTH_EDGES) makes them")
+        rows[name] = evaluation.by_length
+    first = next(iter(rows.values()))
+    plot_bleu_by_length([r["bucket"] for r in first], {name: [r["bleu"] for r in bucketed] for name, bucketed in rows.items()},
+                        [r["sentences"] for r in first], path,
+                        title="BLEU by source length" + (" (lowercased tokens)" if lc_tok else ""))

@@ -20,7 +20,7 @@ import torch
 
 from .errors import AttnmtError
 from .families.seam import AttentionView
-from .translate import Translator
+from .translate import TextTranslator, Translator
 from .vocab import EOS_ID, SOS_ID
 
 TOP = 5
@@ -54,17 +54,21 @@ class Explanation:
 
 
 @torch.inference_mode()
-def explain(translator: Translator, sentence: str, view: AttentionView = AttentionView()) -> Explanation:
-    """The numbers of every greedy decoding step of `sentence` for the attention `view`."""
+def explain(translator: TextTranslator, sentence: str, view: AttentionView = AttentionView()) -> Explanation:
+    """The numbers of every greedy decoding step of `sentence` for the attention `view`, where the
+    translator's engine can open its steps (`explains`: attnmt's own)."""
+    if not translator.explains or not isinstance(translator, Translator):
+        raise AttnmtError(f"the {translator.engine_info().engine} engine gives no per-step numbers: explain the model "
+                          f"file (.safetensors) with attnmt's own engine")
     source_tokens = translator.tokenize_source(sentence)
     if not source_tokens:
         raise AttnmtError("nothing to explain: the sentence is empty")
+    view.check(translator.model.map_shapes())
     network, probe, view = translator.model.probed(view)
     device = translator.device
     src = torch.tensor([translator.src_vocab.encode(source_tokens)], device=device)
     memory, state = network.encode(src, torch.tensor([len(source_tokens)]))
-    decode = translator.config.decode
-    max_tokens = int(len(source_tokens) * decode.max_len_ratio) + decode.max_len_extra  # as the searches allow
+    max_tokens = translator.max_output_tokens(len(source_tokens))  # steps, as the searches allow; cut there: no <eos>
     vocab = translator.tgt_vocab
 
     def top(logits: torch.Tensor) -> list[tuple[str, float]]:

@@ -29,6 +29,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from .access import Caller, KeyFile, RateLimited, RateLimits
 from .config import ServeConfig, source_languages, validate_serve
 from .errors import AttnmtError
+from .explain import explain
 from .families.seam import AttentionView
 from .libretranslate import PREFIX, LibreTranslateError, RouteLibreTranslate, body_fields, buffered, libretranslate_router
 from .translate import TextTranslator, Translation, lines_of, texts_of
@@ -524,7 +525,7 @@ def create_app(translator: TextTranslator, limits: Optional[ServeConfig] = None,
 
         def work() -> dict[str, Any]:
             try:
-                return translator.explain(request.text, view).to_dict()
+                return explain(translator, request.text, view).to_dict()
             except AttnmtError as err:
                 raise ServeError(422, str(err)) from None
 

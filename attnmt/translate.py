@@ -7,7 +7,7 @@ import copy
 import itertools
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Iterator, Optional
+from typing import Iterable, Iterator, Optional
 
 import numpy as np
 import torch
@@ -16,7 +16,7 @@ from .batch import pad
 from .config import Config, override_decode_precision, source_languages
 from .errors import AttnmtError, first_line
 from .families import build_model
-from .families.seam import AttentionView, Model
+from .families.seam import Model
 from .fast import top_k
 from .fast.compiled import compiled_step
 from .fast.int8 import int8_decoding_copy
@@ -26,9 +26,6 @@ from .precision import resolve as resolve_precision
 from .search import Hypothesis, Step, beam_search, greedy
 from .tokenize import Tokenizer
 from .vocab import SOS_ID, Vocabulary
-
-if TYPE_CHECKING:
-    from .explain import Explanation
 
 CHUNK = 64  # batches of sentences read, handed to one search call and yielded at a time
 
@@ -51,10 +48,21 @@ class TextTranslator(abc.ABC):
     config: Config
     src_tokenizer: Tokenizer
     tgt_tokenizer: Tokenizer
-    explains: bool = False   # `explain` can open each decoding step (attnmt's own engine)
+    explains: bool = False   # explain.py can open each decoding step (attnmt's own engine)
 
     def tokenize_source(self, text: str) -> list[str]:
         return self.src_tokenizer.tokenize(text)[: self.config.decode.max_src_len]
+
+    def max_output_tokens(self, source_length: int) -> int:
+        """The most tokens a translation of `source_length` tokens may have, every engine's and
+        explain.py's one rule: decode.max_len_ratio x source_length + decode.max_len_extra.
+
+        The end of sentence is not counted: the rule bounds what the reader gets, and an output cut
+        at the limit has no <eos> to count (greedy and beam search then force one, so their limit
+        in decoding steps is one more; CTranslate2 and explain stop there).
+        """
+        decode = self.config.decode
+        return int(source_length * decode.max_len_ratio) + decode.max_len_extra
 
     def translate(self, texts: list[str], beam_size: Optional[int] = None, alpha: Optional[float] = None,
                   batch_size: Optional[int] = None) -> list[Translation]:
@@ -121,11 +129,6 @@ class TextTranslator(abc.ABC):
     @abc.abstractmethod
     def engine_info(self) -> EngineInfo:
         """What decodes here, as a server reports it (/model)."""
-
-    def explain(self, sentence: str, view: AttentionView = AttentionView()) -> Explanation:
-        """Every number of each greedy decoding step of `sentence` (explain.py), where `explains`."""
-        raise AttnmtError(f"the {self.engine_info().engine} engine gives no per-step numbers: explain the model file "
-                          f"(.safetensors) with attnmt's own engine")
 
 
 @dataclass
@@ -211,7 +214,8 @@ class Translator(TextTranslator):
         model, step = self._decoding()
         src = pad([self.src_vocab.encode(sources[i]) for i in ids]).to(self.device)  # [len(ids), longest source]
         lengths = torch.tensor([len(sources[i]) for i in ids])
-        max_lengths = (lengths.float() * decode.max_len_ratio).long() + decode.max_len_extra + 1
+        # In decoding steps: the tokens and the <eos> the searches force at the limit.
+        max_lengths = torch.tensor([self.max_output_tokens(n) + 1 for n in lengths.tolist()])
         fast_top_k = top_k(decode.fast_paths)
         if beam_size == 1:
             nbests = [[h] for h in greedy(model, src, lengths, max_lengths, batch_size, step, fast_top_k)]
@@ -278,11 +282,6 @@ class Translator(TextTranslator):
     def engine_info(self) -> EngineInfo:
         return EngineInfo("attnmt", self.model.describe(), len(self.src_vocab), len(self.tgt_vocab), self.precision,
                           self.model.map_shapes())
-
-    def explain(self, sentence: str, view: AttentionView = AttentionView()) -> Explanation:
-        from .explain import explain  # explain.py reads a Translator's model
-
-        return explain(self, sentence, view)
 
     def _translation(self, source_tokens: list[str], hypothesis: Hypothesis) -> Translation:
         tokens = self.tgt_vocab.decode(hypothesis.ids)

@@ -30,6 +30,8 @@ from collections import Counter
 from pathlib import Path
 
 from attnmt.align import (
+    ALIGN_STEPS,
+    SYMMETRIZATIONS,
     AlignmentScores,
     cross_attention_layers,
     default_layer,
@@ -39,7 +41,7 @@ from attnmt.align import (
     symmetrize,
     word_attention,
 )
-from attnmt.config import ALIGN_STEPS, SYMMETRIZATIONS, load_config
+from attnmt.config import load_config
 from attnmt.data import find_split_file, read_lines
 from attnmt.tokenize import WordTokenizer
 from attnmt.train import train

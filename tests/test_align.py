@@ -165,7 +165,7 @@ def test_transformer_aligns_with_the_penultimate_layer_by_default(transformer_da
     for layer, head, expected in [(None, None, cross[0].mean(0)), (2, None, cross[1].mean(0)), (2, 3, cross[1, 2])]:
         (words,) = word_attention(translator, [(["1", "Jan"], ["2000"])], layer, head)
         np.testing.assert_allclose(words[0], [expected[:, 0].mean(), expected[:, 2:].sum(1).mean()], rtol=1e-5)
-    with pytest.raises(AttnmtError, match="layer 3: this model's cross-attention has layers 1 to 2"):
+    with pytest.raises(AttnmtError, match="layer 3: this model's cross attention has layers 1 to 2"):
         word_attention(translator, [(["1"], ["2000"])], layer=3)
 
 

@@ -157,9 +157,9 @@ def test_bad_requests_are_one_line(dates_model, flags, refusal, capsys):
 
 def test_transformer_and_baseline_refusals(transformer_dates_model, no_attention_model, capsys):
     translator = Translator.load(transformer_dates_model, "cpu")
-    with pytest.raises(AttnmtError, match="head 9: this model's attention has heads 1 to 4"):
+    with pytest.raises(AttnmtError, match="head 9: this model's cross attention has heads 1 to 4"):
         explain(translator, SENTENCE, AttentionView(head=9))
-    with pytest.raises(AttnmtError, match="layer 3: this model's decoder has layers 1 to 2"):
+    with pytest.raises(AttnmtError, match="layer 3: this model's cross attention has layers 1 to 2"):
         explain(translator, SENTENCE, AttentionView(layer=3))
     with pytest.raises(AttnmtError, match="attnmt plot --attention encoder"):
         explain(translator, SENTENCE, AttentionView("encoder"))
@@ -180,5 +180,5 @@ def test_the_server_explains_as_the_cli(dates_model):
         assert answer.status_code == 200, answer.text
         assert answer.json() == json.loads(json.dumps(explain(translator, SENTENCE).to_dict()))
         refused = client.post("/explain", json={"text": SENTENCE, "head": 2})
-        assert refused.status_code == 422 and "an RNN model has one attention" in refused.json()["error"]
+        assert refused.status_code == 422 and "head 2: this model's cross attention has heads 1 to 1" in refused.json()["error"]
         assert client.post("/explain", json={"text": "x" * 5000}).status_code == 413

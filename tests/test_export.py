@@ -21,12 +21,10 @@ def test_ctranslate2_decodes_what_attnmt_decodes(transformer_dates_model, tmp_pa
     translator = Translator.load(transformer_dates_model, "cpu", precision="fp32")
     ours = translator.translate(DATES, beam_size=1)
     engine = ctranslate2.Translator(str(out), device="cpu", compute_type="float32")
-    decode = translator.config.decode
     for text, mine in zip(DATES, ours):
         tokens = translator.tokenize_source(text)
         (result,) = engine.translate_batch([tokens], beam_size=1, return_attention=True,
-                                          max_decoding_length=int(len(tokens) * decode.max_len_ratio)
-                                          + decode.max_len_extra)
+                                          max_decoding_length=translator.max_output_tokens(len(tokens)))
         assert result.hypotheses[0] == mine.tokens, text
         # Every token's log-probability, end of sentence included, as CTranslate2 scores the output.
         (scored,) = engine.score_batch([tokens], [mine.tokens])

@@ -225,3 +225,45 @@ def test_validation_scores_the_weights_of_that_epoch(tmp_path):
     rescored = [score_translations(Translator.load(tmp_path / f"epoch{e}.safetensors", "cpu"), pairs)["bleu"]
                 for e in (1, 2, 3)]
     assert logged == pytest.approx(rescored, abs=0.01)
+
+
+@pytest.fixture(scope="module")
+def never_ending_model(transformer_dates_model, tmp_path_factory):
+    """The small Transformer made never to write <eos> (its classifier's bias for it -1e4), with a
+    length rule of its own: every output runs to the longest the rule allows."""
+    from attnmt.vocab import EOS_ID
+
+    translator = Translator.load(transformer_dates_model, "cpu", precision="fp32")
+    translator.config.decode.max_len_ratio, translator.config.decode.max_len_extra = 1.5, 2
+    bias = next(p for name, p in translator.model.named_parameters() if name.endswith("classifier.bias"))
+    with torch.no_grad():
+        bias[EOS_ID] = -1e4
+    path = tmp_path_factory.mktemp("never_ending") / "model.safetensors"
+    translator.save(path)
+    return path
+
+
+@pytest.mark.parametrize("engine", ["greedy", "beam", "explain", "ctranslate2"])
+def test_every_engine_and_explain_keep_the_one_output_length_rule(never_ending_model, tmp_path, engine):
+    """decode.max_len_ratio x source tokens + decode.max_len_extra tokens, <eos> not counted
+    (TextTranslator.max_output_tokens): a drift of one in any of them fails here."""
+    from attnmt.explain import explain
+
+    translator = Translator.load(never_ending_model, "cpu", precision="fp32")
+    sentence = SENTENCES[0]
+    source_length = len(translator.tokenize_source(sentence))
+    limit = translator.max_output_tokens(source_length)
+    assert limit == int(source_length * 1.5) + 2
+    if engine == "explain":
+        explanation = explain(translator, sentence)
+        assert len(explanation.output_tokens) == len(explanation.steps) == limit
+        return
+    if engine == "ctranslate2":
+        pytest.importorskip("ctranslate2", reason="the ctranslate2 package (the test extra) is not installed")
+        from attnmt.ct2 import CTranslate2Translator
+        from attnmt.export import export_ctranslate2
+
+        translator = CTranslate2Translator.load(export_ctranslate2(never_ending_model, tmp_path / "ct2"), "cpu", "fp32")
+    for beam_size in ([1] if engine == "greedy" else [3] if engine == "beam" else [1, 3]):
+        (translation,) = translator.translate([sentence], beam_size=beam_size)
+        assert len(translation.tokens) == limit, beam_size

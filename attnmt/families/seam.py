@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Protocol, Ty
 import torch
 
 from ..config import ModelConfig
+from ..errors import AttnmtError
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -147,6 +148,20 @@ class AttentionView:
     kind: str = "cross"
     layer: Optional[int] = None
     head: Optional[int] = None
+
+    def check(self, shapes: dict[str, tuple[int, int]]) -> None:
+        """Refuse, in one line, a layer or head (from 1) outside the model's map of this kind; `shapes`:
+        name -> (layers, heads), as Model.map_shapes gives them. Every front (plot, align, explain; CLI,
+        Python, HTTP) asks this. A kind the model lacks is left to the caller, which says in its own
+        words what it offers instead (plot lists the maps; explain's family says why a step has no
+        such attention)."""
+        if self.kind not in shapes:
+            return
+        layers, heads = shapes[self.kind]
+        if self.layer is not None and not 1 <= self.layer <= layers:
+            raise AttnmtError(f"layer {self.layer}: this model's {self.kind} attention has layers 1 to {layers}")
+        if self.head is not None and not 1 <= self.head <= heads:
+            raise AttnmtError(f"head {self.head}: this model's {self.kind} attention has heads 1 to {heads}")
 
 
 @dataclass

@@ -382,14 +382,11 @@ class Transformer(nn.Module):
 
     def probed(self, view: AttentionView) -> tuple["Transformer", Probe, AttentionView]:
         """Every layer's cross-attention turns uniform on request; the view's layer and kind records."""
-        layers, heads = len(self.decoder_layers), self.config.heads
+        layers = len(self.decoder_layers)
         if view.kind not in ("cross", "decoder"):
             raise AttnmtError(f"attention {view.kind}: a decoding step has cross and decoder self-attention; the "
                               f"encoder's self-attention is drawn by attnmt plot --attention encoder")
-        if view.layer is not None and not 1 <= view.layer <= layers:
-            raise AttnmtError(f"layer {view.layer}: this model's decoder has layers 1 to {layers}")
-        if view.head is not None and not 1 <= view.head <= heads:
-            raise AttnmtError(f"head {view.head}: this model's attention has heads 1 to {heads}")
+        view.check(self.map_shapes())
         chosen = (view.layer or layers) - 1
         network = copy.deepcopy(self).eval()
         probe = Probe()

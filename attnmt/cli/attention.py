@@ -1,0 +1,203 @@
+"""The commands that show a model's attention: `attnmt plot`, `attnmt align` and `attnmt explain`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import typing
+
+from ..align import ALIGN_METHODS, ALIGN_STEPS, SYMMETRIZATIONS
+from ..config import Range
+from ..errors import AttnmtError
+from ..families.seam import AttentionView
+from ..files import check_parent_dir
+from .decoding import add_engine, add_model, engine_of, load_attnmt, load_translator, say_precision
+from .lines import output, read_pairs
+from .parsing import Commands, Number
+
+if typing.TYPE_CHECKING:
+    from ..translate import Translator
+
+STEP_HELP = ("which step's attention aligns a target word: output, the step that writes it (Luong's, the default); "
+             "input, the next step, which reads it (Chen et al. 2020's shift-att)")
+MAP_AXES = {"cross": ("source", "output"), "encoder": ("source", "source"),
+            "decoder": ("output so far (<sos> first)", "output")}
+# --layer and --head, from 1; the bounds of the model at hand are AttentionView.check's.
+FROM_1 = Number(int, Range("[1, 1024]"))
+
+
+def add_plot(commands: Commands) -> None:
+    plot = commands.add_parser("plot", help="draw the attention of one translation as a heatmap")
+    add_model(plot)
+    add_engine(plot)
+    plot.add_argument("sentence", help="the sentence to translate")
+    plot.add_argument("--out", required=True, help="PNG file to write")
+    plot.add_argument("--attention", choices=list(MAP_AXES), default="cross",
+                      help="which attention: cross (output over source, the default), or the Transformer's "
+                           "encoder or decoder self-attention")
+    plot.add_argument("--layer", type=FROM_1, default=None,
+                      help="the layer to draw, from 1 (default: the last; with --target the penultimate, as attnmt "
+                           "align reads it)")
+    plot.add_argument("--head", type=Number(int, FROM_1.range, words=("mean",)), default="mean",
+                      help="the head to draw, from 1, or mean: their average (default)")
+    plot.add_argument("--grid", action="store_true", help="draw every layer and head, a row per layer")
+    plot.add_argument("--target", help="draw the attention between words of this given translation (teacher-forced, as "
+                                       "attnmt align reads it) instead of translating; with the model's links as dots")
+    plot.add_argument("--gold", metavar="LINKS", help="with --target: gold links to draw over the map, e.g. '1-1 2p3' "
+                                                     "(i-j sure, ipj possible; source word i, target word j)")
+    plot.add_argument("--gold-base", type=int, choices=[0, 1], default=0,
+                      help="whether --gold numbers words from 0 (Pharaoh, the default) or 1 (the RWTH files)")
+    plot.add_argument("--step", choices=ALIGN_STEPS, default="output", help=f"with --target: {STEP_HELP}")
+    plot.set_defaults(run=_plot)
+
+
+def _plot(args: argparse.Namespace) -> None:
+    from ..plot import missing_glyphs, plot_attention, plot_attention_grid
+
+    check_parent_dir(args.out)
+    if args.target is not None and engine_of(args, args.model) == "ctranslate2":
+        raise AttnmtError("--target reads attention by teacher forcing, which attnmt's own engine does: give the "
+                          "attnmt model file instead of the CTranslate2 directory")
+    if args.target is not None:
+        return _plot_alignment(args, load_attnmt(args, args.model))
+    translator = load_translator(args, args.model)
+    if args.gold is not None:
+        raise AttnmtError("--gold needs --target: gold links are drawn over the attention of the given translation")
+    result = translator.translate([args.sentence])[0]
+    if result.attention is None:
+        raise AttnmtError(f"{args.model}: this model has no attention (model.attention=none); nothing to plot")
+    if not result.tokens or not result.source_tokens:
+        raise AttnmtError("nothing to plot: the sentence or its translation is empty")
+    maps = translator.attention_maps(result)
+    if args.attention not in maps:
+        raise AttnmtError(f"--attention {args.attention}: this model has no such attention; it has "
+                          f"{', '.join(maps)}")
+    head = None if args.head == "mean" else args.head
+    AttentionView(args.attention, args.layer, head).check({name: m.shape[:2] for name, m in maps.items()})
+    chosen = maps[args.attention]                                           # [layers, heads, queries, keys]
+    keys = result.source_tokens if args.attention != "decoder" else ["<sos>", *result.tokens[:-1]]
+    queries = result.tokens if args.attention != "encoder" else result.source_tokens
+    title = f"{args.sentence} -> {result.text}"
+    missing = missing_glyphs(result.source_tokens + result.tokens + [title])
+    if missing:
+        print(f"attnmt: warning: no installed font draws {''.join(missing[:10])!r}; they will show as boxes. "
+              "Install a font for this script (Debian: fonts-noto-core)", file=sys.stderr)
+    if args.grid:
+        plot_attention_grid(chosen, keys, queries, args.out, title=f"{args.attention} attention: {title}",
+                            axes=MAP_AXES[args.attention])
+    else:
+        layer = chosen[(args.layer or chosen.shape[0]) - 1]                 # [heads, queries, keys]
+        weights = layer.mean(0) if head is None else layer[head - 1]
+        plot_attention(weights, keys, queries, args.out, title=title, axes=MAP_AXES[args.attention])
+    print(f"{result.text}\nheatmap written to {args.out}")
+    say_precision(translator.precision_note())
+
+
+def _plot_alignment(args: argparse.Namespace, translator: Translator) -> None:
+    """`plot --target`: the word attention of the given translation (align.py), the model's links
+    (argmax) as dots and the gold links, if given, as squares (sure) and dashed squares (possible)."""
+    from ..align import align, parse_links
+    from ..plot import plot_attention
+
+    if args.attention != "cross" or args.grid:
+        raise AttnmtError("--target draws cross-attention between words, one map: leave out --attention and --grid")
+    head = None if args.head == "mean" else args.head
+    (alignment,) = align(translator, [args.sentence], [args.target], layer=args.layer, head=head, step=args.step)
+    source, target = alignment.source_words, alignment.target_words
+    if not source or not target:
+        raise AttnmtError("nothing to plot: the sentence or the target is empty")
+    gold = None
+    if args.gold is not None:
+        gold = parse_links(args.gold, _gold_base(args), "--gold", (len(source), len(target)))
+    plot_attention(alignment.attention, source, target, args.out, title=f"{args.sentence} -> {args.target}",
+                   axes=("source words", "target words"), links=alignment.links, gold=gold)
+    print(f"{' '.join(f'{s}-{t}' for s, t in alignment.links)}\nheatmap written to {args.out}")
+
+
+def _gold_base(args: argparse.Namespace) -> int:
+    """--gold-base, or by the gold file's name: 1 for RWTH's .talp files, 0 (Pharaoh) otherwise."""
+    if args.gold_base is not None:
+        return args.gold_base
+    return 1 if str(args.gold).endswith(".talp") else 0
+
+
+def add_align(commands: Commands) -> None:
+    align = commands.add_parser("align", help="word alignments from the model's attention (Pharaoh i-j), and AER "
+                                              "against gold links")
+    align.add_argument("model", help="model file (model.safetensors) translating --src into --tgt")
+    align.add_argument("--src", required=True, help="source sentences, one per line, words separated by spaces")
+    align.add_argument("--tgt", required=True, help="their translations, line by line, words separated by spaces")
+    align.add_argument("--output", "-o", help="where the links go, one line per pair (default: stdout)")
+    align.add_argument("--method", choices=ALIGN_METHODS, default="argmax",
+                       help="argmax: each target word to the source word it attends most (default); threshold: "
+                            "every pair with at least --threshold of the attention")
+    align.add_argument("--threshold", type=Number(float, Range("(0, 1]")), default=0.3,
+                       help="the word attention a link needs with --method threshold (default: %(default)s)")
+    align.add_argument("--layer", type=FROM_1, default=None,
+                       help="Transformer: the layer whose cross-attention aligns, from 1 (default: the penultimate)")
+    align.add_argument("--head", type=FROM_1, default=None,
+                       help="Transformer: one head, from 1 (default: the mean of the layer's heads)")
+    align.add_argument("--step", choices=ALIGN_STEPS, default="output", help=STEP_HELP)
+    align.add_argument("--reverse", metavar="MODEL", help="a model translating --tgt into --src: the links of both "
+                                                          "directions are combined by --symmetrize")
+    align.add_argument("--symmetrize", choices=SYMMETRIZATIONS, default="grow-diag-final",
+                       help="with --reverse: how the two directions' links combine (default: %(default)s)")
+    align.add_argument("--gold", help="gold links, one line per pair (i-j sure, ipj possible): prints AER, precision "
+                                      "and recall on stderr")
+    align.add_argument("--gold-base", type=int, choices=[0, 1], default=None,
+                       help="whether --gold numbers words from 0 (Pharaoh) or 1 (default: 1 for .talp files, else 0)")
+    align.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 ... (default: GPU if there is one)")
+    align.set_defaults(run=_align)
+
+
+def _align(args: argparse.Namespace) -> None:
+    from ..align import align, pharaoh, read_gold, score
+    from ..translate import Translator
+
+    pairs = read_pairs(("--src", args.src), ("--tgt", args.tgt))
+    sources, targets = [s for s, _ in pairs], [t for _, t in pairs]
+    gold = None
+    if args.gold:
+        gold = read_gold(args.gold, _gold_base(args), [(len(s.split()), len(t.split())) for s, t in pairs])
+    reverse = Translator.load(args.reverse, args.device) if args.reverse else None
+    alignments = align(Translator.load(args.model, args.device), sources, targets, args.method, args.threshold,
+                       args.layer, args.head, reverse, args.symmetrize, args.step)
+    with output(args.output) as write:
+        write("".join(pharaoh(a.links) + "\n" for a in alignments))
+    if gold is not None:
+        print(score([a.links for a in alignments], gold).line(), file=sys.stderr)
+
+
+def add_explain(commands: Commands) -> None:
+    explain = commands.add_parser("explain", help="every number of each decoding step of one sentence: scores, "
+                                                  "weights, context shares, the next-token probabilities")
+    explain.add_argument("model", help="model file (model.safetensors)")
+    explain.add_argument("sentence", help="the sentence to translate (greedily) and explain")
+    explain.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 ... (default: GPU if there is one)")
+    explain.add_argument("--step", type=Number(int, Range("[1, 100000]")), default=None,
+                         help="show every number of this output step (from 1); default: every step, compactly")
+    explain.add_argument("--attention", choices=["cross", "decoder"], default="cross",
+                         help="cross: the output over the source (default); decoder: a Transformer's self-attention "
+                              "over the output so far")
+    explain.add_argument("--layer", type=FROM_1, default=None,
+                         help="Transformer: the decoder layer, from 1 (default: the last)")
+    explain.add_argument("--head", type=FROM_1, default=None,
+                         help="Transformer: the head, from 1 (default: 1)")
+    explain.add_argument("--json", action="store_true", help="print one JSON document with every step")
+    explain.set_defaults(run=_explain)
+
+
+def _explain(args: argparse.Namespace) -> None:
+    import json
+
+    from ..explain import check_step, explain, render
+    from ..translate import Translator
+
+    translator = Translator.load(args.model, args.device)
+    explanation = explain(translator, args.sentence, AttentionView(args.attention, args.layer, args.head))
+    if args.json:
+        if args.step is not None:
+            explanation.steps = [check_step(explanation, args.step)]
+        print(json.dumps(explanation.to_dict(), ensure_ascii=False, indent=1))
+    else:
+        print(render(explanation, args.step))

@@ -1,0 +1,86 @@
+"""The flags that say what decodes a model and how (--device, --precision, --compile, --reference,
+--engine, --beam, --alpha), and the translator they load."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import typing
+from typing import Optional
+
+from ..config import PRECISIONS, DecodeConfig
+from ..errors import AttnmtError
+from .parsing import number_flag
+
+if typing.TYPE_CHECKING:
+    from ..translate import TextTranslator, Translator
+
+
+def add_device(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 ... (default: GPU if there is one)")
+    sub.add_argument("--precision", choices=PRECISIONS, default=None,
+                     help="decode in fp32, bf16 (faster on CPUs with AVX512-BF16/AMX, slower elsewhere), int8 (bf16 "
+                          "with the decoder's per-step products in int8, CPUs only) or auto (bf16 where the device "
+                          "computes it natively, fp32 elsewhere) (default: the model's decode.precision)")
+    sub.add_argument("--compile", action="store_true",
+                     help="decode with a step compiled for this CPU (int8 greedy about 1.3x as fast); the first use "
+                          "per model takes 10-60 s and a C++ compiler, later ones load it from the cache in 2-3 s")
+    sub.add_argument("--reference", action="store_true",
+                     help="decode with the plain reference modules instead of the fast paths (attnmt/fast): "
+                          "slower, the same translations up to rounding")
+
+
+def add_model(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("model", help="model file (model.safetensors)")
+    add_device(sub)
+
+
+def add_engine(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("--engine", choices=["auto", "attnmt", "ctranslate2"], default="auto",
+                     help="what decodes: attnmt's own search, or CTranslate2 for a Transformer exported with "
+                          "attnmt export --to ctranslate2, whose directory then stands for the model file "
+                          "(auto: CTranslate2 for such a directory)")
+
+
+def add_search(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("--beam", type=number_flag(DecodeConfig, "beam_size"), default=None,
+                     help="beam size (default: the model's decode.beam_size; 1 = greedy)")
+    sub.add_argument("--alpha", type=number_flag(DecodeConfig, "alpha"), default=None,
+                     help="GNMT length penalty for beam search (default: the model's decode.alpha)")
+
+
+def load_translator(args: argparse.Namespace, path: str) -> TextTranslator:
+    """The model at `path` with the device, precision and compile flags, decoded by attnmt or, for a
+    directory `attnmt export --to ctranslate2` wrote (or --engine ctranslate2), by CTranslate2."""
+    from ..ct2 import CTranslate2Translator
+
+    if engine_of(args, path) == "attnmt":
+        from ..fast.process import set_up_decoding_process
+
+        set_up_decoding_process()
+        return load_attnmt(args, path)
+    if args.compile or args.reference:
+        raise AttnmtError(f"{'--compile' if args.compile else '--reference'} is an option of attnmt's own engine; "
+                          f"CTranslate2 decodes {path}")
+    return CTranslate2Translator.load(path, args.device, args.precision)
+
+
+def load_attnmt(args: argparse.Namespace, path: str) -> Translator:
+    """The model at `path`, decoded by attnmt's own engine, with the device, precision and compile flags."""
+    from ..translate import Translator
+
+    return Translator.load(path, args.device, args.precision, args.compile, fast_paths=not args.reference)
+
+
+def engine_of(args: argparse.Namespace, path: str) -> str:
+    """--engine, with auto resolved: ctranslate2 for a directory attnmt export wrote."""
+    from ..ct2 import is_ctranslate2_model
+
+    return args.engine if args.engine != "auto" else "ctranslate2" if is_ctranslate2_model(path) else "attnmt"
+
+
+def say_precision(*notes: Optional[str]) -> None:
+    """What `auto` chose, or a warning (Translator.precision_note), on stderr; said at the end of a
+    run that went well, so that a bad input found on the way still gets exactly one line."""
+    for note in filter(None, notes):
+        print(f"attnmt: {note}", file=sys.stderr)

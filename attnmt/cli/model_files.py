@@ -1,0 +1,59 @@
+"""The commands about a model file itself: `attnmt export` and `attnmt info`."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..export import CTRANSLATE2_QUANTIZATIONS
+from .parsing import Commands
+
+
+def add_export(commands: Commands) -> None:
+    export = commands.add_parser("export", help="write a Transformer model for another engine (CTranslate2)")
+    export.add_argument("model", help="model file (model.safetensors) of a Transformer")
+    export.add_argument("out", help="the directory to write")
+    export.add_argument("--to", choices=["ctranslate2"], required=True, help="the engine: ctranslate2")
+    export.add_argument("--quantization", choices=CTRANSLATE2_QUANTIZATIONS,
+                        default=None, help="store the weights quantized (default: float32)")
+    export.add_argument("--overwrite", action="store_true", help="replace a directory that is not empty")
+    export.set_defaults(run=_export)
+
+
+def _export(args: argparse.Namespace) -> None:
+    from ..export import export_ctranslate2
+
+    out = export_ctranslate2(args.model, args.out, args.quantization, args.overwrite)
+    print(f"CTranslate2 model written to {out}")
+
+
+def add_info(commands: Commands) -> None:
+    info = commands.add_parser("info", help="what a model file holds: family, sizes, vocabularies, training")
+    info.add_argument("model", help="model file (.safetensors)")
+    info.add_argument("--json", action="store_true", help="print one JSON document")
+    info.set_defaults(run=_info)
+
+
+def _info(args: argparse.Namespace) -> None:
+    import json
+
+    from ..translate import model_info
+
+    info = model_info(args.model)
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return
+    sizes = ", ".join(f"{k} {v}" for k, v in info["architecture"].items())
+    tokenizer = ", ".join(f"{k} {v}" for k, v in info["tokenizer"].items())
+    print(f"{info['file']}: attnmt model file, format {info['format_version']}, weights sha256 {info['weights_sha256']}")
+    print(f"family: {info['arch']} ({sizes})")
+    print(f"parameters: {info['parameters']:,}")
+    print(f"translates: {' '.join(info['source_languages'])} -> {info['tgt_lang']}; tokenizer: {tokenizer}; "
+          f"vocabularies: {info['src_vocab_size']:,} source, {info['tgt_vocab_size']:,} target tokens")
+    training = info["training"]
+    if training is None:
+        print("training: not recorded (a file written before attnmt kept it)")
+        return
+    averaged = f", the average of the last {training['average_of_last']} epochs" if "average_of_last" in training else ""
+    print(f"training: {training['training_pairs']:,} pairs, data sha256 {training['data_sha256']}; "
+          f"kept at epoch {training['epoch']}, step {training['step']}{averaged}")
+    print("validation: " + " | ".join(f"{k} {v}" for k, v in training["validation"].items()))

@@ -1,0 +1,54 @@
+"""argparse as the `attnmt` command uses it: one-line errors, and numeric flags with their range."""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import typing
+
+from ..config import Range, field_range
+
+# What build_parser adds the commands to; each command's module adds its own (`add_<command>`).
+Commands = argparse._SubParsersAction
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with its errors as one line (`attnmt: error: ...`) and exit status 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"attnmt: error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+    def _check_value(self, action: argparse.Action, value: object) -> None:
+        # A mistyped command gets the nearest commands, not "argument COMMAND: invalid choice" and all of them.
+        if isinstance(action, argparse._SubParsersAction) and value not in action.choices:
+            near = difflib.get_close_matches(str(value), action.choices)
+            hint = f"did you mean {' or '.join(near)}?" if near else f"the commands are {', '.join(action.choices)}"
+            raise argparse.ArgumentError(None, f"unknown command {value!r}; {hint}")
+        super()._check_value(action, value)
+
+
+class Number:
+    """An argparse type: an int or float within a Range, named in the message if not; or one of
+    `words` (plot --head: mean, or a head from 1)."""
+
+    def __init__(self, kind: type, allowed: Range, words: tuple[str, ...] = ()):
+        self.kind, self.range, self.words = kind, allowed, words
+        self.__name__ = "an integer" if kind is int else "a number"  # argparse's "invalid <name> value"
+
+    def __call__(self, text: str) -> float | str:
+        if text in self.words:
+            return text
+        try:
+            value = self.kind(text)
+        except ValueError:
+            expected = " or ".join([*self.words, self.__name__])
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+        refusal = self.range.refusal(value)
+        if refusal:
+            raise argparse.ArgumentTypeError(refusal)
+        return value
+
+
+def number_flag(cls: type, name: str) -> Number:
+    """The argparse type of a flag that sets the config field `cls.name`."""
+    return Number(typing.get_type_hints(cls)[name], field_range(cls, name))

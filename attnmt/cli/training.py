@@ -1,0 +1,97 @@
+"""The commands that train: `attnmt demo`, `attnmt train`, `attnmt prepare` and `attnmt plot-curves`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..errors import AttnmtError
+from ..files import check_parent_dir
+from .parsing import Commands
+
+
+def add_demo(commands: Commands) -> None:
+    demo = commands.add_parser("demo", help="train on built-in dates (no download), print accuracy, plot attention")
+    demo.add_argument("--out", default="attnmt-demo", help="directory for the model and heatmap (default: %(default)s)")
+    demo.add_argument("--overwrite", action="store_true", help="replace a model already in --out")
+    demo.set_defaults(run=_demo)
+
+
+def _demo(args: argparse.Namespace) -> None:
+    from ..demo import run_demo
+    from ..fast.process import set_up_training_process
+
+    set_up_training_process()
+    run_demo(args.out, overwrite=args.overwrite)
+
+
+def add_train(commands: Commands) -> None:
+    train = commands.add_parser("train", help="train on the data a YAML config names")
+    train.add_argument("config", help="YAML config file (see configs/)")
+    train.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="e.g. model.attention=dot train.epochs=5")
+    train.add_argument("--resume", action="store_true", help="continue from the checkpoint in train.out_dir")
+    train.add_argument("--overwrite", action="store_true", help="replace a model already in train.out_dir")
+    train.set_defaults(run=_train)
+
+
+def _train(args: argparse.Namespace) -> None:
+    """`attnmt train`, in one process or in each of the processes torchrun starts."""
+    from ..config import load_config
+    from ..distributed import start_ranks
+    from ..fast.process import set_up_training_process
+    from ..train import train
+
+    config = load_config(args.config, args.overrides)
+    if config.train.fast_paths:
+        set_up_training_process()
+    ranks = start_ranks(config.train)
+    try:
+        train(config, resume=args.resume, overwrite=args.overwrite, ranks=ranks)
+    except AttnmtError as err:
+        if ranks.world_size == 1:
+            raise
+        raise AttnmtError(f"rank {ranks.rank} of {ranks.world_size}: {err}") from None
+    finally:
+        ranks.close()
+
+
+def add_prepare(commands: Commands) -> None:
+    prepare = commands.add_parser("prepare", help="prepare the training data a config names once (tokenize, filter, "
+                                                  "count), for every later attnmt train with the same data settings")
+    prepare.add_argument("config", help="YAML config file (see configs/)")
+    prepare.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="e.g. data.path=DIR data.workers=2")
+    prepare.add_argument("--rebuild", action="store_true", help="prepare again even if a prepared copy exists")
+    prepare.set_defaults(run=_prepare)
+
+
+def _prepare(args: argparse.Namespace) -> None:
+    """`attnmt prepare`: the training data as `attnmt train` would prepare them, and the report."""
+    from ..config import load_config
+    from ..prepare import find_corpus, prepare_corpus, report_lines
+
+    config = load_config(args.config, args.overrides)
+    found = None if args.rebuild else find_corpus(config)
+    corpus = found or prepare_corpus(config, rebuild=args.rebuild)
+    print("\n".join(report_lines(corpus)))
+    if found:
+        print("  (prepared earlier from the same raw files and settings; attnmt prepare --rebuild prepares it anew)")
+
+
+def add_plot_curves(commands: Commands) -> None:
+    curves = commands.add_parser("plot-curves", help="draw training curves of one or more runs on one chart")
+    curves.add_argument("runs", nargs="+", help="train.out_dir folders (or their metrics.jsonl files)")
+    curves.add_argument("--out", required=True, help="PNG file to write")
+    curves.set_defaults(run=_plot_curves)
+
+
+def _plot_curves(args: argparse.Namespace) -> None:
+    from ..metrics import read_metrics
+    from ..plot import plot_curves
+
+    check_parent_dir(args.out)
+    runs = {}
+    for run in args.runs:
+        name = Path(run).name if Path(run).is_dir() else Path(run).parent.name
+        runs[name if name not in runs else run] = read_metrics(run)
+    plot_curves(runs, args.out)
+    print(f"curves of {len(runs)} run(s) written to {args.out}")

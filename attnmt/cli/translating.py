@@ -1,0 +1,142 @@
+"""The commands that translate: `attnmt translate`, `attnmt evaluate` and `attnmt serve`."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+from pathlib import Path
+
+from ..config import DecodeConfig, Range, ServeConfig
+from ..errors import AttnmtError
+from ..files import check_parent_dir
+from .decoding import add_device, add_engine, add_model, add_search, load_translator, say_precision
+from .lines import input_lines, output, read_pairs
+from .parsing import Commands, Number, number_flag
+
+
+def add_translate(commands: Commands) -> None:
+    translate = commands.add_parser("translate", help="translate lines from stdin or a file")
+    add_model(translate)
+    add_engine(translate)
+    translate.add_argument("--input", "-i", help="one sentence per line (default: stdin)")
+    translate.add_argument("--output", "-o", help="where translations go (default: stdout)")
+    translate.add_argument("--batch-size", type=number_flag(DecodeConfig, "batch_size"), default=None,
+                           help="sentences per batch")
+    translate.add_argument("--n-best", type=number_flag(DecodeConfig, "beam_size"), default=1,
+                           help="print the N best (at most the beam size): `i ||| text ||| log-prob` lines")
+    add_search(translate)
+    translate.set_defaults(run=_translate)
+
+
+def _translate(args: argparse.Namespace) -> None:
+    translator = load_translator(args, args.model)
+    beam = args.beam or translator.config.decode.beam_size
+    if args.n_best > beam:
+        raise AttnmtError(f"--n-best {args.n_best} is more than the beam size {beam}; add --beam {args.n_best} or more")
+    lines = input_lines(args.input)
+    first = list(itertools.islice(lines, 1))  # a missing or unreadable input fails here, before any output
+    chunks = translator.translate_stream(itertools.chain(first, lines), args.n_best, args.beam, args.alpha,
+                                         args.batch_size)
+    with output(args.output) as write:
+        number = 0  # of the sentence, in n-best lists
+        for nbest in chunks:
+            if args.n_best == 1:
+                outputs = [hyps[0].text for hyps in nbest]
+            else:  # Moses-style n-best list: sentence number ||| translation ||| log-probability
+                outputs = [f"{number + i} ||| {h.text} ||| {h.log_prob:.4f}" for i, hyps in enumerate(nbest) for h in hyps]
+            write("".join(line + "\n" for line in outputs))
+            number += len(nbest)
+    say_precision(translator.precision_note())
+
+
+def add_evaluate(commands: Commands) -> None:
+    evaluate = commands.add_parser(
+        "evaluate", help="translate and score against references (exact match, BLEU, chrF; by source length)")
+    evaluate.add_argument("models", nargs="+", metavar="MODEL", help="model file(s); several are scored side by side")
+    add_device(evaluate)
+    add_engine(evaluate)
+    evaluate.add_argument("--src", help="source sentences, one per line")
+    evaluate.add_argument("--ref", help="reference translations, line-aligned with --src")
+    evaluate.add_argument("--split", choices=["train", "valid", "test"],
+                          help="instead of --src/--ref: this split of the data the model was trained on, cut as in training")
+    evaluate.add_argument("--data", default="", help="with --split: where the model's data.path is on this machine")
+    evaluate.add_argument("--lc-tok", action="store_true",
+                          help="also print BLEU on lowercased word tokens, the PyTorch tutorials' recipe (and use it by length)")
+    evaluate.add_argument("--by-length", action="store_true", help="also print BLEU per bucket of source length in words")
+    evaluate.add_argument("--buckets",
+                          help="upper bounds of the length buckets, in words (default: 10,15,20,25, as Bahdanau et al. 2015)")
+    evaluate.add_argument("--chart", help="draw BLEU by source length of each model into this PNG file")
+    add_search(evaluate)
+    evaluate.set_defaults(run=_evaluate)
+
+
+def _evaluate(args: argparse.Namespace) -> None:
+    from ..evaluate import LENGTH_EDGES, Evaluation, chart_by_length, evaluate, parse_length_edges
+    from ..prepare import load_split
+
+    if (args.split is None) == (args.src is None) or (args.src is None) != (args.ref is None):
+        raise AttnmtError("evaluate needs either --src and --ref, or --split")
+    edges = parse_length_edges(args.buckets) if args.buckets else LENGTH_EDGES
+    if args.chart:
+        check_parent_dir(args.chart)
+    given = None if args.split else read_pairs(("--src", args.src), ("--ref", args.ref))
+    evaluations: dict[str, Evaluation] = {}
+    notes = []  # one per model; not the models themselves, which would all stay in memory
+    for model_path in args.models:
+        translator = load_translator(args, model_path)
+        pairs = given if given is not None else load_split(translator.config.data, args.split, args.data)
+        name = args.src if given is not None else f"the {args.split} split of {args.data or translator.config.data.path}"
+        notes.append(translator.precision_note())
+        evaluation = evaluate(translator, pairs, args.beam, args.alpha, args.lc_tok,
+                              edges if args.by_length or args.chart else None, name)
+        if len(args.models) > 1:
+            print(f"== {model_path}")
+        print("\n".join(evaluation.lines()))
+        evaluations[_model_label(model_path, evaluations)] = evaluation
+    if args.chart:
+        chart_by_length(evaluations, args.chart, args.lc_tok)
+        print(f"chart written to {args.chart}")
+    say_precision(*notes)
+
+
+def _model_label(model_path: str, taken: dict) -> str:
+    """A short name for a model in a chart: its directory for `DIR/model.safetensors`."""
+    path = Path(model_path)
+    label = path.parent.name if path.stem in ("model", "checkpoint") and path.parent.name else path.stem
+    return label if label not in taken else model_path
+
+
+def add_serve(commands: Commands) -> None:
+    serve = commands.add_parser("serve", help="translate over HTTP, with the attention explorer page at /")
+    add_model(serve)
+    add_engine(serve)
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
+    serve.add_argument("--port", type=Number(int, Range("[0, 65535]")), default=8000,
+                       help="port (default: %(default)s; 0 = any free port)")
+    serve.add_argument("--api-keys", metavar="FILE",
+                       help="translating then needs one of the keys in FILE (one per line, a name after a tab), as "
+                            "Authorization: Bearer KEY or LibreTranslate's api_key; read again when it changes or on SIGHUP")
+    serve.add_argument("--no-access-log", dest="access_log", action="store_false",
+                       help="log no line per request (by default each request is logged on stdout with the client's "
+                            "address and the status)")
+    limits = serve.add_argument_group("limits")
+    for f in dataclasses.fields(ServeConfig):
+        limits.add_argument(f"--{f.name.replace('_', '-')}", type=number_flag(ServeConfig, f.name), default=f.default,
+                            help=f"{f.metadata['help']} (allowed: {f.metadata['range']}; default: %(default)s)")
+    serve.set_defaults(run=_serve)
+
+
+def _serve(args: argparse.Namespace) -> None:
+    from ..access import KeyFile
+    from ..config import validate_serve
+    from ..serve import serve  # imported here: FastAPI and uvicorn take a while to import
+
+    def log(line: str) -> None:
+        print(line, flush=True)
+
+    limits = ServeConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(ServeConfig)})
+    validate_serve(limits)  # the flags, and the key file below, are refused before the model loads
+    keys = KeyFile(args.api_keys, log) if args.api_keys else None
+    serve(load_translator(args, args.model), args.host, args.port, limits, log=log, name=args.model, keys=keys,
+          access_log=args.access_log)
