@@ -22,7 +22,9 @@ from conftest import server_process
 from fastapi.testclient import TestClient
 
 from attnmt.config import ServeConfig
-from attnmt.serve import STATIC, BodyLimit, create_app
+from attnmt.serve import create_app
+from attnmt.serve.app import STATIC
+from attnmt.serve.middleware import BodyLimit
 from attnmt.translate import Translator
 
 DATES = ["March 14, 2026", "3. Oktober 1990", "the 21st of June 1975", "12/25/2031", "Fr., 09.11.1989",
