@@ -4,7 +4,8 @@ LibreTranslate (libretranslate.com) is the common API of self-hosted machine tra
 `POST /translate` with `q` (a text or a list of texts), `source`, `target`, `format` and
 `alternatives`, sent as JSON or as a form, answered with `translatedText` (and
 `detectedLanguage` when `source` is `auto`); `POST /detect`; `GET /languages`; `GET
-/frontend/settings`, which its web front end and some clients read first. All live under
+/frontend/settings`, which its web front end and some clients read first; `POST /suggest` and
+`POST /translate_file`, refused as LibreTranslate refuses them when they are off. All live under
 /libretranslate/, and at the root: a POST /translate whose body has `q` is LibreTranslate's
 (`RouteLibreTranslate`), any other is attnmt's. A model translates from the languages it
 declares (`data.source_languages`) into one, sentence by sentence, so a text is translated line
@@ -14,7 +15,7 @@ by line; detection picks among the declared languages (detect.py).
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Awaitable, Callable, Optional, Union
+from typing import Annotated, Any, Awaitable, Callable, NoReturn, Optional, Union
 
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
@@ -25,11 +26,14 @@ from ..detect import detect
 from ..translate import TextTranslator, Translation, lines_of, texts_of
 from .errors import ServeError
 from .middleware import FORM, UnreadableBody, body_fields, buffered, fields_of
-from .schemas import ERROR_RESPONSES
+from .schemas import BODY_LIMIT_RESPONSES, ERROR_RESPONSES, ErrorResponse
 
 PREFIX = "/libretranslate"
 # How long a front end waits after the last keystroke before it translates (LibreTranslate's default).
 FRONTEND_TIMEOUT_MS = 500
+# What LibreTranslate answers, with 403, to a suggestion or a file when it takes none; this server never does.
+SUGGESTIONS_OFF = "Suggestions are disabled on this server."
+FILES_OFF = "Files translation are disabled on this server."
 
 # Names for /languages; a code without one is named by its code.
 LANGUAGE_NAMES = {
@@ -90,8 +94,8 @@ class FrontendSettings(BaseModel):
     frontendTimeout: int = Field(description="milliseconds a front end waits after typing before it translates")
     apiKeys: bool = Field(description="whether the server has API keys")
     keyRequired: bool = Field(description="whether translating needs an API key")
-    suggestions: bool = Field(description="whether suggestions are taken (never: there is no /suggest)")
-    filesTranslation: bool = Field(description="whether files are translated (never: there is no /translate_file)")
+    suggestions: bool = Field(description="whether suggestions are taken (never: /suggest refuses them)")
+    filesTranslation: bool = Field(description="whether files are translated (never: /translate_file refuses them)")
     supportedFilesFormat: list[str] = Field(description="file formats translated: none")
     language: FrontendLanguages
 
@@ -169,6 +173,12 @@ class LibreTranslate:
         router.add_api_route("/languages", self.languages, methods=["GET"], response_model=list[Language])
         router.add_api_route("/frontend/settings", self.frontend_settings, methods=["GET"],
                              response_model=FrontendSettings)
+        # Refusals: their one answer is the 403 (and BodyLimit's, for a body it refuses), not a 200.
+        for path, refuse, message in [("/suggest", self.suggest, SUGGESTIONS_OFF),
+                                      ("/translate_file", self.translate_file, FILES_OFF)]:
+            router.add_api_route(path, refuse, methods=["POST"], status_code=403, response_model=ErrorResponse,
+                                 response_description=f'always: {{"error": "{message}"}}',
+                                 responses=BODY_LIMIT_RESPONSES)
         return router
 
     async def translate(self, request: Request) -> dict[str, Any]:
@@ -237,6 +247,18 @@ class LibreTranslate:
     async def frontend_settings(self) -> dict[str, Any]:
         """What LibreTranslate's web front end (and clients that ask first) read: limits, keys, languages."""
         return self.settings
+
+    async def suggest(self) -> NoReturn:
+        """LibreTranslate's suggest (`q`, `s` a better translation, `source`, `target`): this server takes no
+        suggestions, as /frontend/settings says, and refuses them as LibreTranslate does when they are
+        off: 403, the body unread, with or without an API key."""
+        raise ServeError(403, SUGGESTIONS_OFF)
+
+    async def translate_file(self) -> NoReturn:
+        """LibreTranslate's translate_file (a multipart form with `file`, `source`, `target`): this server
+        translates no files, as /frontend/settings says, and refuses them as LibreTranslate does when
+        file translation is off: 403, the body unread, with or without an API key."""
+        raise ServeError(403, FILES_OFF)
 
 
 def _named(code: str) -> dict[str, str]:

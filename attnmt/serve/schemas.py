@@ -136,13 +136,20 @@ class ModelInfo(BaseModel):
     limits: dict[str, int | float] = Field(description="the server's limits (ServeConfig), max_tokens as enforced")
 
 
+# What BodyLimit answers before a route reads the body: any route a body is sent to may answer it.
+BODY_LIMIT_RESPONSES: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorResponse, "description": "a malformed Content-Length"},
+    408: {"model": ErrorResponse, "description": "a body that took longer than the server's body timeout to arrive"},
+    411: {"model": ErrorResponse, "description": "a body without Content-Length"},
+    413: {"model": ErrorResponse, "description": "a body over the server's size limit"},
+}
 # The error answers of the routes that take a body, for the OpenAPI description.
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorResponse, "description": "malformed JSON or Content-Length"},
     401: {"model": ErrorResponse, "description": "no API key, on a server with keys (--api-keys)"},
     403: {"model": ErrorResponse, "description": "an API key this server does not know"},
-    408: {"model": ErrorResponse, "description": "a body that took longer than the server's body timeout to arrive"},
-    411: {"model": ErrorResponse, "description": "a body without Content-Length"},
+    408: BODY_LIMIT_RESPONSES[408],
+    411: BODY_LIMIT_RESPONSES[411],
     413: {"model": ErrorResponse, "description": "over a size limit (body, sentences, characters, tokens)"},
     415: {"model": ErrorResponse, "description": "a body that is not sent as application/json"},
     422: {"model": ErrorResponse, "description": "a field missing or of the wrong type, or options out of range"},
