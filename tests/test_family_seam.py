@@ -150,6 +150,23 @@ def test_a_third_family_trains_translates_and_searches_through_the_seam(toy_fami
     assert -result.best_metric < 0.85 * math.log(len(translator.tgt_vocab))
 
 
+def test_a_third_family_serves_and_describes_itself(toy_family, tmp_path):
+    from fastapi.testclient import TestClient
+
+    from attnmt.serve import create_app
+
+    translator = Translator.load(train(toy_config(tmp_path / "run"), log=lambda _: None).model_path, device="cpu")
+    with TestClient(create_app(translator)) as client:
+        info = client.get("/model").json()
+        assert info["arch"] == "toy" and info["maps"] == {"cross": [1, 1]}
+        assert info["architecture"] == {"summary": "toy: previous token attends over the source, d 24", "emb_dim": 24}
+        answer = client.post("/translate", json={"text": "May 5, 2001", "beam": 2, "attention": True}).json()["results"][0]
+        expected = translator.translate(["May 5, 2001"], beam_size=2)[0]
+        assert answer["translation"] == expected.text and len(answer["attention"]) == len(expected.tokens)
+        refusal = client.post("/explain", json={"text": "May 5, 2001"})
+        assert refusal.status_code == 422 and refusal.json() == {"error": "the toy family cannot be explained step by step"}
+
+
 def test_the_familys_own_checks_and_keys(toy_family, tmp_path):
     with pytest.raises(AttnmtError, match="model.sharpness: 0.0 is out of range; allowed: \\(0, 100\\]"):
         toy_config(tmp_path, sharpness=0.0)

@@ -124,6 +124,15 @@ def test_the_client_detects_and_reads_settings_against_attnmt_serve(dates_model,
             assert auto.json() == {"translatedText": expected, "detectedLanguage": {"language": "de", "confidence": 100.0}}
             named = httpx.post(base + "translate", json={"q": [DATES[0]], "source": "de", "target": "en"}, timeout=30)
             assert named.json() == {"translatedText": [expected]}  # no detection when the source is named
+            # What the settings say is off is refused as LibreTranslate refuses it (libretranslatepy has
+            # no call for either: sent as LibreTranslate's page sends them).
+            suggestion = httpx.post(base + "suggest", data={"q": DATES[0], "s": expected, "source": "de",
+                                                            "target": "en"}, timeout=10)
+            assert suggestion.status_code == 403
+            assert suggestion.json() == {"error": "Suggestions are disabled on this server."}
+            file = httpx.post(base + "translate_file", data={"source": "de", "target": "en"},
+                              files={"file": ("dates.txt", DATES[0].encode())}, timeout=10)
+            assert file.status_code == 403 and file.json() == {"error": "Files translation are disabled on this server."}
 
 
 def test_a_model_of_two_source_languages_takes_both_and_detects_between_them(two_source_model, translator):
@@ -186,3 +195,32 @@ def test_frontend_settings_tell_the_limits_and_keys(translator, tmp_path):
         settings = keyed.get("/libretranslate/frontend/settings").json()
         assert settings["charLimit"] == 77 and settings["apiKeys"] and settings["keyRequired"]
         assert keyed.post("/detect", data={"q": DATES[0]}).json() == [{"language": "de", "confidence": 100.0}]
+
+
+def test_suggestions_and_files_are_refused_as_libretranslate_refuses_them_when_off(translator, tmp_path):
+    """LibreTranslate answers 403 and one line to /suggest and /translate_file when they are turned off;
+    this server never takes them (/frontend/settings says so): 403 to every body, with keys or without."""
+    suggestions = {"error": "Suggestions are disabled on this server."}
+    files = {"error": "Files translation are disabled on this server."}
+    (tmp_path / "keys").write_text("a-key-of-sixteen-characters\n", encoding="utf-8")
+    for keys in None, KeyFile(str(tmp_path / "keys"), lambda _: None):
+        with TestClient(create_app(translator, ServeConfig(), keys)) as client:
+            for base in "/", "/libretranslate/":
+                fields = {"q": DATES[0], "s": "1990-10-03", "source": "de", "target": "en"}
+                for sent in (client.post(base + "suggest", data=fields), client.post(base + "suggest", json=fields),
+                             client.post(base + "suggest", json={"q": 7}), client.post(base + "suggest")):
+                    assert sent.status_code == 403 and sent.json() == suggestions
+                for sent in (client.post(base + "translate_file", data={"source": "de", "target": "en"},
+                                         files={"file": ("dates.txt", DATES[0].encode())}),
+                             client.post(base + "translate_file", data={"api_key": "not-a-key-of-this-server"}),
+                             client.post(base + "translate_file")):
+                    assert sent.status_code == 403 and sent.json() == files
+                for path in "suggest", "translate_file":
+                    other = client.get(base + path)
+                    assert other.status_code == 405 and other.headers["allow"] == "POST"
+            # The description promises the refusal and the body's limits, never a 200.
+            spec = client.get("/openapi.json").json()
+            for path in "/suggest", "/translate_file", "/libretranslate/suggest", "/libretranslate/translate_file":
+                responses = spec["paths"][path]["post"]["responses"]
+                assert set(responses) == {"403", "400", "408", "411", "413"}, path
+                assert responses["403"]["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorResponse")

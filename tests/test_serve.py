@@ -22,7 +22,9 @@ from conftest import server_process
 from fastapi.testclient import TestClient
 
 from attnmt.config import ServeConfig
-from attnmt.serve import STATIC, BodyLimit, create_app
+from attnmt.serve import create_app
+from attnmt.serve.app import STATIC
+from attnmt.serve.middleware import BodyLimit
 from attnmt.translate import Translator
 
 DATES = ["March 14, 2026", "3. Oktober 1990", "the 21st of June 1975", "12/25/2031", "Fr., 09.11.1989",
@@ -117,7 +119,11 @@ def test_empty_sentence_gets_an_empty_translation(client):
 def test_health_and_model(client, translator):
     assert client.get("/health").json() == {"status": "ok", "queued": 0, "model_calls": 0, "sentences": 0}
     info = client.get("/model").json()
-    assert (info["src_lang"], info["tgt_lang"], info["attention"], info["rnn"]) == ("de", "en", "bahdanau", "gru")
+    architecture = info["architecture"]
+    assert (info["src_lang"], info["tgt_lang"], architecture["attention"], architecture["rnn"]) == ("de", "en", "bahdanau",
+                                                                                                    "gru")
+    assert architecture["summary"] == "GRU encoder-decoder, bahdanau attention, bahdanau decoder"
+    assert not {"rnn", "decoder", "attention"} & info.keys()  # the family's own words live in architecture only
     assert (info["src_vocab_size"], info["tgt_vocab_size"]) == (len(translator.src_vocab), len(translator.tgt_vocab))
     assert info["limits"]["max_sentences"] == 4 and info["limits"]["max_tokens"] == 30
     assert info["maps"] == {"cross": [1, 1]} and info["engine"] == "attnmt" and info["explains"] is True
@@ -282,7 +288,7 @@ def test_sigterm_answers_the_request_in_flight_then_exits_0(dates_model):
 def test_a_model_without_attention_answers_without_weights(no_attention_model: Path):
     with TestClient(create_app(Translator.load(no_attention_model, device="cpu"), LIMITS)) as client:
         info = client.get("/model").json()
-        assert info["attention"] == "none" and info["maps"] == {}
+        assert info["architecture"]["attention"] == "none" and info["maps"] == {}
         body = client.post("/translate", json={"texts": DATES[:2], "beam": 2, "n_best": 2, "attention": True})
         assert body.status_code == 200, body.text
         for result in body.json()["results"]:

@@ -165,7 +165,7 @@ def test_serving_reports_the_family(transformer_dates_model):
 
     with TestClient(create_app(Translator.load(transformer_dates_model, "cpu"))) as client:
         info = client.get("/model").json()
-        assert info["arch"] == "transformer" and info["attention"] == "multihead" and info["rnn"] is None
+        assert info["arch"] == "transformer" and info["architecture"]["summary"] == "Transformer 2+2 layers, d 32, 4 heads"
         assert info["architecture"]["d_model"] == 32 and info["architecture"]["heads"] == 4
         result = client.post("/translate", json={"text": "May 5, 2001", "attention": True}).json()["results"][0]
         assert len(result["attention"]) == len(result["tokens"])

@@ -42,10 +42,12 @@ def _info(args: argparse.Namespace) -> None:
     if args.json:
         print(json.dumps(info, indent=2))
         return
-    sizes = ", ".join(f"{k} {v}" for k, v in info["architecture"].items())
+    architecture = dict(info["architecture"])
+    summary = architecture.pop("summary", info["arch"])
+    sizes = ", ".join(f"{k} {v}" for k, v in architecture.items())
     tokenizer = ", ".join(f"{k} {v}" for k, v in info["tokenizer"].items())
     print(f"{info['file']}: attnmt model file, format {info['format_version']}, weights sha256 {info['weights_sha256']}")
-    print(f"family: {info['arch']} ({sizes})")
+    print(f"family: {info['arch']}: {summary} ({sizes})")
     print(f"parameters: {info['parameters']:,}")
     print(f"translates: {' '.join(info['source_languages'])} -> {info['tgt_lang']}; tokenizer: {tokenizer}; "
           f"vocabularies: {info['src_vocab_size']:,} source, {info['tgt_vocab_size']:,} target tokens")

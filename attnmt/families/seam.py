@@ -82,7 +82,10 @@ class Model(Protocol[MemoryT, StateT]):
         keeps, for decode.precision int8 (fast/int8.py); empty: the family does not support int8."""
         ...
 
-    def describe(self) -> dict[str, int | str | bool]: ...   # the family's sizes and kinds, for /model
+    def describe(self) -> dict[str, int | str | bool]:
+        """What /model, `attnmt info` and the explorer say of the network: "summary", one line naming
+        the family and its kinds, then its sizes and kinds by name."""
+        ...
 
     def map_shapes(self) -> dict[str, tuple[int, int]]:
         """The maps attention_maps gives, name -> (layers, heads); empty for a model without attention."""

@@ -54,10 +54,7 @@
     try {
       const response = await fetch("/model");
       const info = await response.json();
-      const a = info.architecture;
-      const family = info.arch === "transformer"
-        ? `Transformer ${a.enc_layers}+${a.dec_layers} layers, d ${a.d_model}, ${a.heads} heads`
-        : `${info.rnn.toUpperCase()} encoder-decoder, ${info.attention} attention, ${info.decoder} decoder`;
+      const family = info.architecture.summary || info.arch;
       $("model-info").textContent =
         `${info.source_languages.join(", ")} \u2192 ${info.tgt_lang} \u00b7 ${family} \u00b7 ${info.tokenizer} tokens \u00b7 ` +
         `vocabularies ${info.src_vocab_size} / ${info.tgt_vocab_size}`;

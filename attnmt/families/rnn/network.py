@@ -53,7 +53,8 @@ class RNNEncoderDecoder(nn.Module):
         c = self.config
         local = ({"local_window": c.local_window, "local_score": c.local_score}
                  if c.attention in ("local_m", "local_p") else {})
-        return {"rnn": c.rnn, "decoder": c.decoder, "attention": c.attention, **local, "emb_dim": c.emb_dim,
+        return {"summary": f"{c.rnn.upper()} encoder-decoder, {c.attention} attention, {c.decoder} decoder",
+                "rnn": c.rnn, "decoder": c.decoder, "attention": c.attention, **local, "emb_dim": c.emb_dim,
                 "enc_hidden": c.enc_hidden, "bidirectional": c.bidirectional, "enc_layers": c.enc_layers,
                 "dec_hidden": c.dec_hidden, "dec_layers": c.dec_layers, "input_feeding": c.input_feeding}
 

@@ -282,7 +282,8 @@ class Transformer(nn.Module):
 
     def describe(self) -> dict[str, int | str | bool]:
         c = self.config
-        return {"d_model": c.emb_dim, "heads": c.heads, "ff_dim": c.ff_dim, "enc_layers": c.enc_layers,
+        return {"summary": f"Transformer {c.enc_layers}+{c.dec_layers} layers, d {c.emb_dim}, {c.heads} heads",
+                "d_model": c.emb_dim, "heads": c.heads, "ff_dim": c.ff_dim, "enc_layers": c.enc_layers,
                 "dec_layers": c.dec_layers, "norm": c.norm, "positions": c.positions, "activation": c.activation}
 
     def map_shapes(self) -> dict[str, tuple[int, int]]:

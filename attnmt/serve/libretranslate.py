@@ -4,7 +4,8 @@ LibreTranslate (libretranslate.com) is the common API of self-hosted machine tra
 `POST /translate` with `q` (a text or a list of texts), `source`, `target`, `format` and
 `alternatives`, sent as JSON or as a form, answered with `translatedText` (and
 `detectedLanguage` when `source` is `auto`); `POST /detect`; `GET /languages`; `GET
-/frontend/settings`, which its web front end and some clients read first. All live under
+/frontend/settings`, which its web front end and some clients read first; `POST /suggest` and
+`POST /translate_file`, refused as LibreTranslate refuses them when they are off. All live under
 /libretranslate/, and at the root: a POST /translate whose body has `q` is LibreTranslate's
 (`RouteLibreTranslate`), any other is attnmt's. A model translates from the languages it
 declares (`data.source_languages`) into one, sentence by sentence, so a text is translated line
@@ -13,23 +14,26 @@ by line; detection picks among the declared languages (detect.py).
 
 from __future__ import annotations
 
-import json
 import re
-from typing import Annotated, Any, Callable, Optional, Union
-from urllib.parse import parse_qs
+from typing import Annotated, Any, Awaitable, Callable, NoReturn, Optional, Union
 
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .config import ServeConfig, source_languages
-from .detect import detect
-from .translate import TextTranslator, lines_of, texts_of
+from ..config import ServeConfig, source_languages
+from ..detect import detect
+from ..translate import TextTranslator, Translation, lines_of, texts_of
+from .errors import ServeError
+from .middleware import FORM, UnreadableBody, body_fields, buffered, fields_of
+from .schemas import BODY_LIMIT_RESPONSES, ERROR_RESPONSES, ErrorResponse
 
 PREFIX = "/libretranslate"
-FORM = "application/x-www-form-urlencoded"
 # How long a front end waits after the last keystroke before it translates (LibreTranslate's default).
 FRONTEND_TIMEOUT_MS = 500
+# What LibreTranslate answers, with 403, to a suggestion or a file when it takes none; this server never does.
+SUGGESTIONS_OFF = "Suggestions are disabled on this server."
+FILES_OFF = "Files translation are disabled on this server."
 
 # Names for /languages; a code without one is named by its code.
 LANGUAGE_NAMES = {
@@ -40,8 +44,11 @@ LANGUAGE_NAMES = {
 }
 
 
-class LibreTranslateError(Exception):
+class LibreTranslateError(ServeError):
     """Answered as LibreTranslate answers errors: {"error": "..."} with status 400."""
+
+    def __init__(self, message: str):
+        super().__init__(400, message)
 
 
 class LibreTranslateRequest(BaseModel):
@@ -87,8 +94,8 @@ class FrontendSettings(BaseModel):
     frontendTimeout: int = Field(description="milliseconds a front end waits after typing before it translates")
     apiKeys: bool = Field(description="whether the server has API keys")
     keyRequired: bool = Field(description="whether translating needs an API key")
-    suggestions: bool = Field(description="whether suggestions are taken (never: there is no /suggest)")
-    filesTranslation: bool = Field(description="whether files are translated (never: there is no /translate_file)")
+    suggestions: bool = Field(description="whether suggestions are taken (never: /suggest refuses them)")
+    filesTranslation: bool = Field(description="whether files are translated (never: /translate_file refuses them)")
     supportedFilesFormat: list[str] = Field(description="file formats translated: none")
     language: FrontendLanguages
 
@@ -115,53 +122,12 @@ class RouteLibreTranslate:
         await self.app(scope, replay, send)
 
 
-async def buffered(receive: Receive) -> tuple[bytes, Receive]:
-    """A request's whole body (the server's BodyLimit runs first: it bounds the body, reads it within
-    a timeout and passes on only whole ones), and a receive that gives it again to the app."""
-    body, more = b"", True
-    while more:
-        message = await receive()
-        body += message.get("body", b"")
-        more = message.get("more_body", False)
-    replayed = False
-
-    async def replay() -> Message:
-        nonlocal replayed
-        if replayed:
-            return await receive()
-        replayed = True
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    return body, replay
-
-
-def body_fields(scope: Scope, body: bytes) -> dict[str, Any]:
-    """The fields of a LibreTranslate request's body, or none if it has none that can be read."""
-    return _fields(dict(scope["headers"]).get(b"content-type", b"").decode("latin-1"), body, strict=False)
-
-
-def _fields(content_type: str, body: bytes, strict: bool = True) -> dict[str, Any]:
-    """The request's fields from JSON or a form; with strict, what is neither is an error."""
-    if FORM in content_type:
-        try:
-            return {k: v if k == "q" and len(v) > 1 else v[0]
-                    for k, v in parse_qs(body.decode("utf-8"), keep_blank_values=True).items()}
-        except UnicodeDecodeError:
-            if strict:
-                raise LibreTranslateError("the form is not UTF-8") from None
-            return {}
+async def _fields(request: Request) -> dict[str, Any]:
+    """The request's fields from JSON or a form (a repeated `q` is a list of texts)."""
     try:
-        fields = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        if strict:
-            raise LibreTranslateError("send the fields as JSON or as a form (application/x-www-form-urlencoded)") \
-                from None
-        return {}
-    if not isinstance(fields, dict):
-        if strict:
-            raise LibreTranslateError("the body must be a JSON object")
-        return {}
-    return fields
+        return fields_of(request.headers.get("content-type", ""), await request.body(), lists=frozenset({"q"}))
+    except UnreadableBody as err:
+        raise LibreTranslateError(str(err)) from None
 
 
 def api_key_is_text(fields: dict[str, Any]) -> None:
@@ -169,27 +135,56 @@ def api_key_is_text(fields: dict[str, Any]) -> None:
         raise LibreTranslateError("Invalid request: api_key must be a text")
 
 
-def libretranslate_router(translator: TextTranslator, decode_nbest: Callable[..., Any], limits: ServeConfig,
-                          keys_required: bool, prefix: str = PREFIX, with_translate: bool = True,
-                          responses: Optional[dict[int | str, dict[str, Any]]] = None) -> APIRouter:
-    """The LibreTranslate API under `prefix` (the root gets all but /translate: its /translate is
-    attnmt's, and RouteLibreTranslate sends LibreTranslate's requests on); `decode_nbest(request,
-    texts, beam, n_best)` is the server's batched, limit-checked n-best translation; `limits` and
-    `keys_required` are what /frontend/settings tells; `responses` are the server's error answers,
-    for the OpenAPI description."""
-    sources, tgt = source_languages(translator.config.data), translator.config.data.tgt_lang
-    pair = f"this server translates {', '.join(sources)} to {tgt}"
-    default_beam = translator.config.decode.beam_size
-    router = APIRouter(prefix=prefix, tags=["LibreTranslate"])
+# The server's batched, limit-checked n-best translation: (request, texts, beam, n_best) -> [text][rank].
+DecodeNbest = Callable[[Request, list[str], int, int], Awaitable[list[list[Translation]]]]
 
-    def detected(text: str) -> dict[str, Any]:
-        best = detect(text, sources)[0]
-        return {"language": best.language, "confidence": best.confidence}
 
-    async def translate(request: Request) -> dict[str, Any]:
+class LibreTranslate:
+    """The LibreTranslate API over one model: its handlers, and the routers that serve them.
+    `decode_nbest` translates; `limits` and `keys_required` are what /frontend/settings tells."""
+
+    def __init__(self, translator: TextTranslator, decode_nbest: DecodeNbest, limits: ServeConfig,
+                 keys_required: bool):
+        self.decode_nbest = decode_nbest
+        self.sources, self.tgt = source_languages(translator.config.data), translator.config.data.tgt_lang
+        self.pair = f"this server translates {', '.join(self.sources)} to {self.tgt}"
+        self.default_beam = translator.config.decode.beam_size
+        self.settings = {"charLimit": limits.max_chars, "frontendTimeout": FRONTEND_TIMEOUT_MS,
+                         "apiKeys": keys_required, "keyRequired": keys_required, "suggestions": False,
+                         "filesTranslation": False, "supportedFilesFormat": [],
+                         "language": {"source": _named(self.sources[0]), "target": _named(self.tgt)}}
+
+    def router(self, prefix: str = PREFIX, with_translate: bool = True) -> APIRouter:
+        """The API under `prefix`; the root gets all but /translate: its /translate is attnmt's, and
+        RouteLibreTranslate sends LibreTranslate's requests on."""
+        router = APIRouter(prefix=prefix, tags=["LibreTranslate"])
+        if with_translate:
+            # The handler reads the body itself (JSON or a form); its schema is described here, with
+            # the languages this model translates.
+            fields = LibreTranslateRequest.model_json_schema()
+            fields["properties"]["source"]["enum"] = [*self.sources, "auto"]
+            fields["properties"]["target"]["enum"] = [self.tgt]
+            fields["properties"]["format"]["enum"] = ["text"]
+            router.add_api_route("/translate", self.translate, methods=["POST"], response_model=LibreTranslateResponse,
+                                 response_model_exclude_none=True, openapi_extra=_body(fields),
+                                 responses=ERROR_RESPONSES)
+        router.add_api_route("/detect", self.detect_language, methods=["POST"], response_model=list[DetectedLanguage],
+                             openapi_extra=_body(DetectRequest.model_json_schema()), responses=ERROR_RESPONSES)
+        router.add_api_route("/languages", self.languages, methods=["GET"], response_model=list[Language])
+        router.add_api_route("/frontend/settings", self.frontend_settings, methods=["GET"],
+                             response_model=FrontendSettings)
+        # Refusals: their one answer is the 403 (and BodyLimit's, for a body it refuses), not a 200.
+        for path, refuse, message in [("/suggest", self.suggest, SUGGESTIONS_OFF),
+                                      ("/translate_file", self.translate_file, FILES_OFF)]:
+            router.add_api_route(path, refuse, methods=["POST"], status_code=403, response_model=ErrorResponse,
+                                 response_description=f'always: {{"error": "{message}"}}',
+                                 responses=BODY_LIMIT_RESPONSES)
+        return router
+
+    async def translate(self, request: Request) -> dict[str, Any]:
         """LibreTranslate's translate: `q` a text or a list of texts, `source`, `target`, `format`
         (text), `alternatives`; JSON or a form. Each line of a text is translated as a sentence."""
-        fields = _fields(request.headers.get("content-type", ""), await request.body())
+        fields = await _fields(request)
         q = fields.get("q")
         if q is None:
             raise LibreTranslateError("Invalid request: missing q parameter")
@@ -199,10 +194,10 @@ def libretranslate_router(translator: TextTranslator, decode_nbest: Callable[...
         source, target = fields.get("source"), fields.get("target")
         if source is None or target is None:
             raise LibreTranslateError(f"Invalid request: missing {'source' if source is None else 'target'} parameter")
-        if source != "auto" and source not in sources:
-            raise LibreTranslateError(f"{source} is not supported: {pair}")
-        if target != tgt:
-            raise LibreTranslateError(f"{target} is not supported: {pair}")
+        if source != "auto" and source not in self.sources:
+            raise LibreTranslateError(f"{source} is not supported: {self.pair}")
+        if target != self.tgt:
+            raise LibreTranslateError(f"{target} is not supported: {self.pair}")
         if fields.get("format", "text") != "text":
             raise LibreTranslateError(f"format {fields['format']} is not supported: this server translates plain text")
         # A whole number, or its digits as a form sends them (and some JSON clients); never a bool or 1.5.
@@ -216,62 +211,61 @@ def libretranslate_router(translator: TextTranslator, decode_nbest: Callable[...
 
         counts, lines = lines_of(texts)
         n_best = alternatives + 1
-        nbests = texts_of(counts, await decode_nbest(request, lines, max(default_beam, n_best), n_best), n_best)
+        nbests = texts_of(counts, await self.decode_nbest(request, lines, max(self.default_beam, n_best), n_best),
+                          n_best)
         # [text][rank]; a rank a text lacks (an empty text has one translation) repeats its last.
         ranked = [[nbest[min(rank, len(nbest) - 1)].text for rank in range(n_best)] for nbest in nbests]
         answer: dict[str, Any] = {"translatedText": ranked[0][0] if isinstance(q, str) else [r[0] for r in ranked]}
         if alternatives:
             answer["alternatives"] = ranked[0][1:] if isinstance(q, str) else [r[1:] for r in ranked]
         if source == "auto":
-            answer["detectedLanguage"] = detected(q) if isinstance(q, str) else [detected(text) for text in texts]
+            answer["detectedLanguage"] = (self._detected(q) if isinstance(q, str)
+                                          else [self._detected(text) for text in texts])
         return answer
 
-    async def detect_language(request: Request) -> list[dict[str, Any]]:
+    def _detected(self, text: str) -> dict[str, Any]:
+        best = detect(text, self.sources)[0]
+        return {"language": best.language, "confidence": best.confidence}
+
+    async def detect_language(self, request: Request) -> list[dict[str, Any]]:
         """LibreTranslate's detect: `q`, a text (JSON or a form) -> the model's source languages, likeliest
         first, with confidences in percent; detection picks only among those (see the serving docs)."""
-        fields = _fields(request.headers.get("content-type", ""), await request.body())
+        fields = await _fields(request)
         api_key_is_text(fields)
         q = fields.get("q")
         if q is None:
             raise LibreTranslateError("Invalid request: missing q parameter")
         if not isinstance(q, str):
             raise LibreTranslateError("Invalid request: q must be a text")
-        return [{"language": d.language, "confidence": d.confidence} for d in detect(q, sources)]
+        return [{"language": d.language, "confidence": d.confidence} for d in detect(q, self.sources)]
 
-    if with_translate:
-        # The handler reads the body itself (JSON or a form); its schema is described here, with
-        # the languages this model translates.
-        fields = LibreTranslateRequest.model_json_schema()
-        fields["properties"]["source"]["enum"] = [*sources, "auto"]
-        fields["properties"]["target"]["enum"] = [tgt]
-        fields["properties"]["format"]["enum"] = ["text"]
-        body = {"required": True, "content": {"application/json": {"schema": fields}, FORM: {"schema": fields}}}
-        router.add_api_route("/translate", translate, methods=["POST"], response_model=LibreTranslateResponse,
-                             response_model_exclude_none=True, openapi_extra={"requestBody": body},
-                             responses=responses)
-
-    detect_fields = DetectRequest.model_json_schema()
-    detect_body = {"required": True, "content": {"application/json": {"schema": detect_fields},
-                                                  FORM: {"schema": detect_fields}}}
-    router.add_api_route("/detect", detect_language, methods=["POST"], response_model=list[DetectedLanguage],
-                         openapi_extra={"requestBody": detect_body}, responses=responses)
-
-    def named(code: str) -> dict[str, str]:
-        return {"code": code, "name": LANGUAGE_NAMES.get(code, code)}
-
-    @router.get("/languages", response_model=list[Language])
-    async def languages() -> list[dict[str, Any]]:
+    async def languages(self) -> list[dict[str, Any]]:
         """The languages this server translates from and into."""
-        return [{**named(code), "targets": [tgt] if code in sources else []}
-                for code in [*sources, *([tgt] if tgt not in sources else [])]]
+        return [{**_named(code), "targets": [self.tgt] if code in self.sources else []}
+                for code in [*self.sources, *([self.tgt] if self.tgt not in self.sources else [])]]
 
-    settings = {"charLimit": limits.max_chars, "frontendTimeout": FRONTEND_TIMEOUT_MS, "apiKeys": keys_required,
-                "keyRequired": keys_required, "suggestions": False, "filesTranslation": False,
-                "supportedFilesFormat": [], "language": {"source": named(sources[0]), "target": named(tgt)}}
-
-    @router.get("/frontend/settings", response_model=FrontendSettings)
-    async def frontend_settings() -> dict[str, Any]:
+    async def frontend_settings(self) -> dict[str, Any]:
         """What LibreTranslate's web front end (and clients that ask first) read: limits, keys, languages."""
-        return settings
+        return self.settings
 
-    return router
+    async def suggest(self) -> NoReturn:
+        """LibreTranslate's suggest (`q`, `s` a better translation, `source`, `target`): this server takes no
+        suggestions, as /frontend/settings says, and refuses them as LibreTranslate does when they are
+        off: 403, the body unread, with or without an API key."""
+        raise ServeError(403, SUGGESTIONS_OFF)
+
+    async def translate_file(self) -> NoReturn:
+        """LibreTranslate's translate_file (a multipart form with `file`, `source`, `target`): this server
+        translates no files, as /frontend/settings says, and refuses them as LibreTranslate does when
+        file translation is off: 403, the body unread, with or without an API key."""
+        raise ServeError(403, FILES_OFF)
+
+
+def _named(code: str) -> dict[str, str]:
+    return {"code": code, "name": LANGUAGE_NAMES.get(code, code)}
+
+
+def _body(schema: dict[str, Any]) -> dict[str, Any]:
+    """The OpenAPI description of a body read by its handler: `schema`, as JSON or as a form."""
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema},
+                                                          FORM: {"schema": schema}}}}

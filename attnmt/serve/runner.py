@@ -1,0 +1,82 @@
+"""serve(): the app on a socket, with uvicorn, until SIGTERM or SIGINT stops it; SIGHUP reads the key file again."""
+
+from __future__ import annotations
+
+import copy
+import ipaddress
+import signal
+import socket
+import sys
+import threading
+from typing import Any, Callable, Optional
+
+import uvicorn
+
+from ..access import KeyFile
+from ..config import ServeConfig, validate_serve
+from ..errors import AttnmtError
+from ..translate import TextTranslator
+from .app import create_app
+
+
+def logging_config(access_log: bool) -> dict[str, Any]:
+    """uvicorn's logging: its warnings and errors on stderr; with `access_log`, its access log on stdout,
+    one line a request with the client's address and port, the request line and the status."""
+    config = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+    config["loggers"]["uvicorn"]["level"] = config["loggers"]["uvicorn.error"]["level"] = "WARNING"
+    if not access_log:
+        config["loggers"]["uvicorn.access"]["handlers"] = []
+    return config
+
+
+def serve(translator: TextTranslator, host: str, port: int, limits: ServeConfig, log: Callable[[str], None] = print,
+          name: str = "the model", keys: Optional[KeyFile] = None, access_log: bool = True) -> None:
+    """Serve the translator's model (`name` in the log) until SIGTERM or SIGINT: the requests in flight
+    are answered, then serve() returns (SIGTERM) or raises KeyboardInterrupt (SIGINT). Port 0 picks a
+    free port (printed). With `keys`, translating needs a key; SIGHUP reads the key file again. With
+    `access_log`, each request is logged on stdout (uvicorn's access log)."""
+    validate_serve(limits)
+    note = translator.precision_note()
+    if note:
+        log(f"attnmt serve: {note}")
+    app = create_app(translator, limits, keys)
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(2048)  # from now on connections wait for uvicorn instead of being refused
+    except (OSError, OverflowError) as err:
+        sock.close()
+        raise AttnmtError(f"cannot listen on {host}:{port}: {getattr(err, 'strerror', None) or err}") from None
+    bound = ipaddress.ip_address(sock.getsockname()[0])
+    if keys is None and not bound.is_loopback:
+        print(f"attnmt: warning: listening on {host} without --api-keys: the server is open to anyone who can "
+              f"reach it", file=sys.stderr, flush=True)
+    shown = f"[{host}]" if ":" in host else host
+    log(f"attnmt serve: {name} on http://{shown}:{sock.getsockname()[1]}/ (Ctrl-C stops)")
+    if keys is not None:
+        log(f"attnmt serve: API keys read from {keys.path}: {len(keys.keys)}; translating needs one")
+    # Idle connections stay open longer than clients keep them (httpx: 5 s), so the client is the one
+    # that closes them: otherwise a request sent as the server closes its connection fails.
+    # uvicorn's proxy_headers (on) takes the client address from X-Forwarded-For when the connection
+    # comes from FORWARDED_ALLOW_IPS (127.0.0.1 unless set): a reverse proxy's clients get their own rates.
+    # log_level None: uvicorn keeps the levels of logging_config (warnings, and the access log's lines).
+    server = uvicorn.Server(uvicorn.Config(app, log_config=logging_config(access_log), log_level=None,
+                                           access_log=access_log, timeout_keep_alive=75))
+    # uvicorn stops on SIGTERM once the requests in flight are answered, then raises the signal again
+    # for the handler it found (attnmt's CLI: exit 143, as for a killed training run). That stop is
+    # the end of serving, not a failure: with uvicorn's own handler found, serve() returns, and a
+    # SIGTERM just before uvicorn starts listening for it stops the server too. uvicorn handles
+    # SIGINT and SIGTERM, not SIGHUP, which reads the key file again.
+    handlers: dict[int, Callable[[int, Any], None]] = {signal.SIGTERM: server.handle_exit}
+    if keys is not None and hasattr(signal, "SIGHUP"):
+        handlers[signal.SIGHUP] = lambda _signum, _frame: keys.reload()
+    # Only the main thread may set a handler.
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = {signum: signal.signal(signum, handler) for signum, handler in handlers.items()} if main_thread else {}
+    try:
+        server.run(sockets=[sock])
+    finally:
+        for signum, handler in previous.items():
+            if handler is not None:  # None: not set by Python
+                signal.signal(signum, handler)

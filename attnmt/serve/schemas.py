@@ -1,0 +1,158 @@
+"""The requests and answers of attnmt's own HTTP API (pydantic models), as /openapi.json describes them."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.dataclasses import dataclass as pydantic_dataclass
+
+from ..explain import ExplainedStep
+
+
+class TranslateRequest(BaseModel):
+    """One sentence (`text`) or several (`texts`), and how to decode them."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    text: Optional[str] = Field(None, description="one sentence")
+    texts: Optional[list[str]] = Field(None, min_length=1, description="several sentences, answered in order")
+    beam: Optional[int] = Field(None, ge=1, description="beam size, 1 = greedy (default: the model's decode.beam_size)")
+    n_best: int = Field(1, ge=1, description="translations per sentence, best first; at most `beam`")
+    attention: bool = Field(False, description="include the attention weights of each translation")
+    maps: bool = Field(False, description="include every attention map of each sentence's best translation: "
+                                          "cross, and the Transformer's encoder and decoder self-attention")
+
+    @model_validator(mode="after")
+    def _one_input(self) -> "TranslateRequest":
+        if (self.text is None) == (self.texts is None):
+            raise ValueError("give exactly one of `text` (a string) or `texts` (a list of strings)")
+        return self
+
+
+class Hypothesis(BaseModel):
+    translation: str
+    tokens: list[str] = Field(description="output tokens, end of sentence left out")
+    score: float = Field(description="log-probability of the output, end of sentence included")
+    attention: Optional[list[list[float]]] = Field(
+        None, description="[len(tokens)][len(source_tokens)] weights; only when asked for and the model has attention")
+
+
+class SentenceResult(Hypothesis):
+    source_tokens: list[str] = Field(description="the tokens the model read")
+    maps: Optional[dict[str, list[list[list[list[float]]]]]] = Field(
+        None, description="when asked for: name -> [layers][heads][queries][keys] (Translator.attention_maps); "
+                          "cross [..][len(tokens)][len(source_tokens)], encoder [..][len(source_tokens)]"
+                          "[len(source_tokens)], decoder [..][len(tokens)][len(tokens)] over <sos> and the "
+                          "tokens before each")
+    nbest: Optional[list[Hypothesis]] = Field(None, description="when n_best > 1: the n_best translations, best first")
+
+
+class TranslateResponse(BaseModel):
+    results: list[SentenceResult] = Field(description="one per input sentence, in order")
+    beam: int
+    n_best: int
+
+
+class ErrorResponse(BaseModel):
+    error: str = Field(description="what was wrong, in one line")
+
+
+class Health(BaseModel):
+    status: str
+    queued: int = Field(description="requests waiting for the model")
+    model_calls: int = Field(description="model calls so far; concurrent requests share calls")
+    sentences: int = Field(description="sentences translated so far")
+
+
+class ExplainRequest(BaseModel):
+    """One sentence to translate greedily and explain step by step (attnmt explain)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    text: str = Field(description="one sentence")
+    attention: Literal["cross", "decoder"] = Field("cross", description="cross: output over source; decoder: a "
+                                                                         "Transformer's self-attention")
+    layer: Optional[int] = Field(None, ge=1, description="Transformer: the decoder layer, from 1 (default: the last)")
+    head: Optional[int] = Field(None, ge=1, description="Transformer: the head, from 1 (default: 1)")
+
+
+def described(descriptions: dict[str, str]) -> ConfigDict:
+    """A pydantic config that gives the named fields these descriptions in the JSON schema, for a
+    response model whose fields (names, types, defaults) come from a dataclass it derives from."""
+
+    def describe(schema: dict[str, Any]) -> None:
+        for name, description in descriptions.items():
+            schema["properties"][name]["description"] = description
+
+    return ConfigDict(json_schema_extra=describe)
+
+
+@pydantic_dataclass(config=described({
+    "step": "1 for the first output token",
+    "token": "the token this step chose (<eos> at the end)",
+    "keys": "what the query looked at: source tokens, or <sos> and the outputs so far",
+    "scores": "score e_j per key; null where masked",
+    "weights": "softmax of the scores (times `factors` for local-p)",
+    "shares": "each key's share of the context vector, |α_j v_j| / Σ_k |α_k v_k|",
+    "next": "the 5 likeliest next tokens and their probabilities",
+    "next_uniform": "the same when the attention over the source is uniform (a counterfactual)",
+    "factors": "local-p attention only: the Gaussian factor of each key, α_j = softmax(e)_j × factor_j"}))
+class ExplainedStepResult(ExplainedStep):
+    """One greedy decoding step: the fields of explain.ExplainedStep."""
+
+
+class ExplainResponse(BaseModel):
+    source_tokens: list[str]
+    output_tokens: list[str] = Field(description="the greedy translation")
+    attention: str
+    layer: Optional[int]
+    head: Optional[int]
+    score_function: str
+    steps: list[ExplainedStepResult]
+
+
+class ModelInfo(BaseModel):
+    src_lang: str = Field(description="data.src_lang: the source side of the training files")
+    source_languages: list[str] = Field(description="the languages the model reads (data.source_languages, "
+                                                    "or src_lang)")
+    tgt_lang: str
+    arch: str = Field(description="the model family (model.arch): rnn, transformer, or another registered one")
+    architecture: dict[str, int | str | bool] = Field(
+        description="what the family says of the network (Model.describe()): `summary`, one line naming the family "
+                    "and its kinds (models exported before it was added lack it), then its sizes and kinds by name")
+    tokenizer: str
+    src_vocab_size: int
+    tgt_vocab_size: int
+    beam_size: int = Field(description="the beam used when a request names none")
+    precision: str = Field(description="what decoding runs in here: fp32, bf16 or int8 (`auto` resolved)")
+    engine: str = Field(description="what decodes: attnmt (its own engine) or ctranslate2 (an exported model)")
+    explains: bool = Field(description="whether /explain can open the decoding steps (attnmt's own engine)")
+    # A list, not a tuple: FastAPI writes a tuple's schema in a form OpenAPI 3.1 does not allow.
+    maps: dict[str, list[int]] = Field(description="the attention maps `maps: true` returns, name -> "
+                                                   "[layers, heads]; none without attention")
+    limits: dict[str, int | float] = Field(description="the server's limits (ServeConfig), max_tokens as enforced")
+
+
+# What BodyLimit answers before a route reads the body: any route a body is sent to may answer it.
+BODY_LIMIT_RESPONSES: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorResponse, "description": "a malformed Content-Length"},
+    408: {"model": ErrorResponse, "description": "a body that took longer than the server's body timeout to arrive"},
+    411: {"model": ErrorResponse, "description": "a body without Content-Length"},
+    413: {"model": ErrorResponse, "description": "a body over the server's size limit"},
+}
+# The error answers of the routes that take a body, for the OpenAPI description.
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorResponse, "description": "malformed JSON or Content-Length"},
+    401: {"model": ErrorResponse, "description": "no API key, on a server with keys (--api-keys)"},
+    403: {"model": ErrorResponse, "description": "an API key this server does not know"},
+    408: BODY_LIMIT_RESPONSES[408],
+    411: BODY_LIMIT_RESPONSES[411],
+    413: {"model": ErrorResponse, "description": "over a size limit (body, sentences, characters, tokens)"},
+    415: {"model": ErrorResponse, "description": "a body that is not sent as application/json"},
+    422: {"model": ErrorResponse, "description": "a field missing or of the wrong type, or options out of range"},
+    429: {"model": ErrorResponse, "description": "over a rate limit; retry after the seconds in Retry-After",
+          "headers": {"Retry-After": {"description": "seconds", "schema": {"type": "integer"}}}},
+    503: {"model": ErrorResponse, "description": "the request queue is full; retry later"},
+    504: {"model": ErrorResponse, "description": "the request took longer than the server's timeout"},
+}
