@@ -61,11 +61,11 @@ def explain(translator: Translator, sentence: str, view: AttentionView = Attenti
         raise AttnmtError("nothing to explain: the sentence is empty")
     network, probe, view = translator.model.probed(view)
     device = translator.device
-    src = torch.tensor([translator.src_vocab.encode(source_tokens)], device=device)
+    src = torch.tensor([translator.tokenization.src_vocab.encode(source_tokens)], device=device)
     memory, state = network.encode(src, torch.tensor([len(source_tokens)]))
     decode = translator.config.decode
     max_tokens = int(len(source_tokens) * decode.max_len_ratio) + decode.max_len_extra  # as the searches allow
-    vocab = translator.tgt_vocab
+    vocab = translator.tokenization.tgt_vocab
 
     def top(logits: torch.Tensor) -> list[tuple[str, float]]:
         probabilities = torch.softmax(logits.float(), dim=-1)

@@ -19,7 +19,9 @@ from attnmt.errors import AttnmtError
 from attnmt.fast import int8 as int8_module
 from attnmt.fast.int8 import Int8Linear, Int8RNN, int8_decoding_copy, int8_products_exact
 from attnmt.model import Seq2Seq
-from attnmt.train import Part, make_optimizer, train, train_step
+from attnmt.step import make_optimizer, train_step
+from attnmt.train import train
+from attnmt.training_data import Part
 from attnmt.transformer import Transformer
 from attnmt.translate import Translator
 

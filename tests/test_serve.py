@@ -118,7 +118,8 @@ def test_health_and_model(client, translator):
     assert client.get("/health").json() == {"status": "ok", "queued": 0, "model_calls": 0, "sentences": 0}
     info = client.get("/model").json()
     assert (info["src_lang"], info["tgt_lang"], info["attention"], info["rnn"]) == ("de", "en", "bahdanau", "gru")
-    assert (info["src_vocab_size"], info["tgt_vocab_size"]) == (len(translator.src_vocab), len(translator.tgt_vocab))
+    assert (info["src_vocab_size"], info["tgt_vocab_size"]) == (len(translator.tokenization.src_vocab),
+                                                                 len(translator.tokenization.tgt_vocab))
     assert info["limits"]["max_sentences"] == 4 and info["limits"]["max_tokens"] == 30
     assert info["maps"] == {"cross": [1, 1]} and info["engine"] == "attnmt" and info["explains"] is True
 
