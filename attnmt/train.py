@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -23,9 +23,9 @@ from .family import Model
 from .loss import sequence_loss
 from .metrics import MetricsWriter
 from .model import build_model, resolve_device
-from .modelfile import Checkpoint, ModelDescription, read_checkpoint, read_model, save_checkpoint
+from .modelfile import Checkpoint, save_checkpoint
 from .precision import precision_note
-from .prepare import open_corpus
+from .resume import Progress, find_start
 from .step import make_optimizer, train_step
 from .store import PreparedCorpus
 from .training_data import TrainingData, epoch_batches
@@ -37,42 +37,12 @@ CHECKPOINT_FILE = "checkpoint.safetensors"
 
 
 @dataclass
-class Progress:
-    """The counters a checkpoint carries, so that a resumed run continues where it stopped."""
-
-    epoch: int = 1
-    batch_in_epoch: int = 0  # batches of `epoch` already done
-    epoch_loss: float = 0.0  # summed training loss and target tokens of those batches
-    epoch_tokens: int = 0
-    step: int = 0
-    best_metric: float = -math.inf  # of the kept model, higher is better: -valid_loss or valid BLEU
-    bad_validations: int = 0         # validations since the kept model, for plateau and early stopping
-    lr: float = 0.0                  # the learning rate now (0 until the first step sets it)
-    epoch_files: list[str] = field(default_factory=list)  # the last epochs' models, for averaging
-    elapsed_s: float = 0.0
-    history: list[dict] = field(default_factory=list)
-
-
-@dataclass
 class TrainResult:
     model_path: Path
     best_metric: float
     test_scores: dict
     epochs: int
     minutes: float
-
-
-@dataclass
-class Start:
-    """What rank 0 reads before training and hands to the other ranks: the prepared corpus's folder
-    and what the run continues from, if anything: a checkpoint (--resume), or the weights of the
-    model file train.init_from names."""
-
-    corpus: Path
-    weights: Optional[dict[str, torch.Tensor]] = None  # the network's state dict
-    optimizer: Optional[dict] = None                   # a checkpoint's optimizer state dict,
-    progress: Optional[Progress] = None                # counters
-    parts_per_batch: Optional[int] = None              # and ranks x train.accumulate
 
 
 def evaluate_loss(model: Model, examples: list[Example], batch_size: int, device: torch.device) -> float:
@@ -90,52 +60,6 @@ def evaluate_loss(model: Model, examples: list[Example], batch_size: int, device
             tokens += batch.num_target_tokens
     model.train()
     return total / max(tokens, 1)
-
-
-def _differences(saved: Config, config: Config, shapes_only: bool = False) -> list[str]:
-    """The model, tokenizer and vocab keys whose values differ between two configs; `shapes_only`:
-    leaving out dropout, which shapes no weight."""
-    return [f"{section}.{key}" for section in ("model", "tokenizer", "vocab")
-            for key, value in getattr(config, section).__dict__.items()
-            if getattr(saved, section).__dict__[key] != value and not (shapes_only and "dropout" in key)]
-
-
-def _read_init(path: str, config: Config) -> tuple[ModelDescription, dict[str, torch.Tensor]]:
-    """The description (with its tokenization) and weights of the model file a fine-tuning run
-    starts from (train.init_from), if their architecture is this config's."""
-    try:
-        description, weights, _ = read_model(path)
-    except AttnmtError as err:
-        raise AttnmtError(f"train.init_from: {err}") from None
-    changed = _differences(description.config, config, shapes_only=True)
-    if changed:
-        raise AttnmtError(f"train.init_from {path}: {', '.join(changed)} differ from the model file's; a run starts "
-                          f"from a model of the same architecture, tokenizer and vocabulary (dropout may differ)")
-    return description, weights
-
-
-def _start(config: Config, resume: bool, log: Callable[[str], None]) -> Start:
-    """Rank 0's reading before training: the checkpoint (--resume) or model file (train.init_from)
-    the run continues from, checked against the config, and the prepared corpus (prepared now if
-    missing), with their tokenization if there is one."""
-    tc = config.train
-    if resume:
-        path = Path(tc.out_dir) / CHECKPOINT_FILE
-        checkpoint = read_checkpoint(path)
-        changed = _differences(checkpoint.description.config, config)  # data are checked by their fingerprint
-        if changed:
-            raise AttnmtError(f"{path}: cannot resume with different {', '.join(changed)} than the checkpoint was "
-                              f"trained with")
-        corpus = open_corpus(config, checkpoint.description.tokenization, log)
-        if checkpoint.data_sha256 != corpus.fingerprint:
-            raise AttnmtError(f"{path}: the training data differ from those the checkpoint was trained on; "
-                              f"cannot resume")
-        return Start(corpus.directory, checkpoint.weights, checkpoint.optimizer, Progress(**checkpoint.progress),
-                     checkpoint.parts_per_batch)
-    if tc.init_from:
-        description, weights = _read_init(tc.init_from, config)
-        return Start(open_corpus(config, description.tokenization, log).directory, weights)
-    return Start(open_corpus(config, None, log).directory)
 
 
 def train(config: Config, resume: bool = False, overwrite: bool = False,
@@ -164,7 +88,8 @@ def train(config: Config, resume: bool = False, overwrite: bool = False,
 
     torch.manual_seed(tc.seed)
     # Read by rank 0 alone: the other ranks need not see its out_dir; every rank maps the same prepared files.
-    start = ranks.share(_start(config, resume, log) if ranks.is_main else None)
+    start = ranks.share(find_start(config, out_dir / CHECKPOINT_FILE if resume else None, log)
+                        if ranks.is_main else None)
     assert start is not None, "rank 0 shares where the run starts"
     data = TrainingData.of(PreparedCorpus.open(start.corpus), config.data.max_len)
     corpus, text = data.corpus, data.corpus.tokenization
