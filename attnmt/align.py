@@ -101,10 +101,10 @@ def word_attention(translator: Translator, pairs: list[tuple[list[str], list[str
     with torch.inference_mode():
         for start in range(0, len(ready), batch_size):
             rows = ready[start : start + batch_size]
-            src = pad([translator.src_vocab.encode(pieces[i][0][0]) for i in rows]).to(translator.device)
+            src = pad([translator.tokenization.src_vocab.encode(pieces[i][0][0]) for i in rows]).to(translator.device)
             lengths = torch.tensor([len(pieces[i][0][0]) for i in rows])
             # The whole target is fed, so that the step after the last piece reads it too.
-            tgt_in = pad([[SOS_ID] + translator.tgt_vocab.encode(pieces[i][1][0]) for i in rows])   # [B, T + 1]
+            tgt_in = pad([[SOS_ID] + translator.tokenization.tgt_vocab.encode(pieces[i][1][0]) for i in rows])   # [B, T + 1]
             maps = model.attention_maps(src, lengths, tgt_in.to(translator.device))
             if "cross" not in maps:
                 raise AttnmtError("this model has no attention (model.attention none): it cannot align words")

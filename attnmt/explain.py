@@ -66,10 +66,10 @@ def explain(translator: TextTranslator, sentence: str, view: AttentionView = Att
     view.check(translator.model.map_shapes())
     network, probe, view = translator.model.probed(view)
     device = translator.device
-    src = torch.tensor([translator.src_vocab.encode(source_tokens)], device=device)
+    src = torch.tensor([translator.tokenization.src_vocab.encode(source_tokens)], device=device)
     memory, state = network.encode(src, torch.tensor([len(source_tokens)]))
     max_tokens = translator.max_output_tokens(len(source_tokens))  # steps, as the searches allow; cut there: no <eos>
-    vocab = translator.tgt_vocab
+    vocab = translator.tokenization.tgt_vocab
 
     def top(logits: torch.Tensor) -> list[tuple[str, float]]:
         probabilities = torch.softmax(logits.float(), dim=-1)

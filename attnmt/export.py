@@ -96,8 +96,8 @@ def export_ctranslate2(model_path: str | Path, out_dir: str | Path, quantization
     spec.config.unk_token, spec.config.bos_token, spec.config.eos_token = UNK, SOS, EOS
     spec.config.decoder_start_token = SOS
     spec.config.layer_norm_epsilon = network.decoder_stack()[0].attend_self.norm.eps
-    spec.register_source_vocabulary(translator.src_vocab.to_list())
-    spec.register_target_vocabulary(translator.tgt_vocab.to_list())
+    spec.register_source_vocabulary(translator.tokenization.src_vocab.to_list())
+    spec.register_target_vocabulary(translator.tokenization.tgt_vocab.to_list())
     spec.validate()
     spec.optimize(quantization=quantization)
     # Written beside, then renamed: a failed export leaves no half model under the real name.

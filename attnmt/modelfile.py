@@ -4,10 +4,14 @@ The metadata hold the config (whose model.arch names the model family; files wri
 families existed have none and are RNNs), both tokenizers and both vocabularies; the weights
 are the network's state dict, each name prefixed with `model.`.
 
-Nothing here unpickles, so loading a file from a stranger cannot run code. A training
-checkpoint is the same format with the optimizer's tensors and the run's counters added.
-Files are written to a temporary name, flushed to disk, then renamed: a crash never leaves a
-half-written file under the real name.
+A training checkpoint is a model file with the run's state added: the optimizer's tensors (each
+name prefixed with `optimizer.` and its parameter's index) and, in the metadata, the optimizer's
+parameter groups, the run's counters, the digest of the data it trains on and how many parts
+each batch was cut into. This module alone reads and writes both.
+
+Nothing here unpickles, so loading a file from a stranger cannot run code. Files are written to
+a temporary name, flushed to disk, then renamed: a crash never leaves a half-written file under
+the real name.
 """
 
 from __future__ import annotations
@@ -26,11 +30,11 @@ from safetensors.torch import save as save_safetensors_bytes
 from .config import Config, saved_config
 from .errors import AttnmtError
 from .files import atomic_write
-from .tokenize import Tokenizer, tokenizers_from_dicts
-from .vocab import Vocabulary
+from .vocab import Tokenization
 
 MAGIC = "attnmt"
 WEIGHTS_PREFIX = "model."
+OPTIMIZER_PREFIX = "optimizer."
 FORMAT_VERSION = 1
 # Rejected before reading: far larger than any RNN model here and a sign of a corrupt header.
 MAX_HEADER_BYTES = 100 * 1024 * 1024
@@ -98,15 +102,16 @@ class ModelDescription:
     """What a model file says besides its weights: how to build the network and read and write text."""
 
     config: Config
-    src_tokenizer: Tokenizer
-    tgt_tokenizer: Tokenizer
-    src_vocab: Vocabulary
-    tgt_vocab: Vocabulary
+    tokenization: Tokenization
 
     def metadata(self) -> dict[str, Any]:
-        return {"config": self.config.to_dict(), "src_tokenizer": self.src_tokenizer.to_dict(),
-                "tgt_tokenizer": self.tgt_tokenizer.to_dict(), "src_vocab": self.src_vocab.to_list(),
-                "tgt_vocab": self.tgt_vocab.to_list()}
+        return {"config": self.config.to_dict(), **self.tokenization.to_dict()}
+
+    @classmethod
+    def from_metadata(cls, meta: dict[str, Any]) -> "ModelDescription":
+        """The description in a file's metadata; the config parsed, so that keys added since the file
+        was written (model.arch) take their defaults."""
+        return cls(saved_config(meta["config"]), Tokenization.from_dict(meta))
 
 
 def model_tensors(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -131,9 +136,50 @@ def read_model(path: str | Path) -> tuple[ModelDescription, dict[str, torch.Tens
     """A model file's (or a checkpoint's) description, its network's weights and all of its metadata."""
     tensors, meta = load_file(path)
     try:
-        description = ModelDescription(saved_config(meta["config"]),
-                                       *tokenizers_from_dicts(meta["src_tokenizer"], meta["tgt_tokenizer"]),
-                                       Vocabulary.from_list(meta["src_vocab"]), Vocabulary.from_list(meta["tgt_vocab"]))
+        description = ModelDescription.from_metadata(meta)
     except (KeyError, ValueError, TypeError, AttnmtError) as err:
         raise AttnmtError(f"{path}: model file metadata is incomplete or invalid ({err})") from None
     return description, network_weights(tensors), meta
+
+
+@dataclass
+class Checkpoint:
+    """A training run's state as its checkpoint holds it: the model (description and weights), the
+    optimizer's state dict and the run's own entries."""
+
+    description: ModelDescription
+    weights: dict[str, torch.Tensor]   # the network's state dict
+    optimizer: dict[str, Any]          # the optimizer's state dict: "state" (tensors) and "param_groups"
+    progress: dict[str, Any]           # the run's counters (train.Progress)
+    data_sha256: Optional[str]         # the prepared corpus's fingerprint
+    parts_per_batch: int               # ranks x train.accumulate (files that do not say: 1)
+
+
+def save_checkpoint(path: str | Path, checkpoint: Checkpoint) -> None:
+    """Write a checkpoint (atomically)."""
+    tensors = model_tensors(checkpoint.weights)
+    for index, values in checkpoint.optimizer["state"].items():
+        for key, value in values.items():
+            tensors[f"{OPTIMIZER_PREFIX}{index}.{key}"] = value
+    meta = {"kind": "checkpoint", **checkpoint.description.metadata(),
+            "param_groups": checkpoint.optimizer["param_groups"], "progress": checkpoint.progress,
+            "data_sha256": checkpoint.data_sha256, "parts_per_batch": checkpoint.parts_per_batch}
+    save_file(path, tensors, meta)
+
+
+def read_checkpoint(path: str | Path) -> Checkpoint:
+    """A checkpoint save_checkpoint wrote; one line for a model file or incomplete metadata."""
+    tensors, meta = load_file(path)
+    if meta.get("kind") != "checkpoint":
+        raise AttnmtError(f"{path}: not a training checkpoint")
+    state: dict[int, dict[str, torch.Tensor]] = {}
+    for name, value in tensors.items():
+        if name.startswith(OPTIMIZER_PREFIX):
+            index, key = name[len(OPTIMIZER_PREFIX):].split(".", 1)
+            state.setdefault(int(index), {})[key] = value
+    try:
+        return Checkpoint(ModelDescription.from_metadata(meta), network_weights(tensors),
+                          {"state": state, "param_groups": meta["param_groups"]}, meta["progress"],
+                          meta.get("data_sha256"), meta.get("parts_per_batch", 1))
+    except (KeyError, ValueError, TypeError, AttnmtError) as err:
+        raise AttnmtError(f"{path}: checkpoint metadata is incomplete or invalid ({err})") from None

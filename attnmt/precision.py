@@ -58,7 +58,7 @@ def _device_words(device: torch.device) -> str:
 def precision_note(settings: dict[str, str], device: torch.device, lstm: bool = False) -> Optional[str]:
     """One line on the precision chosen for each part named in `settings` (e.g. {"decode.precision":
     "auto"}) when any is `auto`, or a warning when bf16 is asked of a device without native bf16;
-    None when there is nothing to say. `lstm`: the model trains an LSTM decoder (see `lstm_autocast`)."""
+    None when there is nothing to say. `lstm`: the model trains an LSTM (see `cpu_autocast_lstm`)."""
     resolved = {name: resolve(value, device) for name, value in settings.items()}
     chosen = ", ".join(f"{name} {value}" for name, value in resolved.items())
     if "auto" in settings.values():

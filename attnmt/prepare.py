@@ -441,12 +441,12 @@ def store_root(data: DataConfig) -> Path:
     return Path(data.prepared_dir) if data.prepared_dir else cache_dir() / "prepared"
 
 
-def open_corpus(config: Config, saved: Optional[dict] = None, log: Callable[[str], None] = print) -> PreparedCorpus:
-    """The prepared corpus of a training run: made now if missing or stale. `saved` (a checkpoint's
-    or model file's metadata) fixes the tokenization: the store prepared without it serves when it
-    has the same one (a resumed run), else one is prepared with it (fine-tuning)."""
-    if saved:
-        given = Tokenization.from_dict(saved)
+def open_corpus(config: Config, given: Optional[Tokenization] = None, log: Callable[[str], None] = print
+                ) -> PreparedCorpus:
+    """The prepared corpus of a training run: made now if missing or stale. `given`, the tokenization
+    of the checkpoint or model file a run continues from, is kept: the store prepared without it
+    serves when it has the same one (a resumed run), else one is prepared with it (fine-tuning)."""
+    if given is not None:
         found = find_corpus(config, log=log)
         if found and found.meta["tokenization"] == given.to_dict():
             return found

@@ -25,7 +25,7 @@ from .precision import precision_note, resolve_device
 from .precision import resolve as resolve_precision
 from .search import Hypothesis, Step, beam_search, greedy
 from .tokenize import Tokenizer
-from .vocab import SOS_ID, Vocabulary
+from .vocab import SOS_ID, Tokenization
 
 CHUNK = 64  # batches of sentences read, handed to one search call and yielded at a time
 
@@ -146,17 +146,15 @@ class Translator(TextTranslator):
 
     explains = True
 
-    def __init__(self, model: Model, config: Config, src_tokenizer: Tokenizer, tgt_tokenizer: Tokenizer,
-                 src_vocab: Vocabulary, tgt_vocab: Vocabulary, compile: bool = False):
+    def __init__(self, model: Model, config: Config, tokenization: Tokenization, compile: bool = False):
         self.model = model
         # Decode with the step compiled for this CPU (compiled.py). Like the device, a choice of
         # the machine that decodes, not stored in model files.
         self.compile = compile
         self.config = config
-        self.src_tokenizer = src_tokenizer
-        self.tgt_tokenizer = tgt_tokenizer
-        self.src_vocab = src_vocab
-        self.tgt_vocab = tgt_vocab
+        self.tokenization = tokenization
+        # The tokenizers every engine has (TextTranslator); the vocabularies are this engine's own.
+        self.src_tokenizer, self.tgt_tokenizer = tokenization.src_tokenizer, tokenization.tgt_tokenizer
         self._decoding_copy: Optional[tuple[tuple, Model, Optional[Step]]] = None
 
     @property
@@ -165,7 +163,7 @@ class Translator(TextTranslator):
 
     @property
     def description(self) -> ModelDescription:
-        return ModelDescription(self.config, self.src_tokenizer, self.tgt_tokenizer, self.src_vocab, self.tgt_vocab)
+        return ModelDescription(self.config, self.tokenization)
 
     def save(self, path: str | Path, training: Optional[dict] = None) -> None:
         """Write the model as one self-contained file (atomically), with how it was trained if given."""
@@ -181,16 +179,15 @@ class Translator(TextTranslator):
         config = description.config
         if fast_paths is not None:
             config.decode.fast_paths = fast_paths
-        model = build_model(config.model, len(description.src_vocab), len(description.tgt_vocab),
-                            config.decode.fast_paths)
+        text = description.tokenization
+        model = build_model(config.model, len(text.src_vocab), len(text.tgt_vocab), config.decode.fast_paths)
         try:
             model.load_state_dict(weights)
         except RuntimeError as err:
             raise AttnmtError(f"{path}: weights do not match the model described in the file ({first_line(err)})") from None
         override_decode_precision(config, precision)
         model.to(resolve_device(device)).eval()
-        translator = cls(model, config, description.src_tokenizer, description.tgt_tokenizer, description.src_vocab,
-                         description.tgt_vocab, compile)
+        translator = cls(model, config, text, compile)
         if compile:  # compile (or load) the step now, not in the first request of a server
             translator._decoding()
         return translator
@@ -212,7 +209,7 @@ class Translator(TextTranslator):
         ids = sorted(range(len(sources)), key=lambda i: -len(sources[i]))
         self.model.eval()
         model, step = self._decoding()
-        src = pad([self.src_vocab.encode(sources[i]) for i in ids]).to(self.device)  # [len(ids), longest source]
+        src = pad([self.tokenization.src_vocab.encode(sources[i]) for i in ids]).to(self.device)  # [len(ids), longest source]
         lengths = torch.tensor([len(sources[i]) for i in ids])
         # In decoding steps: the tokens and the <eos> the searches force at the limit.
         max_lengths = torch.tensor([self.max_output_tokens(n) + 1 for n in lengths.tolist()])
@@ -273,18 +270,19 @@ class Translator(TextTranslator):
             raise AttnmtError("no attention to show: the sentence or its translation is empty")
         model, _ = self._decoding()
         model.eval()
-        src = torch.tensor([self.src_vocab.encode(translation.source_tokens)], device=self.device)
-        output = self.tgt_vocab.encode(translation.tokens)
+        src = torch.tensor([self.tokenization.src_vocab.encode(translation.source_tokens)], device=self.device)
+        output = self.tokenization.tgt_vocab.encode(translation.tokens)
         tgt_in = torch.tensor([[SOS_ID] + output[:-1]], device=self.device)    # the inputs that produced `output`
         maps = model.attention_maps(src, torch.tensor([src.shape[1]]), tgt_in)
         return {name: weights[0].float().cpu().numpy() for name, weights in maps.items()}
 
     def engine_info(self) -> EngineInfo:
-        return EngineInfo("attnmt", self.model.describe(), len(self.src_vocab), len(self.tgt_vocab), self.precision,
+        text = self.tokenization
+        return EngineInfo("attnmt", self.model.describe(), len(text.src_vocab), len(text.tgt_vocab), self.precision,
                           self.model.map_shapes())
 
     def _translation(self, source_tokens: list[str], hypothesis: Hypothesis) -> Translation:
-        tokens = self.tgt_vocab.decode(hypothesis.ids)
+        tokens = self.tokenization.tgt_vocab.decode(hypothesis.ids)
         attention = None
         if hypothesis.attention is not None:
             attention = hypothesis.attention[:, : len(source_tokens)].float().cpu().numpy()
@@ -334,9 +332,9 @@ def model_info(path: str | Path) -> dict:
     """What a model file holds (`attnmt info`): family and sizes, parameters, languages,
     tokenizer, vocabularies, how it was trained (older files do not say), format."""
     description, _, meta = read_model(path)
-    config = description.config
-    network = build_model(config.model, len(description.src_vocab), len(description.tgt_vocab), fast_paths=False)
-    tokenizer = {k: v for k, v in description.src_tokenizer.to_dict().items() if k != "model"}
+    config, text = description.config, description.tokenization
+    network = build_model(config.model, len(text.src_vocab), len(text.tgt_vocab), fast_paths=False)
+    tokenizer = {k: v for k, v in text.src_tokenizer.to_dict().items() if k != "model"}
     if config.tokenizer.level in ("bpe", "unigram"):
         tokenizer.update(vocab_size=config.tokenizer.vocab_size, joint=config.tokenizer.joint)
     return {"file": str(path), "format_version": meta["format_version"], "weights_sha256": meta["sha256"],
@@ -344,5 +342,5 @@ def model_info(path: str | Path) -> dict:
             "parameters": sum(p.numel() for p in network.parameters()),
             "src_lang": config.data.src_lang, "source_languages": source_languages(config.data),
             "tgt_lang": config.data.tgt_lang, "tokenizer": tokenizer,
-            "src_vocab_size": len(description.src_vocab), "tgt_vocab_size": len(description.tgt_vocab),
+            "src_vocab_size": len(text.src_vocab), "tgt_vocab_size": len(text.tgt_vocab),
             "training": meta.get("training")}

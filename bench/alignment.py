@@ -139,7 +139,8 @@ def main() -> None:
     for name, path in models.items():
         translator = Translator.load(path, "cpu")
         pieces = [translator.src_tokenizer.tokenize(s) for s in sources]
-        unknown = sum(translator.src_vocab.encode(p).count(translator.src_vocab.stoi[UNK]) for p in pieces)
+        vocab = translator.tokenization.src_vocab
+        unknown = sum(vocab.encode(p).count(vocab.stoi[UNK]) for p in pieces)
         print(f"metric=unknown_source_pieces_{name} value={unknown}")
         layers = cross_attention_layers(translator)
         views = [(None, "")] if layers == 1 else [(None, "default"), *((n, f"layer {n}") for n in range(1, layers + 1))]

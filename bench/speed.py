@@ -43,7 +43,8 @@ from attnmt.families.seam import Model
 from attnmt.fast.process import set_up_decoding_process, set_up_training_process
 from attnmt.precision import resolve
 from attnmt.prepare import prepare_corpus
-from attnmt.train import Part, epoch_batches, make_optimizer, train_step
+from attnmt.step import make_optimizer, train_step
+from attnmt.training_data import Part, epoch_batches
 from attnmt.translate import Translation, Translator
 from attnmt.vocab import PAD_ID
 
@@ -149,7 +150,7 @@ def train_phase(args: argparse.Namespace) -> None:
                              ("src_x_src", src_lengths**2), ("tgt_x_tgt", tgt_lengths**2)):
             lengths[name] += int(values.sum())
     marks.append((time.perf_counter(), words))
-    translator = Translator(model, config, text.src_tokenizer, text.tgt_tokenizer, text.src_vocab, text.tgt_vocab)
+    translator = Translator(model, config, text)
     translator.save(Path(args.out) / "model.safetensors")
 
     def rate(first: int) -> float:

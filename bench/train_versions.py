@@ -8,7 +8,7 @@ Each round starts one process per checkout (in that checkout's folder, so that i
 one imported) for every config of bench/ and precision: it builds the model with a 7,882-word
 source and 5,898-word target vocabulary (the peers' Multi30k vocabularies), draws one batch of 64
 sentences of 14 source and 14 target tokens, runs 5 updates to warm up and times `--updates` more,
-each attnmt's own `train.train_step` under the config's settings, as bench/speed.py trains. Prints milliseconds per update per
+each attnmt's own `train_step` under the config's settings, as bench/speed.py trains. Prints milliseconds per update per
 round, the medians and old / new. Run it on an otherwise idle machine.
 """
 
@@ -26,8 +26,15 @@ import attnmt
 from attnmt.batch import collate
 from attnmt.config import load_config
 from attnmt.fast.process import set_up_training_process
-from attnmt.families import build_model
-from attnmt.train import Part, make_optimizer, train_step
+try:
+    from attnmt.families import build_model
+except ImportError:                             # a checkout from before the families package
+    from attnmt.model import build_model
+try:
+    from attnmt.step import make_optimizer, train_step
+    from attnmt.training_data import Part
+except ImportError:                             # a checkout from before train.py was split
+    from attnmt.train import Part, make_optimizer, train_step
 set_up_training_process()                       # as attnmt train does
 config_file, precision, updates, threads = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 torch.set_num_threads(threads)

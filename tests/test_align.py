@@ -122,8 +122,8 @@ def test_each_word_is_tokenized_alone_as_in_the_sentence(level):
 def forced_cross(translator: Translator, source: list[str], target: list[str]) -> np.ndarray:
     """The model's cross-attention [layers, heads, T + 1, S] over the pieces, teacher-forced: row t
     is the step that writes target piece t (the last row writes the end of the sentence)."""
-    src = torch.tensor([translator.src_vocab.encode(source)])
-    output = translator.tgt_vocab.encode(target)
+    src = torch.tensor([translator.tokenization.src_vocab.encode(source)])
+    output = translator.tokenization.tgt_vocab.encode(target)
     with torch.no_grad():
         maps = translator.model.eval().attention_maps(src, torch.tensor([len(source)]),
                                                       torch.tensor([[SOS_ID] + output]))

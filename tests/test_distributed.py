@@ -40,8 +40,8 @@ losses = []
 step = training.train_step
 training.train_step = lambda *args, **kwargs: losses.append(step(*args, **kwargs)) or losses[-1]
 if ranks.is_main and os.environ.get("STOP_AT_FIRST_VALIDATION"):  # a decision only rank 0 takes
-    keep = training._after_validation
-    training._after_validation = lambda *args: keep(*args) or "stopped by the test"
+    keep = training.Run.after_validation
+    training.Run.after_validation = lambda *args: keep(*args) or "stopped by the test"
 training.train(config, overwrite=True, log=lambda line: None, ranks=ranks)
 if ranks.is_main:
     open(sys.argv[2], "w").write(json.dumps(losses))

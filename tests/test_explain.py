@@ -72,8 +72,8 @@ def test_every_rnn_attention_kind(tmp_path, kind):
 def forced_maps(translator: Translator, translation) -> dict[str, np.ndarray]:
     """Every attention map [layers, heads, steps, keys] of one teacher-forced pass over the
     translation and its end of sentence (Translator.attention_maps leaves that step out)."""
-    src = torch.tensor([translator.src_vocab.encode(translation.source_tokens)])
-    tgt_in = torch.tensor([[SOS_ID] + translator.tgt_vocab.encode(translation.tokens)])
+    src = torch.tensor([translator.tokenization.src_vocab.encode(translation.source_tokens)])
+    tgt_in = torch.tensor([[SOS_ID] + translator.tokenization.tgt_vocab.encode(translation.tokens)])
     with torch.no_grad():
         maps = translator.model.eval().attention_maps(src, torch.tensor([src.shape[1]]), tgt_in)
     return {name: weights[0].numpy() for name, weights in maps.items()}
@@ -99,7 +99,7 @@ def test_uniform_attention_is_the_average_of_the_encoder_states(tmp_path):
     translator = trained_translator(tmp_path, attention="general", decoder="luong")
     explanation = explain(translator, SENTENCE)
     network = translator.model
-    src = torch.tensor([translator.src_vocab.encode(translator.tokenize_source(SENTENCE))])
+    src = torch.tensor([translator.tokenization.src_vocab.encode(translator.tokenize_source(SENTENCE))])
     with torch.no_grad():
         memory, state = network.encode(src, torch.tensor([src.shape[1]]))
         decoder = network.decoder
@@ -107,7 +107,7 @@ def test_uniform_attention_is_the_average_of_the_encoder_states(tmp_path):
         context = memory.values.mean(1, keepdim=True)                                       # the plain average
         logits = decoder.classify(torch.tanh(decoder.combine(torch.cat([context, output], -1))))
     probabilities, ids = torch.softmax(logits[0, 0], -1).topk(5)
-    expected = [(translator.tgt_vocab.itos[i], p) for i, p in zip(ids.tolist(), probabilities.tolist())]
+    expected = [(translator.tokenization.tgt_vocab.itos[i], p) for i, p in zip(ids.tolist(), probabilities.tolist())]
     assert [t for t, _ in explanation.steps[0].next_uniform] == [t for t, _ in expected]
     np.testing.assert_allclose([p for _, p in explanation.steps[0].next_uniform], [p for _, p in expected], atol=1e-5)
 

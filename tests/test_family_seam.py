@@ -147,7 +147,7 @@ def test_a_third_family_trains_translates_and_searches_through_the_seam(toy_fami
         np.testing.assert_allclose(best.attention.sum(-1), 1, atol=1e-5)
     # It learned: the validation loss per target token (best_metric is its negative) is well below a uniform
     # guess's (2.15 against 2.71 nats when written).
-    assert -result.best_metric < 0.85 * math.log(len(translator.tgt_vocab))
+    assert -result.best_metric < 0.85 * math.log(len(translator.tokenization.tgt_vocab))
 
 
 def test_a_third_family_serves_and_describes_itself(toy_family, tmp_path):

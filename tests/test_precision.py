@@ -20,7 +20,9 @@ from attnmt.families.rnn.network import RNNEncoderDecoder
 from attnmt.families.transformer.network import Transformer
 from attnmt.fast import int8 as int8_module
 from attnmt.fast.int8 import Int8Linear, Int8RNN, int8_decoding_copy, int8_products_exact
-from attnmt.train import Part, make_optimizer, train, train_step
+from attnmt.step import make_optimizer, train_step
+from attnmt.train import train
+from attnmt.training_data import Part
 from attnmt.translate import Translator
 
 MODELS = [

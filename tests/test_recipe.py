@@ -8,9 +8,10 @@ from conftest import tiny_dates_config
 
 import attnmt.train as train_module
 from attnmt import Translator
+from attnmt.average import average_weights
 from attnmt.config import config_from_dict
 from attnmt.modelfile import load_file
-from attnmt.train import average_weights, train
+from attnmt.train import train
 
 
 def progress_of(out_dir) -> dict:
@@ -29,10 +30,10 @@ def test_warmup_schedule(tmp_path):
 
 
 def test_plateau_halves_lr_and_patience_stops(tmp_path, monkeypatch):
-    def flat_validation(translator, data, config, device, progress):
-        return {"epoch": progress.epoch, "step": progress.step, "valid_loss": 1.0, "valid_bleu": 0.0}
+    def flat_validation(run):
+        return {"epoch": run.progress.epoch, "step": run.progress.step, "valid_loss": 1.0, "valid_bleu": 0.0}
 
-    monkeypatch.setattr(train_module, "_validate", flat_validation)
+    monkeypatch.setattr(train_module.Run, "validate", flat_validation)
     values = tiny_dates_config(tmp_path)
     values["train"].update(epochs=6, scheduler="plateau", plateau_patience=1, plateau_factor=0.5, patience=2,
                            lr=0.004)
@@ -46,14 +47,14 @@ def test_plateau_halves_lr_and_patience_stops(tmp_path, monkeypatch):
 
 def test_select_by_bleu_keeps_the_best_bleu(tmp_path, monkeypatch):
     bleus = iter([10.0, 30.0, 20.0])
-    real = train_module._validate
+    real = train_module.Run.validate
 
-    def scripted(translator, data, config, device, progress):
-        record = real(translator, data, config, device, progress)
+    def scripted(run):
+        record = real(run)
         record["valid_bleu"] = next(bleus)
         return record
 
-    monkeypatch.setattr(train_module, "_validate", scripted)
+    monkeypatch.setattr(train_module.Run, "validate", scripted)
     saved = []
     real_save = Translator.save
 
@@ -81,8 +82,9 @@ def test_tied_embeddings(tmp_path):
     n_tied = sum(p.numel() for p in translator.model.parameters())
     from attnmt.families.rnn.network import RNNEncoderDecoder
 
-    n_untied = sum(p.numel() for p in RNNEncoderDecoder(config_from_dict(untied).model, len(translator.src_vocab),
-                                              len(translator.tgt_vocab)).parameters())
+    text = translator.tokenization
+    n_untied = sum(p.numel() for p in RNNEncoderDecoder(config_from_dict(untied).model, len(text.src_vocab),
+                                                        len(text.tgt_vocab)).parameters())
     assert n_tied < n_untied
     assert translator.translate(["March 3, 2021"])[0].text == Translator.load(result.model_path).translate(
         ["March 3, 2021"])[0].text

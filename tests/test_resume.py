@@ -115,9 +115,9 @@ def test_nan_loss_stops_and_keeps_the_last_good_model(tmp_path, monkeypatch):
     checkpoint_path = tmp_path / "checkpoint.safetensors"
     before = model_path.read_bytes(), checkpoint_path.read_bytes()
 
-    import attnmt.train as train_module
+    import attnmt.step as step_module
 
-    real_loss = train_module.sequence_loss
+    real_loss = step_module.sequence_loss
     calls = {"n": 0}
 
     def poisoned(logits, targets, label_smoothing=0.0):
@@ -125,7 +125,7 @@ def test_nan_loss_stops_and_keeps_the_last_good_model(tmp_path, monkeypatch):
         loss = real_loss(logits, targets, label_smoothing)
         return loss * float("nan") if calls["n"] == 5 else loss
 
-    monkeypatch.setattr(train_module, "sequence_loss", poisoned)
+    monkeypatch.setattr(step_module, "sequence_loss", poisoned)
     values["train"].update(epochs=2)
     with pytest.raises(AttnmtError, match="loss became nan at step"):
         train(config_from_dict(values), resume=True, log=lambda _: None)

@@ -124,7 +124,8 @@ def test_health_and_model(client, translator):
                                                                                                     "gru")
     assert architecture["summary"] == "GRU encoder-decoder, bahdanau attention, bahdanau decoder"
     assert not {"rnn", "decoder", "attention"} & info.keys()  # the family's own words live in architecture only
-    assert (info["src_vocab_size"], info["tgt_vocab_size"]) == (len(translator.src_vocab), len(translator.tgt_vocab))
+    assert (info["src_vocab_size"], info["tgt_vocab_size"]) == (len(translator.tokenization.src_vocab),
+                                                                 len(translator.tokenization.tgt_vocab))
     assert info["limits"]["max_sentences"] == 4 and info["limits"]["max_tokens"] == 30
     assert info["maps"] == {"cross": [1, 1]} and info["engine"] == "attnmt" and info["explains"] is True
 

@@ -19,7 +19,7 @@ from attnmt.families.transformer.config import TransformerConfig
 from attnmt.families.transformer.network import MultiHeadAttention, Transformer, TransformerState, sinusoids
 from attnmt.loss import sequence_loss
 from attnmt.search import greedy
-from attnmt.train import make_optimizer
+from attnmt.step import make_optimizer
 from attnmt.vocab import EOS_ID, SOS_ID
 
 VOCAB = 12
@@ -262,7 +262,7 @@ def test_a_joint_vocabulary_ties_all_three_matrices(tmp_path, arch):
     values["vocab"] = {"joint": True}
     result = train(config_from_dict(values), log=lambda _: None)
     translator = Translator.load(result.model_path, "cpu")
-    assert translator.src_vocab.itos == translator.tgt_vocab.itos
+    assert translator.tokenization.src_vocab.itos == translator.tokenization.tgt_vocab.itos
     model = translator.model
     source, target = ((model.src_embedding, model.tgt_embedding) if arch == "transformer"
                       else (model.encoder.embedding, model.decoder.embedding))

@@ -57,7 +57,7 @@ def test_empty_line_gives_empty_translation(dates_model):
 def test_unknown_words_translate_without_error(dates_model):
     translator = Translator.load(dates_model)
     (result,) = translator.translate(["жжжёёёЩЩЩ"])  # no Cyrillic in the dates vocabulary
-    ids = translator.src_vocab.encode(result.source_tokens)
+    ids = translator.tokenization.src_vocab.encode(result.source_tokens)
     assert set(ids) == {1}  # all <unk>
     limit = int(len(result.source_tokens) * translator.config.decode.max_len_ratio) + translator.config.decode.max_len_extra
     assert len(result.tokens) <= limit
@@ -198,8 +198,7 @@ def test_a_fused_optimizer_step_is_seen_after_weights_changed(dates_model):
     optimizer.step()
     translator.weights_changed()  # whatever torch does with version counters, this must make the copy anew
     after = [t.text for t in translator.translate(texts)]
-    fresh = Translator(translator.model, translator.config, translator.src_tokenizer, translator.tgt_tokenizer,
-                       translator.src_vocab, translator.tgt_vocab)
+    fresh = Translator(translator.model, translator.config, translator.tokenization)
     assert after == [t.text for t in fresh.translate(texts)] != before
 
 

@@ -84,7 +84,7 @@ class Decoder(nn.Module):
         self.output_size = emb_dim if tie_embeddings else hidden
         self.embedding = nn.Embedding(vocab_size, emb_dim, padding_idx=PAD_ID)
         self.dropout = nn.Dropout(dropout)
-        self.attention: Attention | AttentionProbe = attention  # an AttentionProbe in Seq2Seq.probed's copy
+        self.attention: Attention | AttentionProbe = attention  # an AttentionProbe in RNNEncoderDecoder.probed's copy
         if order == "bahdanau":
             rnn_input = emb_dim + context_dim
             combine_input = hidden + context_dim + emb_dim  # the paper's deep output over [s_t; c_t; y_{t-1}]
