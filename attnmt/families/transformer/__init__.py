@@ -1,0 +1,1 @@
+"""The Transformer family (Vaswani et al. 2017)."""
