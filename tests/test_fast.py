@@ -9,7 +9,7 @@ import pytest
 import torch
 from conftest import tiny_dates_config
 from test_model import VOCAB, count_rnn_calls, make_config, make_model, one_thread  # noqa: F401 (autouse fixture)
-from test_search import random_batch
+from test_search import TRANSFORMER, random_batch, random_model
 from torch import nn
 from torch.testing import assert_close
 
@@ -23,6 +23,9 @@ from attnmt.families.rnn.encoder import Encoder
 from attnmt.families.rnn.fast_attention import SigmoidAdditiveAttention, SigmoidScore
 from attnmt.families.rnn.fast_recurrence import FusedDecoder, GRULayer, GRULayerEncoder
 from attnmt.families.rnn.network import RNNEncoderDecoder
+from attnmt.families.transformer.cache import TransformerState
+from attnmt.families.transformer.fast import InPlaceState
+from attnmt.families.transformer.network import Transformer
 from attnmt.fast import SHARED_FAST_CLASSES, top_k, use_fast_paths
 from attnmt.fast.dropout import RandDropout
 from attnmt.fast.topk import block_top_k, reference_top_k
@@ -33,7 +36,8 @@ from attnmt.train import train
 from attnmt.vocab import EOS_ID
 
 RNN_FAST = RNNEncoderDecoder.fast_classes
-FAST_CLASSES = {**SHARED_FAST_CLASSES, **RNN_FAST}
+TRANSFORMER_FAST = Transformer.fast_classes
+FAST_CLASSES = {**SHARED_FAST_CLASSES, **RNN_FAST, **TRANSFORMER_FAST}
 
 
 def fast_classes(model: nn.Module) -> set[str]:
@@ -76,11 +80,16 @@ def test_fast_model_trains_and_decodes_like_the_reference(rnn, order, feeding, a
     torch.manual_seed(0)
     config = make_config(rnn=rnn, order=order, input_feeding=feeding, attention=attention,
                          enc_layers=layers, dec_layers=1 if feeding and rnn == "gru" else layers)
-    model = build_model(config, VOCAB, VOCAB).double().train()
+    assert_trains_and_decodes_alike(build_model(config, VOCAB, VOCAB).double().train())
+
+
+def assert_trains_and_decodes_alike(model: nn.Module) -> None:
+    """A float64 model's loss, every gradient and its greedy outputs, through its family's fast paths
+    and through the reference modules."""
     batch = collate([([5, 6, 7, 8, 9], [9, 10, 11]), ([4, 5], [6, 7, 8, 9, 10, 11]), ([7, 8, 9], [4, 5])], [0, 1, 2])
     results = []
     for fast in (True, False):
-        use_fast_paths(model, fast, RNN_FAST)
+        use_fast_paths(model, fast, model.fast_classes)
         model.zero_grad()
         logits, _ = model(batch.src, batch.src_lengths, batch.tgt_in)
         loss = sequence_loss(logits, batch.tgt_out)
@@ -328,6 +337,50 @@ def test_rand_dropout_keeps_each_value_independently_of_its_neighbours():
             assert abs(float((keep[:, i] & keep[:, j]).float().mean()) - 0.25) < 0.005
 
 
+# ---------------------------------------------------------------- the Transformer's decoding caches
+
+def test_the_transformers_fast_path_is_its_decoding_state():
+    """The switch changes the class of the decoder's layers, which make the state: in-place caches
+    grown by doubling (fast.py) or the reference's (cache.py); the weights stay."""
+    fast = random_model(**TRANSFORMER)
+    assert fast_classes(fast) == {"InPlaceDecoderLayers", "RandDropout"}
+    _, state = fast.encode(torch.tensor([[5, 6]]), torch.tensor([2]))
+    assert type(state) is InPlaceState
+    weights = {k: v.clone() for k, v in fast.state_dict().items()}
+    reference = use_fast_paths(fast, False, TRANSFORMER_FAST)
+    assert fast_classes(reference) == set()
+    _, state = reference.encode(torch.tensor([[5, 6]]), torch.tensor([2]))
+    assert type(state) is TransformerState
+    assert weights.keys() == reference.state_dict().keys()
+    assert all(torch.equal(weights[k], v) for k, v in reference.state_dict().items())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("kind", [TRANSFORMER, {**TRANSFORMER, "norm": "post", "positions": "learned", "dec_layers": 3}])
+def test_transformer_decodes_like_the_reference(dtype, kind):
+    """Greedy and beam search through the in-place caches and through the reference's, 40 sentences of
+    mixed lengths 5 at a time (ended ones refilled, rows at different positions): the same tokens,
+    log-probabilities and attention."""
+    model = random_model(7, **kind).to(dtype)
+    src, lengths, max_lengths = random_batch(7, batch=40)
+    results = []
+    for fast in (True, False):
+        use_fast_paths(model, fast, TRANSFORMER_FAST)
+        results.append([[h] for h in greedy(model, src, lengths, max_lengths, batch_size=5)]
+                       + beam_search(model, src, lengths, max_lengths, 3, 0.6, 3, batch_size=5))
+    assert len({len(hyps[0].ids) for hyps in results[1]}) >= 4                 # outputs of many lengths
+    for ours, theirs in zip(*results):
+        assert [h.ids for h in ours] == [h.ids for h in theirs]
+        for a, b in zip(ours, theirs):
+            assert a.log_prob == pytest.approx(b.log_prob, abs=1e-5)
+            assert_close(a.attention, b.attention, atol=1e-5, rtol=0)
+
+
+def test_transformer_trains_and_decodes_like_the_reference():
+    """The caches serve decoding only: training computes the same loss and gradients."""
+    assert_trains_and_decodes_alike(random_model(**TRANSFORMER).double().train())
+
+
 # ---------------------------------------------------------------- top-k through block maxima
 
 @pytest.mark.parametrize("n,k", [(5898, 1), (5 * 5898, 10), (64 * 40, 3), (64 * 40 + 1, 10), (100, 2)])
@@ -369,7 +422,9 @@ def test_wide_vocabulary_search_equals_plain_topk(beam_size):
 
 # ---------------------------------------------------------------- forcing the reference from a run
 
-def test_reference_decoding_gives_the_fast_translations(dates_model):
+@pytest.mark.parametrize("family", ["dates_model", "transformer_dates_model"])
+def test_reference_decoding_gives_the_fast_translations(family, request):
+    dates_model = request.getfixturevalue(family)
     sentences = ["March 3, 2021", "12/24/1999", "the 5th of May 1987"]
     fast = Translator.load(dates_model, "cpu")
     reference = Translator.load(dates_model, "cpu", fast_paths=False)

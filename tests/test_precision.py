@@ -19,6 +19,7 @@ from attnmt.errors import AttnmtError
 from attnmt.families.rnn.network import RNNEncoderDecoder
 from attnmt.families.transformer.network import Transformer
 from attnmt.fast import int8 as int8_module
+from attnmt.fast import use_fast_paths
 from attnmt.fast.int8 import Int8Linear, Int8RNN, int8_decoding_copy, int8_products_exact
 from attnmt.step import make_optimizer, train_step
 from attnmt.train import train
@@ -168,12 +169,15 @@ def test_int8_decoding_copy_runs_every_product_of_a_step_in_int8(model):
 
 
 @needs_exact_int8
-def test_int8_transformer_runs_each_step_product_in_int8_and_reads_the_source_in_bf16():
+@pytest.mark.parametrize("fast", [True, False])
+def test_int8_transformer_runs_each_step_product_in_int8_and_reads_the_source_in_bf16(fast):
+    """Through the in-place caches (fast.py), which the int8 copy keeps, and through the reference's."""
     torch.manual_seed(0)
     values = tiny_dates_config("unused", arch="transformer", emb_dim=32, heads=4, ff_dim=64, enc_layers=2, dec_layers=2,
                                tie_embeddings=True)
-    fp32 = Transformer(config_from_dict(values).model, 30, 20).eval()
+    fp32 = use_fast_paths(Transformer(config_from_dict(values).model, 30, 20).eval(), fast, Transformer.fast_classes)
     int8 = int8_decoding_copy(fp32)
+    assert type(int8.decoder_layers) is type(fp32.decoder_layers)
     for layer in int8.decoder_layers:
         attention, cross = layer.self_attention, layer.cross_attention
         assert all(isinstance(linear, Int8Linear) for linear in (

@@ -15,8 +15,11 @@ from attnmt.batch import collate, pad
 from attnmt.config import Config, DataConfig, TrainConfig, validate
 from attnmt.errors import AttnmtError
 from attnmt.families import build_model
+from attnmt.families.transformer.cache import TransformerState
 from attnmt.families.transformer.config import TransformerConfig
-from attnmt.families.transformer.network import MultiHeadAttention, Transformer, TransformerState, sinusoids
+from attnmt.families.transformer.fast import InPlaceState
+from attnmt.families.transformer.network import MultiHeadAttention, Transformer, sinusoids
+from attnmt.fast import use_fast_paths
 from attnmt.loss import sequence_loss
 from attnmt.search import greedy
 from attnmt.step import make_optimizer
@@ -85,11 +88,13 @@ def test_encoder_ignores_padding_and_decoder_never_sees_the_future(norm, positio
     assert not torch.allclose(logits[:, 3:], other[:, 3:])
 
 
+@pytest.mark.parametrize("fast", [True, False])
 @pytest.mark.parametrize("kwargs", [{}, {"norm": "post", "positions": "learned", "activation": "gelu"},
                                     {"tie_embeddings": True}])
-def test_incremental_decoding_equals_the_teacher_forced_forward(kwargs):
-    """Step by step with each layer's cache, rows at different positions, the logits of the whole forward."""
-    model = make_transformer(**kwargs)
+def test_incremental_decoding_equals_the_teacher_forced_forward(kwargs, fast):
+    """Step by step with each layer's cache (the fast path's and the reference's), rows at different
+    positions, the logits of the whole forward."""
+    model = use_fast_paths(make_transformer(**kwargs), fast, Transformer.fast_classes)
     src, lengths = pad([[5, 6, 7, 8], [9, 10]]), torch.tensor([4, 2])
     tgt = torch.tensor([[SOS_ID, 5, 6, 7, 8, 9], [SOS_ID, 10, 11, 4, 5, 6]])
     with torch.no_grad():
@@ -111,15 +116,21 @@ def test_incremental_decoding_equals_the_teacher_forced_forward(kwargs):
         assert state.steps.tolist() == [7, 1]
 
 
-def test_state_caches_grow_by_doubling():
-    model = make_transformer()
+@pytest.mark.parametrize("fast,capacities", [(True, [1, 2, 4, 4, 8, 8, 8, 8, 16]), (False, list(range(1, 10)))])
+def test_state_caches_grow_by_doubling_or_as_needed(fast, capacities):
+    """The fast path's caches grow by doubling and take each step in place; the reference's grow to
+    exactly the positions decoded, a new tensor each step."""
+    model = use_fast_paths(make_transformer(), fast, Transformer.fast_classes)
     memory, state = model.encode(torch.tensor([[5, 6]]), torch.tensor([2]))
-    capacities = []
+    grown, written_in_place = [], []
     for _ in range(9):
+        before = state.caches[0]
         _, state, _ = model.step(torch.tensor([[5]]), state, memory)
-        capacities.append(state.caches[0].shape[2])                          # [B, h, C, d_k]
-    assert capacities == [1, 2, 4, 4, 8, 8, 8, 8, 16]
-    assert isinstance(state, TransformerState) and len(state.caches) == 2 * 2
+        grown.append(state.caches[0].shape[2])                               # [B, h, C, d_k]
+        written_in_place.append(state.caches[0] is before)
+    assert grown == capacities
+    assert written_in_place == [fast and a == b for a, b in zip([0, *capacities], capacities)]
+    assert type(state) is (InPlaceState if fast else TransformerState) and len(state.caches) == 2 * 2
 
 
 def test_tied_embeddings_share_one_matrix():

@@ -10,7 +10,7 @@ with FeedForward(x) = W_2 act(W_1 x + b_1) + b_2. Pre-norm (the default) normali
 input, LayerNorm inside the residual, and the stack's output once more; post-norm, the paper's,
 normalises after each residual sum. Embeddings are scaled by √d and positions added (sinusoids
 of the paper, or learned). Decoding runs one position at a time: each layer caches the keys and
-values of the positions so far (TransformerState), so a step computes only the new position.
+values of the positions so far (cache.py), so a step computes only the new position.
 """
 
 from __future__ import annotations
@@ -20,13 +20,15 @@ import math
 from typing import Optional, cast
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ...errors import AttnmtError
+from ...fast import use_fast_paths
 from ...vocab import PAD_ID
 from ..seam import AttentionView, Probe, SourceMemory
+from .cache import DecoderLayers, LayerCache, TransformerState
 from .config import TransformerConfig
+from .fast import InPlaceDecoderLayers
 
 
 class MultiHeadAttention(nn.Module):
@@ -132,7 +134,7 @@ class DecoderLayer(nn.Module):
         self.feed_forward = FeedForward(dim, config.ff_dim, config.activation, config.act_dropout)
         self.attend_self, self.attend_source, self.transform = (Residual(dim, pre, config.dropout) for _ in range(3))
 
-    def forward(self, y: torch.Tensor, cache: "LayerCache", causal: torch.Tensor, cross_keys: torch.Tensor,
+    def forward(self, y: torch.Tensor, cache: LayerCache, causal: torch.Tensor, cross_keys: torch.Tensor,
                 cross_values: torch.Tensor, source_allowed: torch.Tensor
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """y [B, T, D] at the new positions; `cache` receives their keys and values and attends over
@@ -152,28 +154,6 @@ class DecoderLayer(nn.Module):
         return y, self_weights, cross_weights
 
 
-class LayerCache:
-    """One decoder layer's self-attention keys and values [B, h, C, d_k] for positions 0..C-1, and
-    where the next positions go (`positions` [B, T]); `write` puts the new ones in place."""
-
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor, positions: torch.Tensor):
-        self.keys, self.values, self.positions = keys, values, positions
-
-    def write(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """keys and values [B, h, T, d_k] of the new positions."""
-        if self.keys.shape[2] == 0:                  # nothing cached: the new positions are all there is
-            self.keys, self.values = keys, values
-        else:
-            # In place: copying every cache at every step was a large share of decoding's time
-            # (docs/speed.md). The state these tensors came from reads no position past its own
-            # steps, so what it says stays true.
-            rows = torch.arange(keys.shape[0], device=keys.device).unsqueeze(1)   # [B, 1]
-            for cache, new in ((self.keys, keys), (self.values, values)):
-                # through [B, C, h, d_k] views, whose positions are indexed by rows and positions
-                cache.transpose(1, 2).index_put_((rows, self.positions), new.transpose(1, 2))
-        return self.keys, self.values
-
-
 class TransformerMemory(SourceMemory):
     """The source as the decoder reads it: the mask [B, S], then each decoder layer's
     cross-attention keys and values [B, h, S, d_k], projected once per sentence."""
@@ -189,51 +169,6 @@ class TransformerMemory(SourceMemory):
         return self.tensors[1 + 2 * layer], self.tensors[2 + 2 * layer]
 
 
-class TransformerState:
-    """The decoder's state between steps: `steps` [B], the target positions each row has decoded,
-    and each layer's self-attention cache, keys and values [B, h, C, d_k] with C ≥ max(steps) (a row's
-    positions past its steps are stale and masked out). Rows are sentences or beams and may be at
-    different positions: a batch refilled with new sentences mixes them."""
-
-    def __init__(self, steps: torch.Tensor, caches: list[torch.Tensor]):
-        self.steps, self.caches = steps, caches            # caches: keys_1, values_1, keys_2, ...
-
-    def tensors(self) -> list[torch.Tensor]:
-        return [self.steps, *self.caches]
-
-    def dims(self) -> list[tuple[int, Optional[int]]]:
-        return [(0, None)] + [(0, 2)] * len(self.caches)
-
-    def make_room(self, positions: int) -> "TransformerState":
-        """This state with caches that hold `positions` more positions of every row, grown by doubling
-        (few copies). An exported program cannot grow its inputs: while torch.export traces a step,
-        this is the state as given, and the compiled step's caller makes the room (fast/compiled.py)."""
-        if torch.compiler.is_exporting():
-            return self
-        needed, capacity = int(self.steps.max()) + positions, self.caches[0].shape[2]
-        if capacity >= needed:
-            return self
-        grown = max(needed, 2 * capacity)
-        return TransformerState(self.steps, [F.pad(c, (0, 0, 0, grown - capacity)) for c in self.caches])
-
-    def like(self, tensors: list[torch.Tensor]) -> "TransformerState":
-        return TransformerState(tensors[0], list(tensors[1:]))
-
-    def select(self, index: torch.Tensor) -> "TransformerState":
-        return self.like([t.index_select(0, index) for t in self.tensors()])
-
-    def put(self, index: torch.Tensor, source: "TransformerState") -> None:
-        """Overwrite the rows `index` in place with the rows of `source`, whose caches may be shorter."""
-        self.steps.index_copy_(0, index, source.steps)
-        for mine, theirs in zip(self.caches, source.caches):
-            mine.narrow(2, 0, theirs.shape[2]).index_copy_(0, index, theirs)
-
-    def layer_caches(self, positions: torch.Tensor) -> list[LayerCache]:
-        """Each layer's cache, to receive the new `positions` [B, T] of every row (make_room made room)."""
-        caches = self.caches
-        return [LayerCache(caches[2 * i], caches[2 * i + 1], positions) for i in range(len(caches) // 2)]
-
-
 def sinusoids(positions: torch.Tensor, dim: int) -> torch.Tensor:
     """The paper's position encoding: PE(p, 2i) = sin(p / 10000^(2i/d)), PE(p, 2i+1) = cos(..).
     positions [B, T] -> [B, T, dim]."""
@@ -246,7 +181,8 @@ class Transformer(nn.Module):
     """Encoder and decoder stacks, the embeddings and the output layer: seam.Model."""
 
     returns_attention = True
-    fast_classes: dict[type, type] = {}
+    # The fast path of its decoding caches (fast.py); fast.use_fast_paths switches it.
+    fast_classes: dict[type, type] = {DecoderLayers: InPlaceDecoderLayers}
 
     def __init__(self, config: TransformerConfig, src_vocab_size: int, tgt_vocab_size: int):
         super().__init__()
@@ -257,7 +193,7 @@ class Transformer(nn.Module):
         self.positions = nn.Embedding(config.max_positions, dim) if config.positions == "learned" else None
         self.dropout = nn.Dropout(config.dropout)
         self.encoder_layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.enc_layers))
-        self.decoder_layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.dec_layers))
+        self.decoder_layers = DecoderLayers(DecoderLayer(config) for _ in range(config.dec_layers))
         pre = config.norm == "pre"
         self.encoder_norm = nn.LayerNorm(dim) if pre else nn.Identity()   # pre-norm: the stack's output
         self.decoder_norm = nn.LayerNorm(dim) if pre else nn.Identity()
@@ -338,10 +274,7 @@ class Transformer(nn.Module):
 
     def initial_state(self, rows: int, like: torch.Tensor) -> TransformerState:
         """Nothing decoded yet: steps 0 and empty caches."""
-        heads = self.config.heads
-        empty = like.new_zeros(rows, heads, 0, self.config.emb_dim // heads)
-        return TransformerState(torch.zeros(rows, dtype=torch.long, device=like.device),
-                                [empty] * (2 * len(self.decoder_layers)))
+        return self.decoder_layers.empty_state(rows, self.config.heads, like)
 
     def decode_layers(self, prev_tokens: torch.Tensor, state: TransformerState, memory: TransformerMemory
                       ) -> tuple[torch.Tensor, TransformerState, list[torch.Tensor], list[torch.Tensor]]:
@@ -360,8 +293,8 @@ class Transformer(nn.Module):
             y, s, c = layer(y, cache, causal, *memory.cross(i), source_allowed)
             self_weights.append(s)
             cross_weights.append(c)
-        new_state = TransformerState(state.steps + prev_tokens.shape[1],
-                                     [t for cache in caches for t in (cache.keys, cache.values)])
+        new_state = state.like([state.steps + prev_tokens.shape[1],
+                                *(t for cache in caches for t in (cache.keys, cache.values))])
         return self.decoder_norm(y), new_state, self_weights, cross_weights
 
     def step(self, prev_tokens: torch.Tensor, state: TransformerState, memory: TransformerMemory
@@ -389,7 +322,7 @@ class Transformer(nn.Module):
                               f"encoder's self-attention is drawn by attnmt plot --attention encoder")
         view.check(self.map_shapes())
         chosen = (view.layer or layers) - 1
-        network = copy.deepcopy(self).eval()
+        network = use_fast_paths(copy.deepcopy(self), False, self.fast_classes).eval()
         probe = Probe()
         for i, layer in enumerate(network.decoder_stack()):
             cross, own = layer.cross_attention, layer.self_attention

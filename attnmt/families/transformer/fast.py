@@ -1,0 +1,54 @@
+"""Faster Transformer decoding: caches grown by doubling, written in place; tests/test_fast.py checks it against cache.py.
+
+The reference copies every layer's cache at every step, to grow it by one position and to write
+the new keys and values; that copying was a large share of decoding's time (docs/speed.md). Here
+the caches grow by doubling, so they rarely grow, and each step writes its positions into them in
+place. The compiled step (fast/compiled.py) relies on both: an exported program cannot grow its
+inputs, so its caller makes the room before each step and the program writes into it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from .cache import DecoderLayers, LayerCache, TransformerState
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+
+class InPlaceLayerCache(LayerCache):
+    """A LayerCache that writes the new positions into its tensors in place."""
+
+    def write(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.keys.shape[2] == 0:
+            return super().write(keys, values)
+        # The state these tensors came from reads no position past its own steps, so what it says
+        # stays true.
+        rows = torch.arange(keys.shape[0], device=keys.device).unsqueeze(1)   # [B, 1]
+        for cache, new in ((self.keys, keys), (self.values, values)):
+            # through [B, C, h, d_k] views, whose positions are indexed by rows and positions
+            cache.transpose(1, 2).index_put_((rows, self.positions), new.transpose(1, 2))
+        return self.keys, self.values
+
+
+class InPlaceState(TransformerState):
+    """A TransformerState whose caches grow by doubling and are written in place."""
+
+    layer_cache = InPlaceLayerCache
+
+    def make_room(self, positions: int) -> Self:
+        """Grown by doubling (few copies). While torch.export traces a step, this is the state as given:
+        the compiled step's caller makes the room (fast/compiled.py)."""
+        if torch.compiler.is_exporting():
+            return self
+        needed, capacity = int(self.steps.max()) + positions, self.caches[0].shape[2]
+        return self.grown(max(needed, 2 * capacity) if needed > capacity else needed)
+
+
+class InPlaceDecoderLayers(DecoderLayers):
+    """DecoderLayers whose states are InPlaceStates."""
+
+    state = InPlaceState
