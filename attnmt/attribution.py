@@ -328,14 +328,15 @@ def attribute(translator: Translator, sentence: str, method: str = "ig", step: O
 
 
 def word_attribution(translator: Translator, pairs: list[tuple[list[str], list[str]]], method: str = "grad",
-                     ig_steps: int = IG_STEPS) -> list[np.ndarray]:
+                     ig_steps: int = IG_STEPS, progress: bool = False) -> list[np.ndarray]:
     """For each (source words, target words) pair, the attribution of each target word over the
     source words [len(target), len(source)] in the forced decoding of the pair: that of the steps
-    writing a target word's pieces, averaged over them (as align.word_attention averages attention)."""
+    writing a target word's pieces, averaged over them (as align.word_attention averages attention).
+    `progress`: a progress bar over the pairs."""
     _check_method(method, ig_steps)
     network = reference_network(translator)
     results = []
-    for source, target in pairs:
+    for source, target in tqdm(pairs, desc=method, unit=" pairs", disable=None if progress else True, leave=False):
         pieces, owners = translator.tgt_tokenizer.tokenize_words(target)
         if not source or not pieces:
             results.append(np.zeros((len(target), len(source)), dtype=np.float32))
@@ -360,13 +361,14 @@ def _check_method(method: str, ig_steps: int) -> None:
 
 
 def _target_token(translator: Translator, word: str) -> int:
-    """The id of `word` in the target vocabulary: as it is, or as the one token the tokenizer makes of it."""
+    """The id of `word` in the target vocabulary: of the one token the tokenizer makes of it (▁man
+    of "man", the piece that starts a word), else of the token as it is (<eos>, or a piece as written)."""
     vocab = translator.tgt_vocab
-    if word in vocab.stoi:
-        return vocab.stoi[word]
     pieces = translator.tgt_tokenizer.tokenize(word)
     if len(pieces) == 1 and pieces[0] in vocab.stoi:
         return vocab.stoi[pieces[0]]
+    if word in vocab.stoi:
+        return vocab.stoi[word]
     made = f" (the tokenizer makes it {' '.join(pieces)})" if pieces else ""
     raise AttnmtError(f"--contrast {word!r}: the target vocabulary has no such token{made}; give one token the model "
                       f"can write (attnmt explain MODEL SENTENCE --step N lists the likeliest)")

@@ -235,6 +235,7 @@ def test_cli_text_and_json(dates_model, capsys):
     (["--step", "1", "--contrast", "2"], "--contrast 2: step 1 writes '2' itself"),
     (["--target", " "], "--target is empty"),
     (["--attention", "decoder"], "leave out --attention decoder"),
+    (["--ig-steps", "5", "--attribution", "grad"], "--ig-steps goes with --attribution ig"),
 ])
 def test_bad_requests_are_one_line(dates_model, flags, refusal, capsys):
     assert main(["explain", str(dates_model), SENTENCE, "--attribution", "ig", *flags]) == 2
