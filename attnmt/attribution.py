@@ -19,6 +19,8 @@ pieces, and the target prefix <sos> y_1 .. y_{N-1}; positions and the rest of th
                    a_j = e_j · (1/m) Σ_i ∂f/∂e_j (α_i e),   α_i = (i − ½) / m   (the midpoint rule)
                Completeness: Σ_j a_j = f(input) − f(baseline), up to the rule's error, which falls
                as m grows; each step reports both sides and whether they agree within COMPLETENESS.
+               Where f jumps on the way, no m closes the gap: local-p's window moves with the
+               input and cuts positions off sharply, and gradients do not see a position leave it.
     occlusion  f − f(x without the word): the sentence tokenized again without one source word and
                run again. The simple, model-agnostic reference; the source words only.
 
@@ -419,7 +421,8 @@ def render(attribution: Attribution, step: Optional[int] = None) -> str:
                      f"{1 - s.source_share:.0%}: " + " | ".join(f"{t} {a:.4f}" for t, a in zip(inputs, s.prefix)))
     if s.completeness is not None:
         c = s.completeness
-        verdict = "within the tolerance" if c.holds else "outside the tolerance: raise --ig-steps"
+        verdict = ("within the tolerance" if c.holds else "outside the tolerance: more --ig-steps close it, unless f "
+                   "jumps on the way (a local-p window)")
         lines.append(f"  completeness: the attributions (source and prefix) add up to {c.total:.4f}, "
                      f"f(input) − f(baseline) = {c.change:.4f}: {verdict} ({COMPLETENESS:.0%} of the change, at least "
                      f"{COMPLETENESS})")

@@ -184,9 +184,12 @@ def test_pieces_are_merged_into_words_as_tokenize_words_splits_them(rnn):
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", RNN_KINDS, ids=lambda k: "-".join(map(str, k.values())))
 def test_every_rnn_attention_kind_is_attributed(tmp_path, kind):
+    """Completeness holds for every kind but local-p, whose window cuts positions off as its centre
+    moves with the input: f jumps on the way, which no step count closes (the check says so)."""
     translator = trained_translator(tmp_path, **kind)
     attribution = attribute(translator, SENTENCE, "ig", ig_steps=100)
-    assert all(s.completeness.holds and len(s.source) == len(s.attention) == len(WORDS) for s in attribution.steps)
+    assert all(len(s.source) == len(s.attention) == len(WORDS) for s in attribution.steps)
+    assert all(s.completeness.holds for s in attribution.steps) or kind["attention"] == "local_p"
 
 
 def test_transformer_layers_heads_and_the_model_without_attention(transformer, no_attention_model):
