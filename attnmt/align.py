@@ -108,15 +108,15 @@ def word_attention(translator: Translator, pairs: list[tuple[list[str], list[str
             maps = model.attention_maps(src, lengths, tgt_in.to(translator.device))
             if "cross" not in maps:
                 raise AttnmtError("this model has no attention (model.attention none): it cannot align words")
-            cross = _chosen(maps["cross"], layer, head).float().cpu().numpy()   # [B, T, S], pieces
+            cross = chosen_map(maps["cross"], layer, head).float().cpu().numpy()   # [B, T, S], pieces
             for row, i in enumerate(rows):
                 (_, src_owner), (_, tgt_owner) = pieces[i]
-                results[i] = _to_words(cross[row, first : first + len(tgt_owner), : len(src_owner)], src_owner, tgt_owner,
-                                       len(pairs[i][0]), len(pairs[i][1]))
+                results[i] = to_words(cross[row, first : first + len(tgt_owner), : len(src_owner)], src_owner, tgt_owner,
+                                      len(pairs[i][0]), len(pairs[i][1]))
     return results
 
 
-def _chosen(cross: torch.Tensor, layer: Optional[int], head: Optional[int]) -> torch.Tensor:
+def chosen_map(cross: torch.Tensor, layer: Optional[int], head: Optional[int]) -> torch.Tensor:
     """One map [B, T, S] of cross-attention [B, layers, heads, T, S]."""
     layers, heads = cross.shape[1:3]
     AttentionView("cross", layer, head).check({"cross": (layers, heads)})
@@ -139,8 +139,8 @@ def default_layer(layers: int) -> int:
     return max(1, layers - 1)
 
 
-def _to_words(weights: np.ndarray, src_owner: list[int], tgt_owner: list[int], src_words: int,
-              tgt_words: int) -> np.ndarray:
+def to_words(weights: np.ndarray, src_owner: list[int], tgt_owner: list[int], src_words: int,
+             tgt_words: int) -> np.ndarray:
     """Piece attention [T, S] to word attention [tgt_words, src_words]: summed over a source word's
     pieces, averaged over a target word's; pieces of no word (a character model's spaces) left out."""
     by_source = np.zeros((weights.shape[0], src_words), dtype=np.float32)

@@ -106,11 +106,15 @@ def explain(translator: TextTranslator, sentence: str, view: AttentionView = Att
 
 def check_step(explanation: Explanation, step: int) -> ExplainedStep:
     """Step `step` (from 1), or one line saying which steps there are."""
-    steps = explanation.steps
-    if not 1 <= step <= len(steps):
-        raise AttnmtError(f"--step {step}: this translation has steps 1 to {len(steps)} "
-                          f"({len(steps) - 1} tokens and the end of sentence)")
-    return steps[step - 1]
+    check_step_number(step, len(explanation.steps))
+    return explanation.steps[step - 1]
+
+
+def check_step_number(step: int, steps: int) -> None:
+    """Refuse, in one line, a step (from 1) outside a translation of `steps` steps (its tokens and the end)."""
+    if not 1 <= step <= steps:
+        raise AttnmtError(f"--step {step}: this translation has steps 1 to {steps} "
+                          f"({steps - 1} tokens and the end of sentence)")
 
 
 def render(explanation: Explanation, step: Optional[int] = None) -> str:

@@ -88,6 +88,9 @@ class ToyNetwork(nn.Module):
     def int8_layers(self) -> list[tuple[nn.Module, torch.dtype]]:
         return []
 
+    def token_embeddings(self) -> tuple[nn.Embedding, nn.Embedding]:
+        return self.src_embedding, self.tgt_embedding
+
     def encode(self, src: torch.Tensor, src_lengths: torch.Tensor) -> tuple[ToyMemory, ToyState]:
         return (ToyMemory(src != PAD_ID, self.src_embedding(src)),
                 ToyState(torch.zeros(src.shape[0], dtype=torch.long, device=src.device)))

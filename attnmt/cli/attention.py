@@ -7,6 +7,7 @@ import sys
 import typing
 
 from ..align import ALIGN_METHODS, ALIGN_STEPS, SYMMETRIZATIONS
+from ..attribution import IG_STEPS, METHODS
 from ..config import Range
 from ..errors import AttnmtError
 from ..families.seam import AttentionView
@@ -184,6 +185,16 @@ def add_explain(commands: Commands) -> None:
     explain.add_argument("--head", type=FROM_1, default=None,
                          help="Transformer: the head, from 1 (default: 1)")
     explain.add_argument("--json", action="store_true", help="print one JSON document with every step")
+    explain.add_argument("--attribution", choices=METHODS, default=None,
+                         help="show instead how much each source word decides the step's output, beside its "
+                              "attention: grad (gradient x input), ig (integrated gradients) or occlusion (the "
+                              "sentence run again without the word); docs/learn.md")
+    explain.add_argument("--target", help="with --attribution: attribute the decoding of this translation "
+                                          "(default: the model's own greedy translation)")
+    explain.add_argument("--contrast", metavar="WORD", help="with --attribution and --step: why the step wrote its "
+                                                            "token rather than WORD (a token of the target vocabulary)")
+    explain.add_argument("--ig-steps", type=Number(int, Range("[1, 10000]")), default=None,
+                         help=f"with --attribution ig: the steps from the baseline to the input (default: {IG_STEPS})")
     explain.set_defaults(run=_explain)
 
 
@@ -193,6 +204,12 @@ def _explain(args: argparse.Namespace) -> None:
     from ..explain import check_step, explain, render
     from ..translate import Translator
 
+    if args.attribution is None and (args.target, args.contrast, args.ig_steps) != (None, None, None):
+        raise AttnmtError("--target, --contrast and --ig-steps go with --attribution")
+    if args.ig_steps is not None and args.attribution != "ig":
+        raise AttnmtError("--ig-steps goes with --attribution ig: the other methods take no steps")
+    if args.attribution is not None:
+        return _attribute(args, Translator.load(args.model, args.device))
     translator = Translator.load(args.model, args.device)
     explanation = explain(translator, args.sentence, AttentionView(args.attention, args.layer, args.head))
     if args.json:
@@ -201,3 +218,17 @@ def _explain(args: argparse.Namespace) -> None:
         print(json.dumps(explanation.to_dict(), ensure_ascii=False, indent=1))
     else:
         print(render(explanation, args.step))
+
+
+def _attribute(args: argparse.Namespace, translator: Translator) -> None:
+    """`explain --attribution`: attribution beside attention (attribution.py)."""
+    import json
+
+    from ..attribution import attribute, render
+
+    if args.attention != "cross":
+        raise AttnmtError("--attribution: attribution is over the source words, beside the cross-attention: leave out "
+                          "--attention decoder")
+    attribution = attribute(translator, args.sentence, args.attribution, args.step, args.target, args.contrast,
+                            args.ig_steps or IG_STEPS, args.layer, args.head, progress=True)
+    print(json.dumps(attribution.to_dict(), ensure_ascii=False, indent=1) if args.json else render(attribution, args.step))

@@ -93,6 +93,11 @@ class Model(Protocol[MemoryT, StateT]):
 
     def encode(self, src: torch.Tensor, src_lengths: torch.Tensor) -> tuple[MemoryT, StateT]: ...
 
+    def token_embeddings(self) -> tuple[torch.nn.Embedding, torch.nn.Embedding]:
+        """The source's and the target's token embeddings (one module where they are shared), each
+        called once per pass on the very tensor of tokens given: attribution.py replaces their output."""
+        ...
+
     def step(self, prev_tokens: torch.Tensor, state: StateT, memory: MemoryT
              ) -> tuple[torch.Tensor, StateT, Optional[torch.Tensor]]:
         """prev_tokens [B, T] -> logits [B, T, V], the new state, weights [B, T, S] (or None)."""

@@ -87,6 +87,9 @@ class RNNEncoderDecoder(nn.Module):
         memory = RNNMemory(keys, encoded.outputs, encoded.mask)
         return memory, self.decoder.initial_state(self._bridge(encoded), src.shape[0])
 
+    def token_embeddings(self) -> tuple[nn.Embedding, nn.Embedding]:
+        return self.encoder.embedding, self.decoder.embedding
+
     def _bridge(self, encoded: EncoderOutput) -> RNNState:
         """The decoder's initial hidden state from the encoder's final top-layer state."""
         layers = self.config.dec_layers

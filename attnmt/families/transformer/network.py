@@ -263,6 +263,9 @@ class Transformer(nn.Module):
         encoded, mask, _ = self.encode_layers(src, src_lengths)
         return self.memory(encoded, mask), self.initial_state(src.shape[0], encoded)
 
+    def token_embeddings(self) -> tuple[nn.Embedding, nn.Embedding]:
+        return self.src_embedding, self.tgt_embedding
+
     def decoder_stack(self) -> list[DecoderLayer]:
         """The decoder layers, typed (an nn.ModuleList yields them as plain nn.Modules)."""
         return cast(list[DecoderLayer], list(self.decoder_layers))
