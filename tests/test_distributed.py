@@ -68,7 +68,8 @@ def small_multi30k(shared_data, tmp_path_factory) -> Path:
 def write_config(path: Path, data: Path, out_dir: Path, **model) -> Path:
     values = {"data": {"format": "parallel", "path": str(data)},
               "tokenizer": {"level": "word", "lowercase": True}, "vocab": {"min_freq": 2},
-              "model": {"emb_dim": 32, "enc_hidden": 32, "dec_hidden": 48, "attn_dim": 24, "dropout": 0.0, **model},
+              "model": {"emb_dim": 32, "dropout": 0.0, **model} if model.get("arch") == "transformer"
+              else {"emb_dim": 32, "enc_hidden": 32, "dec_hidden": 48, "attn_dim": 24, "dropout": 0.0, **model},
               "train": {"out_dir": str(out_dir), "epochs": 2, "batch_size": 40, "lr": 0.003, "checkpoint_every": 4}}
     path.write_text(yaml.safe_dump(values), encoding="utf-8")
     return path

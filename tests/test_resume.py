@@ -27,7 +27,7 @@ TRANSFORMER = {"arch": "transformer", "heads": 2, "ff_dim": 64, "enc_layers": 2,
 
 
 def write_config(path: Path, out_dir: Path, arch: str = "rnn") -> Path:
-    values = tiny_dates_config(out_dir)
+    values = tiny_dates_config(out_dir, arch=arch)
     values["data"].update(num_pairs=700, valid_size=50, test_size=50)
     # Dropout and teacher forcing below 1 draw random numbers: resume must restore the generator.
     values["model"].update(dropout=0.2)
