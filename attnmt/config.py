@@ -444,8 +444,8 @@ def _build(cls: type, values: dict, where: str) -> Any:
     for key, value in values.items():
         path = f"{where}.{key}" if where else str(key)
         if key not in fields:
-            owners = [name for name, other in MODEL_CONFIGS.items()
-                      if issubclass(cls, ModelConfig) and key in {f.name for f in dataclasses.fields(other)}]
+            owners = ([name for name, other in MODEL_CONFIGS.items() if key in {f.name for f in dataclasses.fields(other)}]
+                      if issubclass(cls, ModelConfig) else [])
             if owners:
                 raise AttnmtError(f"{path} is a key of model.arch {' and '.join(owners)}, not of this config's "
                                   f"{values.get('arch', DEFAULT_ARCH)}; its keys: {', '.join(fields)}")

@@ -1,6 +1,6 @@
 """The model families by model.arch: the registry. A family is a folder beside this one holding its
 network (implementing seam.Model) and its config (a ModelConfig subclass); registering it here is all
-the rest of attnmt needs (docs/architecture.md)."""
+the rest of attnmt needs (DEVELOPERS.md, "Model families")."""
 
 from __future__ import annotations
 
