@@ -15,7 +15,10 @@ and scored them against hand-made ones; this module does the same for any attnmt
     words     attention between words: the weights a target piece gives the pieces of a source
               word summed (that word's share of the attention), averaged over the target word's pieces
     links     argmax: each target word to the source word it attends most (Luong's rule);
-              threshold: every pair whose word attention is at least `threshold`
+              threshold: every pair whose word attention is at least `threshold`;
+              aligner: not attention but the posterior of the aligner trained for the model
+              (aligner.py), each target word to its most probable source word unless NULL is
+              more probable
     both ways given a second model translating the other way, its links (flipped) are combined:
               intersect, union, grow-diag or grow-diag-final (Koehn et al. 2003's heuristics)
 
@@ -38,6 +41,7 @@ from typing import Optional
 import numpy as np
 import torch
 
+from .aligner import attention_features, piece_tensors
 from .batch import pad
 from .errors import AttnmtError
 from .families.seam import AttentionView
@@ -46,7 +50,7 @@ from .vocab import SOS_ID
 
 Link = tuple[int, int]                      # (source word, target word), from 0
 # How attention becomes links, and how the links of two directions combine (the module's docstring).
-ALIGN_METHODS = ("argmax", "threshold")
+ALIGN_METHODS = ("argmax", "threshold", "aligner")
 SYMMETRIZATIONS = ("intersect", "union", "grow-diag", "grow-diag-final")
 # Which decoding step's attention aligns a target token: the step that writes it, or the next one,
 # which reads it.
@@ -57,7 +61,8 @@ ALIGN_STEPS = ("output", "input")
 class WordAlignment:
     source_words: list[str]
     target_words: list[str]
-    attention: np.ndarray                   # [len(target_words), len(source_words)], word attention
+    attention: np.ndarray                   # [len(target_words), len(source_words)]: word attention, or the
+                                            # aligner's posterior (method aligner)
     links: list[Link]                       # sorted
 
 
@@ -114,6 +119,46 @@ def word_attention(translator: Translator, pairs: list[tuple[list[str], list[str
                 results[i] = to_words(cross[row, first : first + len(tgt_owner), : len(src_owner)], src_owner, tgt_owner,
                                       len(pairs[i][0]), len(pairs[i][1]))
     return results
+
+
+def aligner_posteriors(translator: Translator, pairs: list[tuple[list[str], list[str]]], batch_size: int = 32
+                       ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """For each (source words, target words) pair, the aligner's posterior between words
+    [len(target), len(source)] (pieces merged as word_attention merges them) and each target word's
+    NULL share [len(target)]: each target word's row and its NULL share sum to 1."""
+    aligner = translator.aligner
+    if aligner is None:
+        raise AttnmtError("this model file has no aligner: train one with `attnmt train-aligner MODEL --src FILE "
+                          "--tgt FILE --out MODEL_WITH_ALIGNER`, or choose --method argmax or threshold")
+    text = translator.tokenization
+    pieces = [(translator.src_tokenizer.tokenize_words(s), translator.tgt_tokenizer.tokenize_words(t))
+              for s, t in pairs]
+    encoded = [(text.src_vocab.encode(s), text.tgt_vocab.encode(t)) for (s, _), (t, _) in pieces]
+    results = [(np.zeros((len(t), len(s)), np.float32), np.ones(len(t), np.float32)) for s, t in pairs]
+    ready = [i for i, (s, t) in enumerate(encoded) if s and t]
+    model = translator.model.eval()
+    for start in range(0, len(ready), batch_size):
+        rows = ready[start : start + batch_size]
+        src, src_lengths, tgt, tgt_lengths = piece_tensors(encoded, rows, translator.device)
+        with torch.inference_mode():
+            features = attention_features(model, src, src_lengths, tgt)
+            posterior = torch.softmax(aligner.joint(src, src_lengths, tgt, tgt_lengths, features), 2)
+        posterior_np = posterior.float().cpu().numpy()                                   # [B, T, S + 1]
+        for row, i in enumerate(rows):
+            (_, src_owner), (_, tgt_owner) = pieces[i]
+            block = posterior_np[row, : len(tgt_owner)]
+            words = to_words(block[:, : len(src_owner)], src_owner, tgt_owner, len(pairs[i][0]), len(pairs[i][1]))
+            null = to_words(block[:, -1:], [0], tgt_owner, 1, len(pairs[i][1]))[:, 0]
+            # Over the source words and NULL (a character model's spaces belong to no word).
+            total = words.sum(1) + null
+            results[i] = (words / total[:, None], null / total)
+    return results
+
+
+def aligner_links(posterior: np.ndarray, null: np.ndarray) -> set[Link]:
+    """Each target word to its most probable source word, unless NULL is more probable."""
+    return {(int(posterior[t].argmax()), t) for t in range(posterior.shape[0])
+            if posterior[t].any() and posterior[t].max() >= null[t]}
 
 
 def chosen_map(cross: torch.Tensor, layer: Optional[int], head: Optional[int]) -> torch.Tensor:
@@ -212,13 +257,20 @@ def align(translator: Translator, sources: list[str], targets: list[str], method
     if not 0 < threshold <= 1:
         raise AttnmtError(f"threshold {threshold}: allowed (0, 1]")
     pairs = [(s.split(), t.split()) for s, t in zip(sources, targets)]
-    attention = word_attention(translator, pairs, layer, head, step)
-    links = [links_of(a, method, threshold) for a in attention]
+
+    def weights_and_links(model: Translator, pairs: list[tuple[list[str], list[str]]]
+                          ) -> tuple[list[np.ndarray], list[set[Link]]]:
+        if method == "aligner":
+            posteriors = aligner_posteriors(model, pairs)
+            return [w for w, _ in posteriors], [aligner_links(w, null) for w, null in posteriors]
+        attention = word_attention(model, pairs, layer, head, step)
+        return attention, [links_of(a, method, threshold) for a in attention]
+
+    weights, links = weights_and_links(translator, pairs)
     if reverse is not None:
-        backward = word_attention(reverse, [(t, s) for s, t in pairs], layer, head, step)
-        links = [symmetrize(forward, {(s, t) for t, s in links_of(b, method, threshold)}, symmetrization)
-                 for forward, b in zip(links, backward)]
-    return [WordAlignment(s, t, a, sorted(found)) for (s, t), a, found in zip(pairs, attention, links)]
+        _, backward = weights_and_links(reverse, [(t, s) for s, t in pairs])
+        links = [symmetrize(forward, {(s, t) for t, s in b}, symmetrization) for forward, b in zip(links, backward)]
+    return [WordAlignment(s, t, w, sorted(found)) for (s, t), w, found in zip(pairs, weights, links)]
 
 
 def pharaoh(links: list[Link]) -> str:

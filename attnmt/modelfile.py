@@ -135,11 +135,15 @@ def save_model(path: str | Path, description: ModelDescription, state_dict: dict
 def read_model(path: str | Path) -> tuple[ModelDescription, dict[str, torch.Tensor], dict[str, Any]]:
     """A model file's (or a checkpoint's) description, its network's weights and all of its metadata."""
     tensors, meta = load_file(path)
+    return describe(path, meta), network_weights(tensors), meta
+
+
+def describe(path: str | Path, meta: dict[str, Any]) -> ModelDescription:
+    """The description in the metadata of the file at `path`; one line if it is incomplete."""
     try:
-        description = ModelDescription.from_metadata(meta)
+        return ModelDescription.from_metadata(meta)
     except (KeyError, ValueError, TypeError, AttnmtError) as err:
         raise AttnmtError(f"{path}: model file metadata is incomplete or invalid ({err})") from None
-    return description, network_weights(tensors), meta
 
 
 @dataclass

@@ -12,6 +12,7 @@ from typing import Iterable, Iterator, Optional
 import numpy as np
 import torch
 
+from .aligner import Aligner, read_aligner
 from .batch import pad
 from .config import Config, override_decode_precision, source_languages
 from .errors import AttnmtError, first_line
@@ -20,7 +21,7 @@ from .families.seam import Model
 from .fast import top_k
 from .fast.compiled import compiled_step
 from .fast.int8 import int8_decoding_copy
-from .modelfile import ModelDescription, read_model, save_model
+from .modelfile import ModelDescription, describe, load_file, network_weights, read_model, save_model
 from .precision import precision_note, resolve_device
 from .precision import resolve as resolve_precision
 from .search import Hypothesis, Step, beam_search, greedy
@@ -156,6 +157,8 @@ class Translator(TextTranslator):
         # The tokenizers every engine has (TextTranslator); the vocabularies are this engine's own.
         self.src_tokenizer, self.tgt_tokenizer = tokenization.src_tokenizer, tokenization.tgt_tokenizer
         self._decoding_copy: Optional[tuple[tuple, Model, Optional[Step]]] = None
+        # The word aligner trained for this model (aligner.py), if its file holds one.
+        self.aligner: Optional[Aligner] = None
 
     @property
     def device(self) -> torch.device:
@@ -175,7 +178,8 @@ class Translator(TextTranslator):
         """Load a model file (or a training checkpoint) written by `save`; `precision` (fp32, bf16,
         int8 or auto) and `fast_paths` override the decode.precision and decode.fast_paths it was
         saved with; `compile`: decode with the step compiled for this CPU (fast/compiled.py)."""
-        description, weights, _ = read_model(path)
+        tensors, meta = load_file(path)
+        description, weights = describe(path, meta), network_weights(tensors)
         config = description.config
         if fast_paths is not None:
             config.decode.fast_paths = fast_paths
@@ -188,6 +192,7 @@ class Translator(TextTranslator):
         override_decode_precision(config, precision)
         model.to(resolve_device(device)).eval()
         translator = cls(model, config, text, compile)
+        translator.aligner = read_aligner(path, tensors, meta, model, len(text.tgt_vocab))
         if compile:  # compile (or load) the step now, not in the first request of a server
             translator._decoding()
         return translator

@@ -19,6 +19,21 @@ the two directions' argmax links. The first row is no model at all: each target 
 source word at its relative position (the diagonal), the figure attention has to beat. Prints one
 `metric=<name> value=<number>` line per figure and a Markdown table, and how many of the gold
 standard's running words the training data holds (the gold set is Europarl, far from it).
+
+The statistical peer, side by side on the same text:
+
+    python bench/alignment.py --gold G --build-text runs/align_text --multi30k M --tatoeba T/deu.txt.gz
+    python bench/alignment.py --gold G --eflomal runs/eflomal-venv --text runs/align_text/unseen \
+        --model seen=SEEN_DE_EN --reverse seen=SEEN_EN_DE --model unseen=UNSEEN_DE_EN --reverse unseen=UNSEEN_EN_DE
+
+--build-text writes two training folders of Multi30k's layout (Multi30k's val and test2016 as they
+are): `unseen` holds Multi30k train + Tatoeba deu-eng, `seen` the same with the gold standard's
+sentence pairs (their text, never their links) appended, as statistical aligners are run on the
+text they align. Train attnmt's models on each (data.path=...). --eflomal runs eflomal (GPL: installed
+into a virtual environment of its own, never a dependency) on --text, the `unseen` text: once with the
+gold sentences appended (as `seen`), reading their links, and once without them, aligning the gold
+sentences afterwards with the lexical priors of that training (text it never saw). Each prints its
+forward and reverse links and each symmetrization, with eflomal's wall-clock and CPU time.
 """
 
 from __future__ import annotations
@@ -28,6 +43,9 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+
+from eflomal_peer import align as eflomal_align
+from eflomal_peer import ensure_eflomal
 
 from attnmt.align import (
     ALIGN_STEPS,
@@ -42,7 +60,7 @@ from attnmt.align import (
     word_attention,
 )
 from attnmt.config import load_config
-from attnmt.data import find_split_file, read_lines
+from attnmt.data import find_split_file, read_lines, read_tsv
 from attnmt.tokenize import WordTokenizer
 from attnmt.train import train
 from attnmt.translate import Translator
@@ -93,6 +111,52 @@ def both_ways(name: str, reverse: Translator, pairs: list[tuple[list[str], list[
     return rows
 
 
+def build_text(out: Path, multi30k: Path, tatoeba: Path, sources: list[str], targets: list[str]) -> None:
+    """`out/unseen` and `out/seen`: the training folders of the module docstring."""
+    train = {lang: list(read_lines(find_split_file(multi30k, "train", lang))) for lang in ("de", "en")}
+    for english, german in read_tsv(tatoeba):
+        train["en"].append(english)
+        train["de"].append(german)
+    gold = {"de": sources, "en": targets}
+    for name, extra in (("unseen", {"de": [], "en": []}), ("seen", gold)):
+        folder = out / name
+        folder.mkdir(parents=True, exist_ok=True)
+        for lang in ("de", "en"):
+            (folder / f"train.{lang}").write_text("".join(f"{line}\n" for line in train[lang] + extra[lang]),
+                                                   encoding="utf-8")
+            for split in ("val", "test_2016_flickr"):
+                (folder / f"{split}.{lang}").write_text(
+                    "".join(f"{line}\n" for line in read_lines(find_split_file(multi30k, split, lang))),
+                    encoding="utf-8")
+        print(f"{folder}: {len(train['de']) + len(extra['de']):,} training pairs", file=sys.stderr)
+
+
+def eflomal_rows(venv: Path, text: Path, pairs: list[tuple[list[str], list[str]]],
+                 gold: list) -> list[tuple[str, str, str, AlignmentScores]]:
+    """eflomal's rows: trained with the gold sentences appended to `text`, and without them (priors)."""
+    programs = ensure_eflomal(venv)
+    tokenizer = WordTokenizer()
+    training = [(tokenizer.tokenize(s), tokenizer.tokenize(t)) for s, t in
+                zip(read_lines(find_split_file(text, "train", "de")),
+                    read_lines(find_split_file(text, "train", "en")), strict=True)]
+    runs = [("eflomal_seen", "eflomal, gold sentences in its text", f"{len(training) + len(pairs):,} pairs",
+             eflomal_align(programs, training + pairs, range(len(training), len(training) + len(pairs)))),
+            ("eflomal_unseen", "eflomal, gold sentences unseen", f"{len(training):,} pairs, then priors",
+             eflomal_align(programs, training, range(0), pairs))]
+    rows = []
+    for key, name, trained_on, links in runs:
+        print(f"metric=seconds_{key} value={links.wall_seconds:.1f}")
+        print(f"metric=cpu_seconds_{key} value={links.cpu_seconds:.1f}")
+        label = f"defaults, {trained_on}; {links.wall_seconds:.0f} s wall, {links.cpu_seconds:.0f} s CPU"
+        for method, predicted in [("forward", links.forward), ("reverse", links.reverse),
+                                  *((m, [symmetrize(f, b, m) for f, b in zip(links.forward, links.reverse)])
+                                    for m in SYMMETRIZATIONS)]:
+            result = score(predicted, gold)
+            print(f"metric=aer_{key}_{method} value={result.aer:.4f}")
+            rows.append((name, label, method, result))
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gold", required=True, help="directory with test.de, test.en, test.talp")
@@ -108,13 +172,26 @@ def main() -> None:
     parser.add_argument("--coverage", metavar="DIR", help="directory with train.de and train.en: how many gold words "
                                                           "they hold (default: --data)")
     parser.add_argument("--threshold", type=float, default=0.3, help="for the threshold rows")
+    parser.add_argument("--build-text", metavar="OUT", help="write the `unseen` and `seen` training folders, then stop")
+    parser.add_argument("--multi30k", metavar="DIR", help="for --build-text: Multi30k's folder")
+    parser.add_argument("--tatoeba", metavar="FILE", help="for --build-text: Tatoeba's deu.txt(.gz)")
+    parser.add_argument("--eflomal", metavar="VENV", help="run eflomal from this virtual environment (created if "
+                                                          "missing) on --text")
+    parser.add_argument("--text", metavar="DIR", help="for --eflomal: train.de and train.en without the gold sentences")
     args = parser.parse_args()
+    if args.build_text and not (args.multi30k and args.tatoeba):
+        parser.error("--build-text needs --multi30k and --tatoeba")
+    if args.eflomal and not args.text:
+        parser.error("--eflomal needs --text (the training text without the gold sentences)")
 
     gold_dir = Path(args.gold)
     sources = (gold_dir / "test.de").read_text(encoding="utf-8").splitlines()
     targets = (gold_dir / "test.en").read_text(encoding="utf-8").splitlines()
     pairs = [(s.split(), t.split()) for s, t in zip(sources, targets)]
     gold = read_gold(gold_dir / "test.talp", 1, [(len(s), len(t)) for s, t in pairs])
+    if args.build_text:
+        build_text(Path(args.build_text), Path(args.multi30k), Path(args.tatoeba), sources, targets)
+        return
 
     models = dict(item.split("=", 1) for item in args.model)
     if args.data:
@@ -136,6 +213,8 @@ def main() -> None:
     result = score(diagonal, gold)
     print(f"metric=aer_diagonal value={result.aer:.4f}")
     rows = [("no model", "target word t of T to source word round((t + 0.5)·S/T − 0.5)", "diagonal", result)]
+    if args.eflomal:
+        rows += eflomal_rows(Path(args.eflomal), Path(args.text), pairs, gold)
     for name, path in models.items():
         translator = Translator.load(path, "cpu")
         pieces = [translator.src_tokenizer.tokenize(s) for s in sources]

@@ -131,7 +131,8 @@ def add_align(commands: Commands) -> None:
     align.add_argument("--output", "-o", help="where the links go, one line per pair (default: stdout)")
     align.add_argument("--method", choices=ALIGN_METHODS, default="argmax",
                        help="argmax: each target word to the source word it attends most (default); threshold: "
-                            "every pair with at least --threshold of the attention")
+                            "every pair with at least --threshold of the attention; aligner: the aligner trained for "
+                            "the model (attnmt train-aligner), each target word to its most probable source word")
     align.add_argument("--threshold", type=Number(float, Range("(0, 1]")), default=0.3,
                        help="the word attention a link needs with --method threshold (default: %(default)s)")
     align.add_argument("--layer", type=FROM_1, default=None,
@@ -167,6 +168,37 @@ def _align(args: argparse.Namespace) -> None:
         write("".join(pharaoh(a.links) + "\n" for a in alignments))
     if gold is not None:
         print(score([a.links for a in alignments], gold).line(), file=sys.stderr)
+
+
+def add_train_aligner(commands: Commands) -> None:
+    trainer = commands.add_parser("train-aligner", help="train a word aligner for a model (attnmt align --method "
+                                                        "aligner) on sentence pairs, the model unchanged")
+    trainer.add_argument("model", help="model file (model.safetensors) translating --src into --tgt")
+    trainer.add_argument("--src", required=True, help="source sentences, one per line (plain text, .gz too)")
+    trainer.add_argument("--tgt", required=True, help="their translations, line by line")
+    trainer.add_argument("--out", required=True, help="the model file with the aligner, written atomically (may be "
+                                                      "the model file itself)")
+    trainer.add_argument("--epochs", type=Number(int, Range("[1, 100]")), default=1,
+                         help="passes over the pairs (default: %(default)s)")
+    trainer.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 ... (default: GPU if there is one)")
+    trainer.set_defaults(run=_train_aligner)
+
+
+def _train_aligner(args: argparse.Namespace) -> None:
+    import time
+
+    from ..aligner import train_aligner, write_aligner
+    from ..translate import Translator
+
+    check_parent_dir(args.out)
+    pairs = read_pairs(("--src", args.src), ("--tgt", args.tgt))
+    translator = Translator.load(args.model, args.device)
+    started = time.monotonic()
+    aligner = train_aligner(translator, [s for s, _ in pairs], [t for _, t in pairs], args.epochs,
+                            log=lambda line: print(line, file=sys.stderr, flush=True))
+    write_aligner(args.model, args.out, aligner, {"pairs": len(pairs), "epochs": args.epochs,
+                                                   "minutes": round((time.monotonic() - started) / 60, 1)})
+    print(f"model with its aligner written to {args.out}")
 
 
 def add_explain(commands: Commands) -> None:
