@@ -335,7 +335,7 @@ def texts_of(counts: list[int], nbests: list[list[Translation]], n_best: int) ->
 
 def model_info(path: str | Path) -> dict:
     """What a model file holds (`attnmt info`): family and sizes, parameters, languages,
-    tokenizer, vocabularies, how it was trained (older files do not say), format."""
+    tokenizer, vocabularies, how it was trained (older files do not say), format, its aligner if any."""
     description, _, meta = read_model(path)
     config, text = description.config, description.tokenization
     network = build_model(config.model, len(text.src_vocab), len(text.tgt_vocab), fast_paths=False)
@@ -348,4 +348,4 @@ def model_info(path: str | Path) -> dict:
             "src_lang": config.data.src_lang, "source_languages": source_languages(config.data),
             "tgt_lang": config.data.tgt_lang, "tokenizer": tokenizer,
             "src_vocab_size": len(text.src_vocab), "tgt_vocab_size": len(text.tgt_vocab),
-            "training": meta.get("training")}
+            "training": meta.get("training"), "aligner": meta.get("aligner")}

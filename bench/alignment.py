@@ -51,6 +51,8 @@ from attnmt.align import (
     ALIGN_STEPS,
     SYMMETRIZATIONS,
     AlignmentScores,
+    aligner_links,
+    aligner_posteriors,
     cross_attention_layers,
     default_layer,
     links_of,
@@ -157,6 +159,26 @@ def eflomal_rows(venv: Path, text: Path, pairs: list[tuple[list[str], list[str]]
     return rows
 
 
+def aligner_rows(name: str, translator: Translator, reverse: Translator | None, pairs: list[tuple[list[str], list[str]]],
+                 gold: list) -> list[tuple[str, str, str, AlignmentScores]]:
+    """Rows of the aligner trained for the model (attnmt train-aligner): its links, the reverse
+    model's aligner's, and each symmetrization of the two."""
+    directions = [("forward", [aligner_links(w, null) for w, null in aligner_posteriors(translator, pairs)])]
+    if reverse is not None:
+        if reverse.aligner is None:
+            raise SystemExit(f"--reverse {name}: that model file has no aligner (attnmt train-aligner)")
+        directions.append(("reverse", [{(s, t) for t, s in aligner_links(w, null)}
+                                       for w, null in aligner_posteriors(reverse, [(t, s) for s, t in pairs])]))
+        forward, backward = directions[0][1], directions[1][1]
+        directions += [(m, [symmetrize(f, b, m) for f, b in zip(forward, backward)]) for m in SYMMETRIZATIONS]
+    rows = []
+    for method, links in directions:
+        result = score(links, gold)
+        print(f"metric=aer_{name}_aligner_{method} value={result.aer:.4f}")
+        rows.append((name, "its aligner (attnmt align --method aligner)", method, result))
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gold", required=True, help="directory with test.de, test.en, test.talp")
@@ -238,6 +260,9 @@ def main() -> None:
             if name in reverse:
                 rows += both_ways(name, Translator.load(reverse[name], "cpu"), pairs,
                                   [links_of(a, "argmax") for a in default_view], gold, step)
+        if translator.aligner is not None:
+            rows += aligner_rows(name, translator, Translator.load(reverse[name], "cpu") if name in reverse else None,
+                                 pairs, gold)
     print("\n| model | attention read | links | AER | precision | recall | links predicted |")
     print("|---|---|---|---:|---:|---:|---:|")
     for name, label, method, result in rows:

@@ -131,6 +131,8 @@ def test_train_aligner_writes_the_model_file_with_it_and_align_uses_it(model, re
     (_, before, _), (_, after, meta) = read_model(path), read_model(out)
     assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
     assert meta["aligner"]["pairs"] == len(DATES) and meta["aligner"]["epochs"] == 1
+    assert main(["info", str(out)]) == 0
+    assert f"aligner: trained on {len(DATES):,} pairs, 1 epochs" in capsys.readouterr().out
     translator = Translator.load(out, "cpu")
     assert translator.aligner is not None
     assert [t.text for t in translator.translate(["3 March 2021"])] == \

@@ -54,8 +54,13 @@ def _info(args: argparse.Namespace) -> None:
     training = info["training"]
     if training is None:
         print("training: not recorded (a file written before attnmt kept it)")
-        return
-    averaged = f", the average of the last {training['average_of_last']} epochs" if "average_of_last" in training else ""
-    print(f"training: {training['training_pairs']:,} pairs, data sha256 {training['data_sha256']}; "
-          f"kept at epoch {training['epoch']}, step {training['step']}{averaged}")
-    print("validation: " + " | ".join(f"{k} {v}" for k, v in training["validation"].items()))
+    else:
+        averaged = (f", the average of the last {training['average_of_last']} epochs" if "average_of_last" in training
+                    else "")
+        print(f"training: {training['training_pairs']:,} pairs, data sha256 {training['data_sha256']}; "
+              f"kept at epoch {training['epoch']}, step {training['step']}{averaged}")
+        print("validation: " + " | ".join(f"{k} {v}" for k, v in training["validation"].items()))
+    if info["aligner"] is not None:
+        aligner = info["aligner"]
+        print(f"aligner: trained on {aligner['pairs']:,} pairs, {aligner['epochs']} epochs, {aligner['minutes']} "
+              f"minutes (attnmt align --method aligner)")
