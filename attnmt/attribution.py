@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import asdict, dataclass
-from typing import Optional
+from typing import Callable, Optional, Union
 
 import numpy as np
 import torch
@@ -49,10 +49,10 @@ from tqdm import tqdm
 from .align import chosen_map, to_words
 from .batch import pad
 from .errors import AttnmtError
-from .explain import check_step_number
-from .families.seam import Model
+from .explain import Explanation, check_step_number, explain, kept_step, opening_steps
+from .families.seam import AttentionView, Model
 from .fast import use_fast_paths
-from .translate import Translator
+from .translate import TextTranslator, Translator
 from .vocab import EOS_ID, SOS_ID
 
 METHODS = ("grad", "ig", "occlusion")
@@ -99,6 +99,27 @@ class Attribution:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+@dataclass
+class Work:
+    """What one attribution runs: for each of `steps` decoding steps, `passes` forced passes (forward,
+    and backward for grad and ig) over a sentence pair whose source has `source_tokens` pieces."""
+
+    method: str
+    steps: int
+    passes: int                               # grad 1; ig its ig_steps + 2 (the input, the baseline); occlusion 1 + the words
+    source_tokens: int
+
+    @property
+    def units(self) -> int:
+        """steps × passes × source tokens: what a server bounds."""
+        return self.steps * self.passes * self.source_tokens
+
+    def __str__(self) -> str:
+        passes = {"grad": "1 pass", "ig": f"{self.passes} passes (ig_steps, the input and the baseline)",
+                  "occlusion": f"{self.passes} passes (the sentence, and without each word)"}[self.method]
+        return f"{self.steps} steps × {passes} × {self.source_tokens} source tokens = {self.units}"
 
 
 @dataclass
@@ -292,13 +313,19 @@ def _rounded(values: np.ndarray) -> list[float]:
     return [round(float(v), 6) for v in values]
 
 
+# Gradients, whatever the caller runs under (a server's model thread, torch.inference_mode): the
+# network's copy and every tensor fed to it are made in here.
+@torch.inference_mode(False)
+@torch.enable_grad()
 def attribute(translator: Translator, sentence: str, method: str = "ig", step: Optional[int] = None,
               target: Optional[str] = None, contrast: Optional[str] = None, ig_steps: int = IG_STEPS,
-              layer: Optional[int] = None, head: Optional[int] = None, progress: bool = False) -> Attribution:
+              layer: Optional[int] = None, head: Optional[int] = None, progress: bool = False,
+              afford: Optional[Callable[[Work], None]] = None) -> Attribution:
     """The attribution of every step of the forced decoding of `sentence` (or of step `step` alone,
     from 1) over its source words, beside the attention: the decoding of the model's own greedy
     translation, or of `target`. `contrast`, a token of the target vocabulary, asks why the step
-    wrote its token rather than this one (with `step`). `progress`: a progress bar for ig."""
+    wrote its token rather than this one (with `step`). `progress`: a progress bar for ig.
+    `afford` sees the work before it runs, and may refuse it by raising."""
     _check_method(method, ig_steps)
     words = sentence.split()
     if not words:
@@ -324,11 +351,37 @@ def attribute(translator: Translator, sentence: str, method: str = "ig", step: O
     positions = torch.arange(len(pair.outputs), device=device) if step is None else torch.tensor([step - 1], device=device)
     outputs = Outputs(positions, torch.tensor(pair.outputs, device=device)[positions],
                       None if other is None else torch.tensor([other], device=device))
+    if afford is not None:
+        passes = {"grad": 1, "ig": ig_steps + 2, "occlusion": 1 + len(pair.without)}[method]
+        afford(Work(method, len(positions), passes, pair.src.shape[1]))
     steps = attribute_steps(reference_network(translator), pair, outputs, method, vocab.itos, ig_steps, layer, head,
                             progress)
     return Attribution(method, words, tokens, ig_steps if method == "ig" else None, layer, head, steps)
 
 
+def explain_or_attribute(translator: TextTranslator, sentence: str, view: AttentionView = AttentionView(),
+                         step: Optional[int] = None, method: Optional[str] = None, target: Optional[str] = None,
+                         contrast: Optional[str] = None, ig_steps: Optional[int] = None, progress: bool = False,
+                         afford: Optional[Callable[[Work], None]] = None) -> Union[Explanation, Attribution]:
+    """What `attnmt explain` and POST /explain answer for one sentence: every number of each greedy
+    decoding step for the attention `view` (explain.explain) or, with an attribution `method`, how
+    much each source word decides each step's output beside its cross-attention (attribute: `target`,
+    `contrast`, `ig_steps` (default IG_STEPS), `afford`); with `step` (from 1), that step alone."""
+    if method is None:
+        if (target, contrast, ig_steps) != (None, None, None):
+            raise AttnmtError("--target, --contrast and --ig-steps go with --attribution")
+        return explain(translator, sentence, view, step)
+    if ig_steps is not None and method != "ig":
+        raise AttnmtError("--ig-steps goes with --attribution ig: the other methods take no steps")
+    if view.kind != "cross":
+        raise AttnmtError("--attribution: attribution is over the source words, beside the cross-attention: leave out "
+                          "--attention decoder")
+    return attribute(opening_steps(translator), sentence, method, step, target, contrast,
+                     IG_STEPS if ig_steps is None else ig_steps, view.layer, view.head, progress, afford)
+
+
+@torch.inference_mode(False)
+@torch.enable_grad()
 def word_attribution(translator: Translator, pairs: list[tuple[list[str], list[str]]], method: str = "grad",
                      ig_steps: int = IG_STEPS, progress: bool = False) -> list[np.ndarray]:
     """For each (source words, target words) pair, the attribution of each target word over the
@@ -397,10 +450,7 @@ def render(attribution: Attribution, step: Optional[int] = None) -> str:
             lines.append(f"{s.step:4d} {s.token:<14} {attended:<22} {_top(attribution.source_words, s.source):<22} {share}")
         lines += ["", "attnmt explain MODEL SENTENCE --attribution METHOD --step N shows every number of step N."]
         return "\n".join(lines)
-    matching = [s for s in steps if s.step == step]
-    if not matching:
-        raise AttnmtError(f"step {step}: this attribution has steps {', '.join(str(s.step) for s in steps)}")
-    s = matching[0]
+    s = kept_step(steps, step)
     if s.contrast is None:
         lines.append(f"step {s.step}: the model writes {s.token!r}: f = log p = {s.output:.4f} (p {np.exp(s.output):.4f})")
     else:

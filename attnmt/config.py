@@ -296,6 +296,12 @@ class ServeConfig:
     max_tokens: int = ranged(250, "[1, 100000]", help="source tokens per sentence")
     max_sentences: int = ranged(32, "[1, 100000]", help="sentences per request")
     max_beam: int = ranged(10, "[1, 1000]", help="largest beam a request may ask for")
+    # An attribution on /explain runs forced passes over the sentence pair, forward and backward;
+    # their count times the source's length bounds its time.
+    max_ig_steps: int = ranged(200, "[1, 10000]", help="most ig_steps an attribution on /explain may ask for")
+    max_attribution_work: int = ranged(50000, "[1, 100000000]", help=(
+        "most work an attribution on /explain may ask for: its steps × passes per step (grad 1, ig ig_steps + 2, "
+        "occlusion 1 + the words) × source tokens"))
     timeout_s: float = ranged(30.0, "(0, 86400]", help="seconds a request may wait and run before a 504")
     # A client that stops half-way through its body would otherwise hold its request, and a graceful
     # shutdown, forever.

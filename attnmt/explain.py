@@ -14,7 +14,7 @@ by its reference modules (the family's `probed` copy); the output is its greedy 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Optional
+from typing import Optional, Protocol, Sequence, TypeVar
 
 import torch
 
@@ -53,13 +53,20 @@ class Explanation:
         return asdict(self)
 
 
-@torch.inference_mode()
-def explain(translator: TextTranslator, sentence: str, view: AttentionView = AttentionView()) -> Explanation:
-    """The numbers of every greedy decoding step of `sentence` for the attention `view`, where the
-    translator's engine can open its steps (`explains`: attnmt's own)."""
+def opening_steps(translator: TextTranslator) -> Translator:
+    """The translator, where its engine can open its decoding steps (`explains`: attnmt's own); else one line."""
     if not translator.explains or not isinstance(translator, Translator):
         raise AttnmtError(f"the {translator.engine_info().engine} engine gives no per-step numbers: explain the model "
                           f"file (.safetensors) with attnmt's own engine")
+    return translator
+
+
+@torch.inference_mode()
+def explain(translator: TextTranslator, sentence: str, view: AttentionView = AttentionView(),
+            step: Optional[int] = None) -> Explanation:
+    """The numbers of every greedy decoding step of `sentence` (or of step `step` alone, from 1) for
+    the attention `view`, where the translator's engine can open its steps (`explains`: attnmt's own)."""
+    translator = opening_steps(translator)
     source_tokens = translator.tokenize_source(sentence)
     if not source_tokens:
         raise AttnmtError("nothing to explain: the sentence is empty")
@@ -100,14 +107,11 @@ def explain(translator: TextTranslator, sentence: str, view: AttentionView = Att
             None if record.factors is None else [round(f, 6) for f in record.factors[row][: len(keys)].tolist()]))
         inputs.append(chosen)
     output = [vocab.itos[i] for i in inputs[1:] if i != EOS_ID]
+    if step is not None:
+        check_step_number(step, len(steps))
+        steps = [steps[step - 1]]
     return Explanation(source_tokens, output, view.kind, view.layer, view.head,
                        translator.model.score_function(view), steps)
-
-
-def check_step(explanation: Explanation, step: int) -> ExplainedStep:
-    """Step `step` (from 1), or one line saying which steps there are."""
-    check_step_number(step, len(explanation.steps))
-    return explanation.steps[step - 1]
 
 
 def check_step_number(step: int, steps: int) -> None:
@@ -115,6 +119,21 @@ def check_step_number(step: int, steps: int) -> None:
     if not 1 <= step <= steps:
         raise AttnmtError(f"--step {step}: this translation has steps 1 to {steps} "
                           f"({steps - 1} tokens and the end of sentence)")
+
+
+class Numbered(Protocol):
+    step: int
+
+
+Kept = TypeVar("Kept", bound=Numbered)
+
+
+def kept_step(steps: Sequence[Kept], step: int) -> Kept:
+    """Step `step` (from 1) of those kept (every step, or the one asked for), or one line naming them."""
+    for kept in steps:
+        if kept.step == step:
+            return kept
+    raise AttnmtError(f"step {step} is not among the steps kept ({', '.join(str(s.step) for s in steps)})")
 
 
 def render(explanation: Explanation, step: Optional[int] = None) -> str:
@@ -137,7 +156,7 @@ def render(explanation: Explanation, step: Optional[int] = None) -> str:
         lines.append("")
         lines.append("attnmt explain MODEL SENTENCE --step N shows every number of step N.")
         return "\n".join(lines)
-    s = check_step(explanation, step)
+    s = kept_step(steps, step)
     width = max(len(k) for k in s.keys + ["key"])
     lines.append(f"step {s.step}: the model writes {s.token!r}")
     factor_head = f"  {'× Gaussian':>10}" if s.factors else ""

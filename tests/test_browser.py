@@ -191,3 +191,41 @@ def test_the_explain_panel_shows_every_number_of_a_step(page, server):
     assert page.locator("#explain-next li").count() == page.locator("#explain-uniform li").count() == 5
     assert page.inner_text("#explain-next li.chosen").startswith(step["token"])
     screenshot(page, "explain_panel.png")
+
+
+def test_the_step_panel_shows_attribution_under_attention(page, server):
+    """The attention row and the attribution row of the step clicked, as /explain answers them."""
+    text = "3. Oktober 1990"
+    translate_on_page(page, text)
+
+    def shown(step: int, method: str, **fields) -> None:
+        """Once the step last asked for is drawn: it is `step`, with /explain's numbers for it."""
+        page.wait_for_function("method => { const table = document.querySelector('#attribution-table');"
+                               " return table.dataset.step === table.dataset.asked && table.dataset.method === method; }",
+                               arg=method)
+        assert page.get_attribute("#attribution-table", "data-step") == str(step)
+        expected = httpx.post(server + "explain", json={"text": text, "attribution": method, "step": step,
+                                                         **fields}).json()
+        assert page.locator("#attribution-table thead th").all_inner_texts()[1:] == expected["source_words"]
+        (numbers,) = expected["steps"]
+        for row in "attention", "attribution":
+            cells = page.locator(f"#attribution-table tr.{row} td").all_inner_texts()
+            assert [float(c) for c in cells] == pytest.approx(numbers["source" if row == "attribution" else row],
+                                                              abs=1e-4)
+
+    page.click('#heatmap .tok.out[data-row="1"]')        # the step panel, where the method is chosen
+    page.select_option("#attribution", "grad")
+    shown(2, "grad")
+    # Another method and another step: integrated gradients in 4 steps, why its token (a digit of the
+    # year) rather than "-".
+    page.select_option("#attribution", "ig")
+    page.fill("#ig-steps", "4")
+    page.dispatch_event("#ig-steps", "change")
+    page.fill("#contrast", "-")
+    page.dispatch_event("#contrast", "change")
+    page.click('#heatmap .tok.out[data-row="2"]')
+    shown(3, "ig", ig_steps=4, contrast="-")
+    assert "\u2212 log p(\u201c-\u201d)" in page.inner_text("#attribution-note")
+    screenshot(page, "attribution_panel.png")
+    page.select_option("#attribution", "off")
+    assert page.locator("#attribution-view").is_hidden()

@@ -128,5 +128,6 @@ def test_a_server_decodes_with_ctranslate2(transformer_dates_model, tmp_path):
             assert np.array(result["maps"]["cross"]).shape == (1, 1, len(mine.tokens), len(mine.source_tokens))
         libre = client.post("/translate", data={"q": DATES[0], "source": "de", "target": "en"})
         assert libre.status_code == 200 and libre.json()["translatedText"] == ours[0].text
-        refused = client.post("/explain", json={"text": DATES[0]})
-        assert refused.status_code == 501 and "ctranslate2, which gives no per-step numbers" in refused.json()["error"]
+        for body in {"text": DATES[0]}, {"text": DATES[0], "attribution": "grad", "step": 1}:  # no weights, no gradients
+            refused = client.post("/explain", json=body)
+            assert refused.status_code == 501 and "ctranslate2, which gives no per-step numbers" in refused.json()["error"]

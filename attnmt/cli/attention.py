@@ -233,34 +233,16 @@ def add_explain(commands: Commands) -> None:
 def _explain(args: argparse.Namespace) -> None:
     import json
 
-    from ..explain import check_step, explain, render
+    from ..attribution import Attribution, explain_or_attribute, render
+    from ..explain import render as render_explanation
     from ..translate import Translator
 
-    if args.attribution is None and (args.target, args.contrast, args.ig_steps) != (None, None, None):
-        raise AttnmtError("--target, --contrast and --ig-steps go with --attribution")
-    if args.ig_steps is not None and args.attribution != "ig":
-        raise AttnmtError("--ig-steps goes with --attribution ig: the other methods take no steps")
-    if args.attribution is not None:
-        return _attribute(args, Translator.load(args.model, args.device))
     translator = Translator.load(args.model, args.device)
-    explanation = explain(translator, args.sentence, AttentionView(args.attention, args.layer, args.head))
+    result = explain_or_attribute(translator, args.sentence, AttentionView(args.attention, args.layer, args.head),
+                                  args.step, args.attribution, args.target, args.contrast, args.ig_steps, progress=True)
     if args.json:
-        if args.step is not None:
-            explanation.steps = [check_step(explanation, args.step)]
-        print(json.dumps(explanation.to_dict(), ensure_ascii=False, indent=1))
+        print(json.dumps(result.to_dict(), ensure_ascii=False, indent=1))
+    elif isinstance(result, Attribution):
+        print(render(result, args.step))
     else:
-        print(render(explanation, args.step))
-
-
-def _attribute(args: argparse.Namespace, translator: Translator) -> None:
-    """`explain --attribution`: attribution beside attention (attribution.py)."""
-    import json
-
-    from ..attribution import attribute, render
-
-    if args.attention != "cross":
-        raise AttnmtError("--attribution: attribution is over the source words, beside the cross-attention: leave out "
-                          "--attention decoder")
-    attribution = attribute(translator, args.sentence, args.attribution, args.step, args.target, args.contrast,
-                            args.ig_steps or IG_STEPS, args.layer, args.head, progress=True)
-    print(json.dumps(attribution.to_dict(), ensure_ascii=False, indent=1) if args.json else render(attribution, args.step))
+        print(render_explanation(result, args.step))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, AsyncIterator, Optional
+from typing import Any, AsyncIterator, Optional, Union
 
 import numpy as np
 from fastapi import FastAPI, Request
@@ -14,10 +14,11 @@ from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 from ..access import KeyFile, RateLimits
+from ..attribution import IG_STEPS, Work, explain_or_attribute
 from ..config import ServeConfig, source_languages, validate_serve
 from ..errors import AttnmtError
-from ..explain import explain
 from ..families.seam import AttentionView
+from ..tokenize import Tokenizer
 from ..translate import TextTranslator, Translation, lines_of, texts_of
 from .batching import Batcher
 from .errors import ServeError, answer_errors
@@ -25,7 +26,8 @@ from .libretranslate import PREFIX, LibreTranslate, RouteLibreTranslate
 from .middleware import BodyLimit, Guard
 from .schemas import (
     ERROR_RESPONSES,
-    ErrorResponse,
+    EXPLAIN_RESPONSES,
+    AttributionResponse,
     ExplainRequest,
     ExplainResponse,
     Health,
@@ -62,10 +64,8 @@ def create_app(translator: TextTranslator, limits: Optional[ServeConfig] = None,
     libretranslate = LibreTranslate(translator, routes.decode_nbest, limits, keys is not None)
     app.include_router(libretranslate.router())
     app.include_router(libretranslate.router(prefix="", with_translate=False))
-    app.add_api_route("/explain", routes.explain_step_by_step, methods=["POST"], response_model=ExplainResponse,
-                      responses={**ERROR_RESPONSES, 501: {
-                          "model": ErrorResponse,
-                          "description": "this server's engine (CTranslate2) gives no per-step numbers"}})
+    app.add_api_route("/explain", routes.explain_step_by_step, methods=["POST"],
+                      response_model=Union[ExplainResponse, AttributionResponse], responses=EXPLAIN_RESPONSES)
     app.add_api_route("/health", routes.health, methods=["GET"], response_model=Health)
     app.add_api_route("/model", routes.model, methods=["GET"], response_model=ModelInfo)
     app.add_api_route("/", explorer, methods=["GET"], include_in_schema=False)
@@ -101,16 +101,20 @@ class Routes:
         if len(texts) > limits.max_sentences:
             raise ServeError(413, f"{len(texts)} sentences in one request; the limit is {limits.max_sentences}")
         for i, text in enumerate(texts, 1):
-            if len(text) > limits.max_chars:
-                raise ServeError(413, f"sentence {i} has {len(text)} characters; the limit is {limits.max_chars}")
-            tokens = len(self.translator.src_tokenizer.tokenize(text))
-            if tokens > self.max_tokens:
-                raise ServeError(413, f"sentence {i} has {tokens} tokens; the limit is {self.max_tokens}")
+            self.check_length(f"sentence {i}", text, self.translator.src_tokenizer)
         if beam > limits.max_beam:
             raise ServeError(422, f"beam: {beam} is over this server's limit of {limits.max_beam}")
         if n_best > beam:
             raise ServeError(422, f"n_best: {n_best} is more than the beam ({beam})")
         self.rates.sentences_of(http.state.caller, len(texts))
+
+    def check_length(self, what: str, text: str, tokenizer: Tokenizer) -> None:
+        """Refuse a text over the characters or tokens a sentence may have."""
+        if len(text) > self.limits.max_chars:
+            raise ServeError(413, f"{what} has {len(text)} characters; the limit is {self.limits.max_chars}")
+        tokens = len(tokenizer.tokenize(text))
+        if tokens > self.max_tokens:
+            raise ServeError(413, f"{what} has {tokens} tokens; the limit is {self.max_tokens}")
 
     async def decode_nbest(self, http: Request, texts: list[str], beam: int, n_best: int) -> list[list[Translation]]:
         """The n_best translations of each text, checked and batched (LibreTranslate's translate)."""
@@ -139,21 +143,37 @@ class Routes:
                              "beam": beam, "n_best": request.n_best})
 
     async def explain_step_by_step(self, request: ExplainRequest, http: Request) -> dict[str, Any]:
-        """Every number of each greedy decoding step of one sentence (attnmt explain --json)."""
+        """Every number of each greedy decoding step of one sentence, or with `attribution` how much
+        each source word decides each step (attnmt explain [--attribution] --json)."""
         translator = self.translator
         if not translator.explains:
             raise ServeError(501, f"this server decodes with {self.engine}, which gives no per-step numbers: serve "
                                   f"the model file (.safetensors) to explain")
+        if request.target is not None:
+            self.check_length("target", request.target, translator.tgt_tokenizer)
+        ig_steps = request.ig_steps or IG_STEPS
+        if request.attribution == "ig" and ig_steps > self.limits.max_ig_steps:
+            raise ServeError(422, f"ig_steps: {ig_steps} is over this server's limit of {self.limits.max_ig_steps} "
+                                  f"(attnmt serve --max-ig-steps)")
         self.check(http, [request.text], 1, 1)
         view = AttentionView(request.attention, request.layer, request.head)
 
         def work() -> dict[str, Any]:
             try:
-                return explain(translator, request.text, view).to_dict()
+                return explain_or_attribute(translator, request.text, view, request.step, request.attribution,
+                                            request.target, request.contrast, request.ig_steps,
+                                            afford=self.afford).to_dict()
             except AttnmtError as err:
                 raise ServeError(422, str(err)) from None
 
-        return await self.batcher.run(work, "the explanation")
+        return await self.batcher.run(work, "the attribution" if request.attribution else "the explanation")
+
+    def afford(self, work: Work) -> None:
+        """Refuse an attribution over the server's bound on its work."""
+        if work.units > self.limits.max_attribution_work:
+            raise ServeError(422, f"this attribution runs {work}, over this server's limit of "
+                                  f"{self.limits.max_attribution_work} (attnmt serve --max-attribution-work): ask "
+                                  f"for one step, fewer ig_steps or a shorter sentence")
 
     async def health(self) -> dict[str, Any]:
         return {"status": "ok", "queued": self.batcher.queue.qsize(), "model_calls": self.batcher.model_calls,

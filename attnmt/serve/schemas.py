@@ -7,6 +7,7 @@ from typing import Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
+from ..attribution import COMPLETENESS, IG_STEPS, AttributedStep, Attribution
 from ..explain import ExplainedStep
 
 
@@ -66,15 +67,33 @@ class Health(BaseModel):
 
 
 class ExplainRequest(BaseModel):
-    """One sentence to translate greedily and explain step by step (attnmt explain)."""
+    """One sentence to translate greedily and explain step by step, or whose steps to attribute
+    (attnmt explain [--attribution])."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
     text: str = Field(description="one sentence")
     attention: Literal["cross", "decoder"] = Field("cross", description="cross: output over source; decoder: a "
-                                                                         "Transformer's self-attention")
-    layer: Optional[int] = Field(None, ge=1, description="Transformer: the decoder layer, from 1 (default: the last)")
-    head: Optional[int] = Field(None, ge=1, description="Transformer: the head, from 1 (default: 1)")
+                                                                         "Transformer's self-attention (not with "
+                                                                         "`attribution`)")
+    layer: Optional[int] = Field(None, ge=1, description="Transformer: the decoder layer, from 1 (default: the last; "
+                                                         "with `attribution`, the penultimate, as attnmt align reads it)")
+    head: Optional[int] = Field(None, ge=1, description="Transformer: the head, from 1 (default: 1; with "
+                                                        "`attribution`, the mean of the heads)")
+    step: Optional[int] = Field(None, ge=1, description="only this decoding step, from 1 (default: every step); past "
+                                                        "the translation's end: 422")
+    attribution: Optional[Literal["grad", "ig", "occlusion"]] = Field(
+        None, description="answer instead how much each source word decides each step's output, beside its "
+                          "cross-attention (AttributionResponse): grad (gradient × input), ig (integrated gradients) "
+                          "or occlusion (the sentence run again without each word)")
+    target: Optional[str] = Field(None, description="with `attribution`: attribute the forced decoding of this "
+                                                    "translation (default: the model's greedy one)")
+    contrast: Optional[str] = Field(None, description="with `attribution` and `step`: why the step wrote its token "
+                                                      "rather than this one (a token of the target vocabulary)")
+    ig_steps: Optional[int] = Field(None, ge=1, le=10000, description=f"with `attribution: ig`: the points from the "
+                                                                      f"baseline to the input (default {IG_STEPS}); "
+                                                                      f"at most the server's max_ig_steps (GET "
+                                                                      f"/model's limits), else 422")
 
 
 def described(descriptions: dict[str, str]) -> ConfigDict:
@@ -110,6 +129,42 @@ class ExplainResponse(BaseModel):
     head: Optional[int]
     score_function: str
     steps: list[ExplainedStepResult]
+
+
+@pydantic_dataclass(config=described({
+    "step": "from 1",
+    "token": "what the step writes (<eos> at the end)",
+    "contrast": "with `contrast`: f is log p(token) − log p(contrast); null: f is log p(token)",
+    "output": "f, in nats: what every attribution is in units of",
+    "source": "the attribution of each source word (its pieces summed), in nats",
+    "attention": "the step's cross-attention on each source word (its pieces summed), as attnmt align reads it; "
+                 "null: the model has no attention",
+    "prefix": "grad and ig: the attribution of each target input, <sos> first; null for occlusion",
+    "source_share": "grad and ig: Σ|source| / (Σ|source| + Σ|prefix|), how much of the attribution comes from the "
+                    "source rather than the translation so far; null for occlusion",
+    "completeness": f"ig: `total`, the attributions' sum (source and prefix), against `change`, f(input) − "
+                    f"f(baseline); `holds`: they agree within {COMPLETENESS:.0%} of the change (at least "
+                    f"{COMPLETENESS})",
+    "without": "occlusion: f with each source word dropped"}))
+class AttributedStepResult(AttributedStep):
+    """One step's attribution: the fields of attribution.AttributedStep."""
+
+
+@pydantic_dataclass(config=described({
+    "method": "grad, ig or occlusion",
+    "source_words": "the sentence's words (split at whitespace), over which each step's `source` and `attention` are",
+    "target_tokens": "the translation attributed (its forced decoding), the end of sentence left out",
+    "ig_steps": "ig: the points from the baseline to the input; null for the other methods",
+    "layer": "the attention's layer, from 1 (null: a Transformer's penultimate, as attnmt align reads it)",
+    "head": "the attention's head, from 1 (null: the mean of the layer's heads, as attnmt align reads it)",
+    "steps": "each decoding step, or the one asked for"}))
+class AttributionResponse(Attribution):
+    """How much each source word decides each step's output, beside its attention: the fields of
+    attribution.Attribution, as attnmt explain --attribution --json prints them."""
+
+    # The same steps, described for the schema; mypy refuses a list field narrowed in a subclass
+    # (a list is invariant), but this class is only ever read from JSON, never given a step list.
+    steps: list[AttributedStepResult]  # type: ignore[assignment]
 
 
 class ModelInfo(BaseModel):
@@ -155,4 +210,13 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
           "headers": {"Retry-After": {"description": "seconds", "schema": {"type": "integer"}}}},
     503: {"model": ErrorResponse, "description": "the request queue is full; retry later"},
     504: {"model": ErrorResponse, "description": "the request took longer than the server's timeout"},
+}
+# /explain's: what it cannot explain, or would take too long to attribute.
+EXPLAIN_RESPONSES: dict[int | str, dict[str, Any]] = {
+    **ERROR_RESPONSES,
+    422: {"model": ErrorResponse, "description": "a field missing or of the wrong type, or options out of range: "
+                                                 "an empty sentence or target, a step past the translation's end, a "
+                                                 "contrast the target vocabulary lacks; or an attribution over the "
+                                                 "server's max_ig_steps or max_attribution_work"},
+    501: {"model": ErrorResponse, "description": "this server's engine (CTranslate2) gives no per-step numbers"},
 }

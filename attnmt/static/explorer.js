@@ -5,6 +5,7 @@
 (() => {
   const LIVE_DELAY_MS = 400;
   const ACCENT = [37, 99, 235];
+  const MARK = [234, 88, 12];
   const SPACE = "\u2581";  // how character-level and sentencepiece models write a space
   const $ = (id) => document.getElementById(id);
   const source = $("source"), decoding = $("decoding"), beamInput = $("beam"), nbestInput = $("nbest");
@@ -16,6 +17,7 @@
   let timer = null;
   let model = null;         // /model: the family, its sizes, the engine's maps (name -> [layers, heads])
   const mapSelect = $("map"), layerSelect = $("layer"), headSelect = $("head");
+  const methodSelect = $("attribution"), igStepsInput = $("ig-steps"), contrastInput = $("contrast");
   // What each map's rows and columns are (Translator.attention_maps).
   const MAPS = {
     cross: { rows: "output tokens", cols: "source tokens" },
@@ -59,6 +61,7 @@
         `${info.source_languages.join(", ")} \u2192 ${info.tgt_lang} \u00b7 ${family} \u00b7 ${info.tokenizer} tokens \u00b7 ` +
         `vocabularies ${info.src_vocab_size} / ${info.tgt_vocab_size}`;
       beamInput.max = info.limits.max_beam;
+      igStepsInput.max = info.limits.max_ig_steps;
       source.maxLength = info.limits.max_chars;
       model = info;
       $("explain-hint").hidden = !info.explains;
@@ -209,7 +212,7 @@
     const weights = nodes.map((node) => weightOf(Number(node.dataset[key])));
     const strongest = Math.max(...weights);
     nodes.forEach((node, k) => {
-      node.style.backgroundColor = `rgba(234, 88, 12, ${weights[k].toFixed(3)})`;
+      node.style.backgroundColor = `rgba(${MARK.join(", ")}, ${weights[k].toFixed(3)})`;
       node.classList.toggle("attended", weights[k] >= 0.1 || weights[k] === strongest);
     });
   }
@@ -328,7 +331,104 @@
     }));
     predictions($("explain-next"), step.next, step.token);
     predictions($("explain-uniform"), step.next_uniform, step.token);
+    attributeStep(step.step);
   }
+
+  // The attribution row under the attention row, for the step on display (POST /explain with
+  // `attribution`, as attnmt explain --attribution --json): each source word's attention and how
+  // much it decides the step's output.
+  let attributing = null;   // AbortController of the attribution request in flight
+
+  function attributionRequest(step) {
+    const transformer = Boolean(model && model.arch === "transformer");
+    const cross = transformer && mapSelect.value === "cross";   // the map on display; else align's default
+    const request = { text: $("output").dataset.source, attribution: methodSelect.value, step,
+                      layer: cross ? Number(layerSelect.value) : null,
+                      head: cross && headSelect.value !== "mean" ? Number(headSelect.value) : null };
+    if (methodSelect.value === "ig") request.ig_steps = Number(igStepsInput.value) || 50;
+    if (contrastInput.value.trim()) request.contrast = contrastInput.value.trim();
+    return request;
+  }
+
+  async function attributeStep(step) {
+    if (attributing) attributing.abort();
+    const view = $("attribution-view");
+    if (methodSelect.value === "off") { view.hidden = true; return; }
+    const controller = attributing = new AbortController();
+    const request = attributionRequest(step);
+    $("attribution-table").dataset.asked = step;   // the step last asked for; dataset.step: the one on display
+    setStatus("attributing\u2026");
+    try {
+      const response = await fetch("/explain", {
+        method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(request),
+        signal: controller.signal,
+      });
+      const body = await response.json();
+      if (controller !== attributing) return;   // another step or method was asked for meanwhile
+      if (!response.ok) throw new Error(body.error || `HTTP ${response.status}`);
+      $("error").hidden = true;
+      setStatus("");
+      showAttribution(body, body.steps[0]);
+    } catch (err) {
+      if (err.name === "AbortError") return;
+      view.hidden = true;
+      showError(err.message);
+    }
+  }
+
+  // Attention in the accent colour; attribution by its sign (accent: for the token, mark: against),
+  // as strong as its share of the row's largest magnitude.
+  function valueCell(value, colour, strength) {
+    const cell = element("td", "", value.toFixed(4));
+    cell.style.backgroundColor = `rgba(${colour.join(", ")}, ${(0.6 * strength).toFixed(3)})`;
+    return cell;
+  }
+
+  function showAttribution(attribution, step) {
+    const table = $("attribution-table");
+    const head = element("tr");
+    head.append(element("th"), ...attribution.source_words.map((word) => element("th", "", word)));
+    table.tHead.replaceChildren(head);
+    const rows = [];
+    if (step.attention) {
+      const row = element("tr", "attention");
+      row.append(element("th", "", "attention"), ...step.attention.map((a) => valueCell(a, ACCENT, a)));
+      rows.push(row);
+    }
+    const largest = Math.max(...step.source.map(Math.abs)) || 1;
+    const row = element("tr", "attribution");
+    row.append(element("th", "", `attribution (${attribution.method})`),
+               ...step.source.map((a) => valueCell(a, a >= 0 ? ACCENT : MARK, Math.abs(a) / largest)));
+    rows.push(row);
+    table.tBodies[0].replaceChildren(...rows);
+    const f = step.contrast === null ? `log p(\u201c${step.token}\u201d)`
+      : `log p(\u201c${step.token}\u201d) \u2212 log p(\u201c${step.contrast}\u201d)`;
+    const notes = [`How much each source word decides step ${step.step}'s f = ${f} = ${step.output.toFixed(4)}, in nats` +
+                   (attribution.method === "occlusion" ? ": f minus f with the word dropped" : "") +
+                   "; blue raises f, orange lowers it."];
+    if (!step.attention) notes.push("This model has no attention.");
+    if (step.source_share !== null) {
+      notes.push(`The source gives ${Math.round(step.source_share * 100)}% of the attribution, the translation so far the rest.`);
+    }
+    if (step.completeness) {
+      const c = step.completeness;
+      notes.push(`Completeness: the attributions add up to ${c.total.toFixed(4)}, f(input) \u2212 f(baseline) = ` +
+                 `${c.change.toFixed(4)}` + (c.holds ? "." : ": not within 1%; more IG steps close it."));
+    }
+    $("attribution-note").textContent = notes.join(" ");
+    table.dataset.step = step.step;               // which step and method are on display (tests wait for them)
+    table.dataset.method = attribution.method;
+    $("attribution-view").hidden = false;
+  }
+
+  function attributeAgain() {
+    igStepsInput.disabled = methodSelect.value !== "ig";
+    if (!$("explain").hidden) attributeStep(Number($("explain").dataset.step));
+  }
+
+  methodSelect.addEventListener("change", attributeAgain);
+  igStepsInput.addEventListener("change", attributeAgain);
+  contrastInput.addEventListener("change", attributeAgain);
 
   $("form").addEventListener("submit", (event) => { event.preventDefault(); translate(); });
   source.addEventListener("keydown", (event) => {
