@@ -270,7 +270,7 @@
   }
 
   async function explainStep(row) {
-    if (model && model.attention === "none") return;
+    if (model && model.architecture && model.architecture.attention === "none") return;   // nothing to explain
     const view = explainView();
     const key = JSON.stringify(view);
     try {
