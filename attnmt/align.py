@@ -273,6 +273,14 @@ def align(translator: Translator, sources: list[str], targets: list[str], method
     return [WordAlignment(s, t, w, sorted(found)) for (s, t), w, found in zip(pairs, weights, links)]
 
 
+def translation_alignments(translator: Translator, sources: list[str], translations: list[str]
+                           ) -> tuple[str, list[WordAlignment]]:
+    """Word alignments between sentences and their translations, and the method that made them:
+    the aligner trained for the model where its file holds one, else attention's argmax links."""
+    method = "aligner" if translator.aligner is not None else "argmax"
+    return method, align(translator, sources, translations, method)
+
+
 def pharaoh(links: list[Link]) -> str:
     """`i-j i-j ...`, numbered from 0."""
     return " ".join(f"{s}-{t}" for s, t in links)

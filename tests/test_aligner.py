@@ -177,3 +177,37 @@ def test_attention_features_are_the_steps_that_write_and_read_each_piece(transfo
     half = cross.shape[1]
     assert features.shape == (1, 2 * half, 2, 3)
     assert torch.equal(features[:, :half], cross[:, :, :2]) and torch.equal(features[:, half:], cross[:, :, 1:])
+
+
+# ---------------------------------------------------------------- over HTTP
+
+def test_translate_answers_alignments_with_the_method_that_made_them(dates_model, no_attention_model):
+    from fastapi.testclient import TestClient
+
+    from attnmt.config import ServeConfig
+    from attnmt.serve import create_app
+
+    translator = Translator.load(dates_model, "cpu")
+    texts = ["March 14, 2026", "3. Oktober 1990"]
+
+    def answer(model: Translator, **fields) -> tuple[int, dict]:
+        with TestClient(create_app(model, ServeConfig(timeout_s=60))) as client:
+            response = client.post("/translate", json={"texts": texts, "alignments": True, **fields})
+            return response.status_code, response.json()
+
+    for method in ("argmax", "aligner"):
+        if method == "aligner":
+            translator.aligner = train_aligner(translator, [s for s, _ in DATES], [t for _, t in DATES],
+                                               log=lambda _: None)
+        status, body = answer(translator)
+        assert status == 200, body
+        translations = [result["translation"] for result in body["results"]]
+        expected = align(translator, texts, translations, method=method)
+        for result, alignment in zip(body["results"], expected, strict=True):
+            assert result["alignment"] == {"method": method, "source_words": alignment.source_words,
+                                           "target_words": alignment.target_words,
+                                           "links": [list(link) for link in alignment.links]}
+    status, body = answer(translator, text="March 14, 2026\n1 May 2000", texts=None)
+    assert status == 422 and "send its lines as `texts`" in body["error"]
+    status, body = answer(Translator.load(no_attention_model, "cpu"))
+    assert status == 422 and body["error"].startswith("alignments: this model has no attention")

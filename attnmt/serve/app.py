@@ -14,19 +14,20 @@ from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 from ..access import KeyFile, RateLimits
+from ..align import translation_alignments
 from ..attribution import IG_STEPS, Work, explain_or_attribute
 from ..config import ServeConfig, source_languages, validate_serve
 from ..errors import AttnmtError
 from ..families.seam import AttentionView
 from ..tokenize import Tokenizer
-from ..translate import TextTranslator, Translation, lines_of, texts_of
+from ..translate import TextTranslator, Translation, Translator, lines_of, texts_of
 from .batching import Batcher
 from .errors import ServeError, answer_errors
 from .libretranslate import PREFIX, LibreTranslate, RouteLibreTranslate
 from .middleware import BodyLimit, Guard
 from .schemas import (
-    ERROR_RESPONSES,
     EXPLAIN_RESPONSES,
+    TRANSLATE_RESPONSES,
     AttributionResponse,
     ExplainRequest,
     ExplainResponse,
@@ -60,7 +61,7 @@ def create_app(translator: TextTranslator, limits: Optional[ServeConfig] = None,
     answer_errors(app)
 
     app.add_api_route("/translate", routes.translate, methods=["POST"], response_model=TranslateResponse,
-                      response_model_exclude_none=True, responses=ERROR_RESPONSES)
+                      response_model_exclude_none=True, responses=TRANSLATE_RESPONSES)
     libretranslate = LibreTranslate(translator, routes.decode_nbest, limits, keys is not None)
     app.include_router(libretranslate.router())
     app.include_router(libretranslate.router(prefix="", with_translate=False))
@@ -134,13 +135,37 @@ class Routes:
         counts, lines = lines_of(texts)
         if request.maps and max(counts) > 1:
             raise ServeError(422, "maps: a text of several lines has no one set of maps; send its lines as `texts`")
+        if request.alignments and max(counts) > 1:
+            raise ServeError(422, "alignments: a text of several lines is aligned line by line; send its lines as "
+                                  "`texts`")
+        if request.alignments and not self.translator.explains:
+            raise ServeError(501, f"this server decodes with {self.engine}, which cannot align words: serve the "
+                                  f"model file (.safetensors) for alignments")
         nbests = texts_of(counts, await self.decode_nbest(http, lines, beam, request.n_best), request.n_best)
         maps = await self.batcher.maps([nbest[0] for nbest in nbests]) if request.maps else [None] * len(nbests)
+        results = [_sentence(nbest, request.attention, request.n_best, sentence_maps)
+                   for nbest, sentence_maps in zip(nbests, maps)]
+        if request.alignments:
+            for result, alignment in zip(results, await self.alignments(texts, [n[0].text for n in nbests]), strict=True):
+                result["alignment"] = alignment
         # Built to match TranslateResponse (the tests check it) and sent as is: validating attention
         # matrices again on the way out costs the event loop more than the model call under load.
-        return JSONResponse({"results": [_sentence(nbest, request.attention, request.n_best, sentence_maps)
-                                         for nbest, sentence_maps in zip(nbests, maps)],
-                             "beam": beam, "n_best": request.n_best})
+        return JSONResponse({"results": results, "beam": beam, "n_best": request.n_best})
+
+    async def alignments(self, sources: list[str], translations: list[str]) -> list[dict[str, Any]]:
+        """Each sentence's word alignment with its translation (TranslateRequest.alignments), on the model's thread."""
+        translator = self.translator
+        assert isinstance(translator, Translator)                           # explains: attnmt's own engine
+
+        def work() -> list[dict[str, Any]]:
+            try:
+                method, alignments = translation_alignments(translator, sources, translations)
+            except AttnmtError as err:
+                raise ServeError(422, f"alignments: {err}") from None
+            return [{"method": method, "source_words": a.source_words, "target_words": a.target_words,
+                     "links": [list(link) for link in a.links]} for a in alignments]
+
+        return await self.batcher.run(work, "the alignments")
 
     async def explain_step_by_step(self, request: ExplainRequest, http: Request) -> dict[str, Any]:
         """Every number of each greedy decoding step of one sentence, or with `attribution` how much

@@ -23,6 +23,9 @@ class TranslateRequest(BaseModel):
     attention: bool = Field(False, description="include the attention weights of each translation")
     maps: bool = Field(False, description="include every attention map of each sentence's best translation: "
                                           "cross, and the Transformer's encoder and decoder self-attention")
+    alignments: bool = Field(False, description="include word alignments between each sentence and its best "
+                                                "translation (words split at spaces): the model's aligner where its "
+                                                "file holds one (attnmt train-aligner), else attention's argmax")
 
     @model_validator(mode="after")
     def _one_input(self) -> "TranslateRequest":
@@ -39,6 +42,15 @@ class Hypothesis(BaseModel):
         None, description="[len(tokens)][len(source_tokens)] weights; only when asked for and the model has attention")
 
 
+class WordAlignment(BaseModel):
+    method: Literal["aligner", "argmax"] = Field(description="aligner: the aligner trained for the model (attnmt "
+                                                            "align --method aligner); argmax: each target word to "
+                                                            "the source word it attends most")
+    source_words: list[str] = Field(description="the sentence split at spaces")
+    target_words: list[str] = Field(description="the translation split at spaces")
+    links: list[tuple[int, int]] = Field(description="(source word, target word) index pairs, from 0, sorted")
+
+
 class SentenceResult(Hypothesis):
     source_tokens: list[str] = Field(description="the tokens the model read")
     maps: Optional[dict[str, list[list[list[list[float]]]]]] = Field(
@@ -47,6 +59,8 @@ class SentenceResult(Hypothesis):
                           "[len(source_tokens)], decoder [..][len(tokens)][len(tokens)] over <sos> and the "
                           "tokens before each")
     nbest: Optional[list[Hypothesis]] = Field(None, description="when n_best > 1: the n_best translations, best first")
+    alignment: Optional["WordAlignment"] = Field(None, description="when asked for: the best translation's word "
+                                                                   "alignment")
 
 
 class TranslateResponse(BaseModel):
@@ -210,6 +224,15 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
           "headers": {"Retry-After": {"description": "seconds", "schema": {"type": "integer"}}}},
     503: {"model": ErrorResponse, "description": "the request queue is full; retry later"},
     504: {"model": ErrorResponse, "description": "the request took longer than the server's timeout"},
+}
+# /translate's: what it cannot align.
+TRANSLATE_RESPONSES: dict[int | str, dict[str, Any]] = {
+    **ERROR_RESPONSES,
+    422: {"model": ErrorResponse, "description": "a field missing or of the wrong type, or options out of range; "
+                                                 "alignments asked of a model with neither attention nor an aligner, "
+                                                 "or of a text of several lines"},
+    501: {"model": ErrorResponse, "description": "alignments asked of a server whose engine (CTranslate2) cannot "
+                                                 "align words"},
 }
 # /explain's: what it cannot explain, or would take too long to attribute.
 EXPLAIN_RESPONSES: dict[int | str, dict[str, Any]] = {
