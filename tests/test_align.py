@@ -115,7 +115,7 @@ def test_each_word_is_tokenized_alone_as_in_the_sentence(level):
     tokens, owners = tokenizer.tokenize_words(words)
     assert tokens == tokenizer.tokenize(" ".join(words))
     for index, word in enumerate(words):
-        assert tokenizer.detokenize([t for t, o in zip(tokens, owners) if o == index]) == word
+        assert tokenizer.detokenize([t for t, o in zip(tokens, owners, strict=True) if o == index]) == word
     assert set(owners) - {-1} == set(range(len(words)))
 
 
@@ -178,7 +178,7 @@ def test_aligning_both_ways_combines_the_directions(dates_model):
     backward = align(translator, targets, sources)
     for method in ("intersect", "union"):
         both = align(translator, sources, targets, reverse=translator, symmetrization=method)
-        for f, b, combined in zip(forward, backward, both):
+        for f, b, combined in zip(forward, backward, both, strict=True):
             flipped = {(s, t) for t, s in b.links}
             assert set(combined.links) == (set(f.links) & flipped if method == "intersect" else set(f.links) | flipped)
 
@@ -193,7 +193,7 @@ def test_cli_writes_pharaoh_lines_and_scores_against_gold(dates_model, tmp_path,
     assert main(["align", str(dates_model), "--src", str(src), "--tgt", str(tgt), "-o", str(out), "--gold", str(gold),
                  "--device", "cpu"]) == 0
     lines = out.read_text().splitlines()
-    predicted = [parse_links(line, 0, "out", (len(s.split()), len(t.split()))) for line, (s, t) in zip(lines, PAIRS)]
+    predicted = [parse_links(line, 0, "out", (len(s.split()), len(t.split()))) for line, (s, t) in zip(lines, PAIRS, strict=True)]
     assert len(lines) == 3 and all(p.sure for p in predicted)
     expected = score([p.sure for p in predicted], read_gold(gold, 1))
     assert capsys.readouterr().err.strip() == expected.line()

@@ -211,7 +211,7 @@ def test_word_attribution_averages_a_target_word_over_its_pieces(rnn):
     pair = make_pair(rnn, WORDS, rnn.tokenization.tgt_vocab.encode(pieces))
     steps = attribute_steps(reference_network(rnn), pair, Outputs(torch.arange(len(pieces)), torch.tensor(
         pair.outputs[:-1])), "grad", rnn.tokenization.tgt_vocab.itos)
-    first = [s.source for s, owner in zip(steps, owners) if owner == 0]
+    first = [s.source for s, owner in zip(steps, owners, strict=True) if owner == 0]
     assert matrix.shape == (2, len(WORDS))
     np.testing.assert_allclose(matrix[0], np.mean(first, 0), atol=1e-5)
     assert word_attribution(rnn, [(["Samstag"], ["x"])], "occlusion")[0].tolist() == [[1.0]]

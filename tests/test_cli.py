@@ -51,8 +51,12 @@ def tatoeba_model(tmp_path_factory) -> Path:
 
 
 def test_train_writes_model_and_checkpoint(tatoeba_model):
-    assert tatoeba_model.exists()
-    assert (tatoeba_model.parent / "checkpoint.safetensors").exists()
+    from attnmt.modelfile import read_checkpoint, read_model
+
+    progress = read_checkpoint(tatoeba_model.parent / "checkpoint.safetensors").progress
+    assert (progress["epoch"], progress["batch_in_epoch"]) == (4, 0)  # at the end of its 3 epochs
+    best = min(progress["history"], key=lambda record: record["valid_loss"])  # train.select_by: loss
+    assert read_model(tatoeba_model)[2]["training"]["epoch"] == best["epoch"]
 
 
 def test_translate_stdin_to_stdout(tatoeba_model):

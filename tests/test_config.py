@@ -219,8 +219,8 @@ def test_override_unknown_key_is_blamed_on_the_override_not_the_file(tmp_path):
 
 def test_override_without_equals(tmp_path):
     message = error_of(write(tmp_path, "data:\n  format: dates\n"), ["model.attention"])
-    assert "model.attention" in message and "=" in message
-    with pytest.raises(AttnmtError):
+    assert message == "override 'model.attention': expected section.key=value, e.g. model.attention=dot"
+    with pytest.raises(AttnmtError, match="^override 'train.epochs:3': expected section.key=value"):
         apply_overrides({}, ["train.epochs:3"])
 
 
@@ -272,9 +272,13 @@ def valid_dict(**sections) -> dict:
     return values
 
 
-def test_valid_defaults_pass():
-    config = config_from_dict(valid_dict())
-    validate(config)
+def test_the_defaults_are_valid_and_what_is_not_given_takes_them():
+    values = valid_dict()
+    config = config_from_dict(values)
+    defaults = Config().to_dict()
+    assert config.to_dict() == {**defaults, "data": {**defaults["data"], **values["data"]}}
+    validate(config)  # reads, changes nothing
+    assert config.to_dict() == config_from_dict(values).to_dict()
 
 
 def test_dot_attention_with_mismatched_sizes():

@@ -21,7 +21,7 @@ def test_ctranslate2_decodes_what_attnmt_decodes(transformer_dates_model, tmp_pa
     translator = Translator.load(transformer_dates_model, "cpu", precision="fp32")
     ours = translator.translate(DATES, beam_size=1)
     engine = ctranslate2.Translator(str(out), device="cpu", compute_type="float32")
-    for text, mine in zip(DATES, ours):
+    for text, mine in zip(DATES, ours, strict=True):
         tokens = translator.tokenize_source(text)
         (result,) = engine.translate_batch([tokens], beam_size=1, return_attention=True,
                                           max_decoding_length=translator.max_output_tokens(len(tokens)))
@@ -42,7 +42,7 @@ def test_int8_export_translates(transformer_dates_model, tmp_path, capsys):
     engine = ctranslate2.Translator(str(tmp_path / "int8"), device="cpu", compute_type="int8")
     translator = Translator.load(transformer_dates_model, "cpu", precision="fp32")
     results = engine.translate_batch([translator.tokenize_source(t) for t in DATES], beam_size=1)
-    same = sum(r.hypotheses[0] == mine.tokens for r, mine in zip(results, translator.translate(DATES)))
+    same = sum(r.hypotheses[0] == mine.tokens for r, mine in zip(results, translator.translate(DATES), strict=True))
     assert same >= len(DATES) - 2  # int8 rounding may change a close call
 
 
@@ -122,7 +122,7 @@ def test_a_server_decodes_with_ctranslate2(transformer_dates_model, tmp_path):
         assert (info["src_vocab_size"], info["tgt_vocab_size"]) == (own.src_vocab_size, own.tgt_vocab_size)
         answer = client.post("/translate", json={"texts": DATES[:4], "attention": True, "maps": True})
         assert answer.status_code == 200
-        for result, mine in zip(answer.json()["results"], ours):
+        for result, mine in zip(answer.json()["results"], ours, strict=True):
             assert result["translation"] == mine.text
             np.testing.assert_allclose(result["attention"], mine.attention, atol=1e-3)
             assert np.array(result["maps"]["cross"]).shape == (1, 1, len(mine.tokens), len(mine.source_tokens))

@@ -144,7 +144,7 @@ def test_a_third_family_trains_translates_and_searches_through_the_seam(toy_fami
     greedy = translator.translate(sentences)
     assert [t.text for t in translator.translate(sentences, beam_size=1)] == [t.text for t in greedy]
     beams = translator.translate(sentences, beam_size=3)
-    for best, first in zip(beams, greedy):
+    for best, first in zip(beams, greedy, strict=True):
         assert best.log_prob >= first.log_prob - 1e-5           # beam search finds at least greedy's score
         assert best.attention.shape == (len(best.tokens), len(best.source_tokens))
         np.testing.assert_allclose(best.attention.sum(-1), 1, atol=1e-5)

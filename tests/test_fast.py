@@ -122,7 +122,7 @@ def test_sigmoid_score_gradients(T):
     tanh_form = torch.tanh(q.unsqueeze(2) + keys.unsqueeze(1)) @ v + v.sum()
     assert_close(scores, tanh_form)
     grads = torch.autograd.grad((scores * upstream).sum(), (q, keys, v))
-    for ours, reference in zip(grads, torch.autograd.grad((tanh_form * upstream).sum(), (q, keys, v))):
+    for ours, reference in zip(grads, torch.autograd.grad((tanh_form * upstream).sum(), (q, keys, v)), strict=True):
         assert_close(ours, reference)
 
 
@@ -144,7 +144,7 @@ def test_sigmoid_additive_attention_equals_the_tanh_form(bias):
     (context, weights, grads), (ref_context, ref_weights, ref_grads) = results
     assert_close(context, ref_context)
     assert_close(weights, ref_weights)
-    for ours, reference in zip(grads, ref_grads):
+    for ours, reference in zip(grads, ref_grads, strict=True):
         assert_close(ours, reference)
 
 
@@ -369,7 +369,7 @@ def test_transformer_decodes_like_the_reference(dtype, kind):
         results.append([[h] for h in greedy(model, src, lengths, max_lengths, batch_size=5)]
                        + beam_search(model, src, lengths, max_lengths, 3, 0.6, 3, batch_size=5))
     assert len({len(hyps[0].ids) for hyps in results[1]}) >= 4                 # outputs of many lengths
-    for ours, theirs in zip(*results):
+    for ours, theirs in zip(*results, strict=True):
         assert [h.ids for h in ours] == [h.ids for h in theirs]
         for a, b in zip(ours, theirs):
             assert a.log_prob == pytest.approx(b.log_prob, abs=1e-5)

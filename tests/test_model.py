@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 import random
 
 import pytest
@@ -185,7 +186,7 @@ def test_encoder_ignores_padding(rnn, bidirectional, layers, grad):
         assert batched.mask.tolist() == [[True] * 3 + [False] * 4, [True] * 7]
         states, alone_states = batched.final, alone.final
         assert len(states) == (2 if rnn == "lstm" else 1)
-        for state, alone_state in zip(states, alone_states):
+        for state, alone_state in zip(states, alone_states, strict=True):
             assert tuple(state.shape) == (layers, 2, D)
             assert_close(state[:, :1], alone_state, atol=1e-6, rtol=0)
         # The last layer's final state is where each direction ends: forward at the last real
@@ -475,7 +476,8 @@ def test_greedy_respects_max_lengths(rnn, order, feeding, attention):
     src = pad([[5, 6, 7], [4, 5, 6, 7, 8, 9], [10, 11]])
     lengths = torch.tensor([3, 6, 2])
     max_lengths = torch.tensor([2, 6, 1])
-    for hypothesis, length, limit in zip(greedy(model, src, lengths, max_lengths), lengths.tolist(), max_lengths.tolist()):
+    for hypothesis, length, limit in zip(greedy(model, src, lengths, max_lengths), lengths.tolist(), max_lengths.tolist(),
+                                         strict=True):
         assert len(hypothesis.ids) == limit - 1              # EOS is the limit-th token
         assert all(t not in (EOS_ID, PAD_ID) for t in hypothesis.ids)
         if attention == "none":
@@ -536,15 +538,22 @@ def test_greedy_same_alone_and_in_batch_and_consistent_with_forward(attention):
 
 # ---------------------------------------------------------------- the loss
 
-def test_sequence_loss_by_hand():
-    logits = torch.tensor([[[0.0, 0.0, 0.0, 0.0, 2.0], [1.0, 0.0, 0.0, 0.0, 0.0]]])
-    targets = torch.tensor([[4, PAD_ID]])
-    # Only position 0 counts: -log(e^2 / (4 + e^2)).
-    expected = -torch.log(torch.exp(torch.tensor(2.0)) / (4 + torch.exp(torch.tensor(2.0))))
-    assert_close(sequence_loss(logits, targets), expected)
-    targets = torch.tensor([[4, 3]])
-    expected = expected - torch.log(torch.tensor(1.0) / (torch.exp(torch.tensor(1.0)) + 4))
-    assert_close(sequence_loss(logits, targets), expected)
+@pytest.mark.parametrize("label_smoothing", [0.0, 0.1])
+def test_sequence_loss_by_hand(label_smoothing):
+    """Summed over the real targets: (1 - ε) · -log p(target) + ε · the mean of -log p(v) over the whole
+    vocabulary (train.label_smoothing: the target's probability spread over every token, the
+    specials included); a pad target counts for nothing."""
+    logits = [[0.0, 0.0, 0.0, 0.0, 2.0], [1.0, 0.0, 0.0, 0.0, 0.0], [0.5, -1.0, 3.0, 0.0, 1.5]]
+    targets = [4, PAD_ID, 2]
+    expected = 0.0
+    for row, target in zip(logits, targets, strict=True):
+        if target == PAD_ID:
+            continue
+        log_total = math.log(sum(math.exp(x) for x in row))
+        nll = [log_total - x for x in row]                           # -log p(v) for every v
+        expected += (1 - label_smoothing) * nll[target] + label_smoothing * sum(nll) / len(nll)
+    loss = sequence_loss(torch.tensor([logits]), torch.tensor([targets]), label_smoothing)
+    assert loss.item() == pytest.approx(expected, rel=1e-6)
 
 
 @pytest.mark.parametrize("label_smoothing", [0.0, 0.1])

@@ -22,7 +22,7 @@ EXPECTED = json.loads((FIXTURES / "expected.json").read_text(encoding="utf-8"))
 def test_old_model_file_translates_as_when_written(name, beam):
     translator = Translator.load(FIXTURES / f"{name}.safetensors", device="cpu")
     results = translator.translate(EXPECTED["sentences"], beam_size=beam)
-    for result, expected in zip(results, EXPECTED["models"][name][f"beam{beam}"]):
+    for result, expected in zip(results, EXPECTED["models"][name][f"beam{beam}"], strict=True):
         assert result.text == expected["text"]
         assert result.log_prob == pytest.approx(expected["log_prob"], abs=1e-4)
         if expected["attention"] is None:

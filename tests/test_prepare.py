@@ -147,9 +147,11 @@ def test_a_store_is_reused_until_the_raw_text_or_a_setting_changes(tmp_path):
     assert any("raw data changed" in line for line in lines)
     assert changed.directory == first.directory and changed.fingerprint != first.fingerprint
     values["tokenizer"]["lowercase"] = True
-    assert prepare_corpus(config_from_dict(values), log=lambda _: None).directory != first.directory
+    lowercased = prepare_corpus(config_from_dict(values), log=lambda _: None).directory
+    assert lowercased != first.directory
     values["data"]["workers"] = 1  # how it is read does not change what is read
-    assert find_corpus(config_from_dict(values)) is not None
+    found = find_corpus(config_from_dict(values))
+    assert found is not None and found.directory == lowercased
 
 
 def test_an_incomplete_damaged_or_older_store_is_prepared_again(tmp_path):

@@ -58,7 +58,7 @@ def test_beam_one_equals_greedy(kind):
     model = random_model(**kind)
     src, lengths, max_lengths = random_batch(1)
     beams = beam_search(model, src, lengths, max_lengths, beam_size=1)
-    for hyps, expected in zip(beams, greedy(model, src, lengths, max_lengths)):
+    for hyps, expected in zip(beams, greedy(model, src, lengths, max_lengths), strict=True):
         assert hyps[0].ids == expected.ids
         assert hyps[0].log_prob == pytest.approx(expected.log_prob, abs=1e-4)
         if expected.attention is not None:
@@ -86,7 +86,7 @@ def test_beam_finds_at_least_as_likely_output_as_greedy():
     model = random_model(3)
     src, lengths, max_lengths = random_batch(3, batch=10)
     beams = beam_search(model, src, lengths, max_lengths, beam_size=8)
-    better = sum(h[0].log_prob >= g.log_prob - 1e-5 for h, g in zip(beams, greedy(model, src, lengths, max_lengths)))
+    better = sum(h[0].log_prob >= g.log_prob - 1e-5 for h, g in zip(beams, greedy(model, src, lengths, max_lengths), strict=True))
     assert better >= 9  # beam search is not guaranteed to win, but nearly always does
 
 
@@ -121,7 +121,7 @@ def test_refilled_batch_gives_what_one_batch_gives(kind, beam_size, batch_size):
             return [[h] for h in greedy(model, src, lengths, max_lengths, size)]
         return beam_search(model, src, lengths, max_lengths, beam_size, 0.6, beam_size, size)
 
-    for refilled, reference in zip(decode(batch_size), decode(None)):
+    for refilled, reference in zip(decode(batch_size), decode(None), strict=True):
         assert [h.ids for h in refilled] == [h.ids for h in reference]
         for a, b in zip(refilled, reference):
             assert a.log_prob == pytest.approx(b.log_prob, abs=1e-5)
@@ -136,7 +136,7 @@ def test_length_limit_is_respected(family):
         classifier(model).bias[EOS_ID] -= 50.0  # never chooses EOS by itself
     src, lengths, _ = random_batch(5)
     limits = torch.tensor([1, 2, 3, 4, 5, 6])
-    for hyps, limit in zip(beam_search(model, src, lengths, limits, beam_size=3, n_best=3), limits):
+    for hyps, limit in zip(beam_search(model, src, lengths, limits, beam_size=3, n_best=3), limits, strict=True):
         assert all(len(h.ids) == int(limit) - 1 for h in hyps)
         assert all(math.isfinite(h.log_prob) for h in hyps)
 
@@ -177,6 +177,6 @@ def test_early_stop_returns_what_the_full_search_returns(monkeypatch, seed, n_be
     monkeypatch.setattr(search, "settled", full_rule)
     full = beam_search(model, src, lengths, limits, k, alpha, n_best)
     assert stopped_early                                  # the bound did cut searches short
-    for ours, reference in zip(early, full):
+    for ours, reference in zip(early, full, strict=True):
         assert [h.ids for h in ours] == [h.ids for h in reference]
         assert [h.score for h in ours] == pytest.approx([h.score for h in reference], abs=1e-6)
