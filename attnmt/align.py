@@ -277,7 +277,10 @@ def translation_alignments(translator: Translator, sources: list[str], translati
                            ) -> tuple[str, list[WordAlignment]]:
     """Word alignments between sentences and their translations, and the method that made them:
     the aligner trained for the model where its file holds one, else attention's argmax links."""
-    method = "aligner" if translator.aligner is not None else "argmax"
+    method = translator.alignment_method()
+    if method is None:
+        raise AttnmtError("this model has neither attention (model.attention none) nor an aligner (attnmt "
+                          "train-aligner): it cannot align words")
     return method, align(translator, sources, translations, method)
 
 

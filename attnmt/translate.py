@@ -51,6 +51,11 @@ class TextTranslator(abc.ABC):
     tgt_tokenizer: Tokenizer
     explains: bool = False   # explain.py can open each decoding step (attnmt's own engine)
 
+    def alignment_method(self) -> Optional[str]:
+        """How align.translation_alignments links words for this engine: "aligner", "argmax" (attention's),
+        or None where it cannot (an engine without the model's weights)."""
+        return None
+
     def tokenize_source(self, text: str) -> list[str]:
         return self.src_tokenizer.tokenize(text)[: self.config.decode.max_src_len]
 
@@ -163,6 +168,11 @@ class Translator(TextTranslator):
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
+
+    def alignment_method(self) -> Optional[str]:
+        if self.aligner is not None:
+            return "aligner"
+        return "argmax" if self.model.returns_attention else None
 
     @property
     def description(self) -> ModelDescription:

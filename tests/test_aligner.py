@@ -199,6 +199,7 @@ def test_translate_answers_alignments_with_the_method_that_made_them(dates_model
         if method == "aligner":
             translator.aligner = train_aligner(translator, [s for s, _ in DATES], [t for _, t in DATES],
                                                log=lambda _: None)
+        assert translator.alignment_method() == method
         status, body = answer(translator)
         assert status == 200, body
         translations = [result["translation"] for result in body["results"]]
@@ -210,4 +211,5 @@ def test_translate_answers_alignments_with_the_method_that_made_them(dates_model
     status, body = answer(translator, text="March 14, 2026\n1 May 2000", texts=None)
     assert status == 422 and "send its lines as `texts`" in body["error"]
     status, body = answer(Translator.load(no_attention_model, "cpu"))
-    assert status == 422 and body["error"].startswith("alignments: this model has no attention")
+    assert status == 422 and body["error"] == ("alignments: this model has neither attention (model.attention none) "
+                                               "nor an aligner (attnmt train-aligner): it cannot align words")

@@ -97,6 +97,25 @@ def test_translate_heatmap_and_hover(page, server):
     assert page.locator("#heatmap .tok.src.attended").count() == 0
 
 
+def test_hovering_a_word_lights_up_its_aligned_words(page, server):
+    translate_on_page(page, "Samstag, den 14. März 2026")
+    expected = httpx.post(server + "translate", json={"text": "Samstag, den 14. März 2026", "alignments": True})
+    alignment = expected.json()["results"][0]["alignment"]
+    assert page.locator("#alignment-source span").all_inner_texts() == alignment["source_words"]
+    assert page.locator("#alignment-target span").all_inner_texts() == alignment["target_words"]
+    assert page.inner_text("#alignment-method") == "(argmax of the attention)"     # the model has no aligner
+    for target in range(len(alignment["target_words"])):
+        page.hover(f'#alignment-target span[data-index="{target}"]')
+        lit = [int(i) for i in page.locator("#alignment-source span.linked").evaluate_all(
+            "nodes => nodes.map(node => node.dataset.index)")]
+        assert lit == sorted(s for s, t in alignment["links"] if t == target)
+    source = alignment["links"][0][0]
+    page.hover(f'#alignment-source span[data-index="{source}"]')
+    lit = [int(i) for i in page.locator("#alignment-target span.linked").evaluate_all(
+        "nodes => nodes.map(node => node.dataset.index)")]
+    assert lit == sorted(t for s, t in alignment["links"] if s == source)
+
+
 def test_beam_nbest_and_a_non_latin_sentence(page):
     page.select_option("#decoding", "beam")
     page.fill("#nbest", "3")

@@ -117,6 +117,7 @@ def test_a_server_decodes_with_ctranslate2(transformer_dates_model, tmp_path):
     with TestClient(create_app(CTranslate2Translator.load(out, "cpu", "fp32"))) as client:
         info = client.get("/model").json()
         assert info["engine"] == "ctranslate2" and info["explains"] is False and info["maps"] == {"cross": [1, 1]}
+        assert info["alignments"] is None
         assert info["arch"] == "transformer" and info["architecture"]["heads"] == 4
         own = Translator.load(transformer_dates_model, "cpu").engine_info()
         assert (info["src_vocab_size"], info["tgt_vocab_size"]) == (own.src_vocab_size, own.tgt_vocab_size)

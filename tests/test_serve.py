@@ -128,6 +128,7 @@ def test_health_and_model(client, translator):
                                                                  len(translator.tokenization.tgt_vocab))
     assert info["limits"]["max_sentences"] == 4 and info["limits"]["max_tokens"] == 30
     assert info["maps"] == {"cross": [1, 1]} and info["engine"] == "attnmt" and info["explains"] is True
+    assert info["alignments"] == "argmax"
 
 
 def test_concurrent_requests_share_one_model_call(client, translator):

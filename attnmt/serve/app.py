@@ -138,7 +138,7 @@ class Routes:
         if request.alignments and max(counts) > 1:
             raise ServeError(422, "alignments: a text of several lines is aligned line by line; send its lines as "
                                   "`texts`")
-        if request.alignments and not self.translator.explains:
+        if request.alignments and not self.translator.explains:        # an engine without the model's weights
             raise ServeError(501, f"this server decodes with {self.engine}, which cannot align words: serve the "
                                   f"model file (.safetensors) for alignments")
         nbests = texts_of(counts, await self.decode_nbest(http, lines, beam, request.n_best), request.n_best)
@@ -220,6 +220,7 @@ def model_info(translator: TextTranslator, limits: ServeConfig, max_tokens: int)
     return {"src_lang": config.data.src_lang, "source_languages": source_languages(config.data),
             "tgt_lang": config.data.tgt_lang, "arch": config.model.arch, "tokenizer": config.tokenizer.level,
             "beam_size": decode.beam_size, **asdict(engine), "explains": translator.explains,
+            "alignments": translator.alignment_method(),
             "limits": {**asdict(limits), "max_tokens": max_tokens}}
 
 

@@ -197,6 +197,9 @@ class ModelInfo(BaseModel):
     precision: str = Field(description="what decoding runs in here: fp32, bf16 or int8 (`auto` resolved)")
     engine: str = Field(description="what decodes: attnmt (its own engine) or ctranslate2 (an exported model)")
     explains: bool = Field(description="whether /explain can open the decoding steps (attnmt's own engine)")
+    alignments: Optional[Literal["aligner", "argmax"]] = Field(
+        description="how `alignments: true` links words: aligner (the model file holds one), argmax (attention's); "
+                    "null where it cannot (no attention and no aligner, or an engine without the model's weights)")
     # A list, not a tuple: FastAPI writes a tuple's schema in a form OpenAPI 3.1 does not allow.
     maps: dict[str, list[int]] = Field(description="the attention maps `maps: true` returns, name -> "
                                                    "[layers, heads]; none without attention")

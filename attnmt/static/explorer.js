@@ -112,7 +112,8 @@
         method: "POST",
         headers: { "Content-Type": "application/json" },
         // A text of several lines is translated line by line: one block-diagonal matrix, no maps.
-        body: JSON.stringify({ text, beam, n_best, attention: true, maps: !text.includes("\n") && mapChoices() }),
+        body: JSON.stringify({ text, beam, n_best, attention: true, maps: !text.includes("\n") && mapChoices(),
+                               alignments: Boolean(model && model.alignments) && !text.includes("\n") }),
         signal: inFlight.signal,
       });
       const body = await response.json();
@@ -143,7 +144,40 @@
       list.append(item);
     });
     list.hidden = hypotheses.length < 2;
+    showAlignment(sentence.alignment);
     select(0);
+  }
+
+  // The best translation's word alignment (POST /translate's `alignments`): hover a word, its linked words light up.
+  function showAlignment(alignment) {
+    $("alignment").hidden = !alignment;
+    if (!alignment) return;
+    $("alignment-method").textContent = alignment.method === "aligner"
+      ? "(the model's aligner)" : "(argmax of the attention)";
+    const rows = { source: $("alignment-source"), target: $("alignment-target") };
+    const words = { source: alignment.source_words, target: alignment.target_words };
+    for (const side of ["source", "target"]) {
+      rows[side].replaceChildren(...words[side].map((word, index) => {
+        const node = element("span", "", word);
+        node.dataset.index = index;
+        node.dataset.side = side;
+        return node;
+      }));
+    }
+    const linked = (side, index) => alignment.links
+      .filter(([s, t]) => (side === "source" ? s : t) === index).map(([s, t]) => (side === "source" ? t : s));
+    for (const side of ["source", "target"]) {
+      const other = side === "source" ? "target" : "source";
+      rows[side].onmouseover = (event) => {
+        const node = event.target.closest("span");
+        if (!node) return;
+        for (const lit of $("alignment").querySelectorAll(".linked")) lit.classList.remove("linked");
+        node.classList.add("linked");
+        for (const index of linked(side, Number(node.dataset.index))) {
+          rows[other].children[index].classList.add("linked");
+        }
+      };
+    }
   }
 
   let selected = 0;
