@@ -1,4 +1,5 @@
 import contextlib
+import gzip
 import os
 import re
 import shutil
@@ -11,6 +12,7 @@ from typing import Iterator
 import pytest
 
 from attnmt.config import config_from_dict
+from attnmt.dates import generate_dates
 from attnmt.fast.int8 import int8_products_exact
 from attnmt.train import train
 
@@ -75,6 +77,36 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip("../shared/data is not beside the repository")
     return SHARED_DATA
+
+
+def write_line_aligned(directory: Path, splits: dict[str, list[tuple[str, str]]], gz: bool = False) -> None:
+    """Each split's pairs as two line-aligned files, Multi30k's way: `PREFIX.de` the sources,
+    `PREFIX.en` the targets (`.gz` if `gz`)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for prefix, pairs in splits.items():
+        for side, lang in ((0, "de"), (1, "en")):
+            text = "".join(pair[side] + "\n" for pair in pairs).encode()
+            name = directory / f"{prefix}.{lang}{'.gz' if gz else ''}"
+            name.write_bytes(gzip.compress(text, mtime=0) if gz else text)
+
+
+def write_dates_files(directory: Path, sizes: dict[str, int], gz: bool = False, seed: int = 1) -> None:
+    """The dates corpus as line-aligned files (write_line_aligned): `PREFIX.de` the written dates,
+    `PREFIX.en` their ISO dates, `sizes[PREFIX]` pairs each, no pair in two splits."""
+    pairs, start, splits = generate_dates(sum(sizes.values()), seed), 0, {}
+    for prefix, count in sizes.items():
+        splits[prefix], start = pairs[start:start + count], start + count
+    write_line_aligned(directory, splits, gz)
+
+
+def write_dates_tsv(path: Path, count: int, seed: int = 1) -> list[tuple[str, str]]:
+    """The dates corpus as a manythings file, Tatoeba's way (`English<TAB>Other<TAB>attribution`,
+    gzip if the name ends in .gz): the ISO date first, the written date second, so that
+    src_lang=de reads the written date as the source. Returns the (written, ISO) pairs."""
+    pairs = generate_dates(count, seed)
+    text = "".join(f"{iso}\t{written}\tCC-BY 2.0 (France) #{i}\n" for i, (written, iso) in enumerate(pairs)).encode()
+    path.write_bytes(gzip.compress(text, mtime=0) if path.name.endswith(".gz") else text)
+    return pairs
 
 
 @contextlib.contextmanager

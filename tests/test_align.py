@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import random
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -68,16 +71,41 @@ def test_gold_file_lines_must_pair_with_the_sentences(tmp_path):
         read_gold(path, 1, [(2, 2)] * 3)
 
 
+def read_gold_folder(folder: Path) -> list[GoldLinks]:
+    """The gold links of test.talp, checked against the word counts of test.de and test.en."""
+    lengths = [(len(s.split()), len(t.split())) for s, t in
+               zip((folder / "test.de").read_text().splitlines(), (folder / "test.en").read_text().splitlines())]
+    return read_gold(folder / "test.talp", 1, lengths)
+
+
 def test_rwth_gold_standard_reads_whole(shared_data):
     """508 pairs, 9,613 sure links and 921 possible-only ones (SOURCE.md says "9,613 links in all,
     921 of them possible only"; the file's items count 9,613 `i-j` and 921 `ipj`, none twice)."""
-    folder = shared_data / "rwth_deen_gold"
-    lengths = [(len(s.split()), len(t.split())) for s, t in
-               zip((folder / "test.de").read_text().splitlines(), (folder / "test.en").read_text().splitlines())]
-    gold = read_gold(folder / "test.talp", 1, lengths)
+    gold = read_gold_folder(shared_data / "rwth_deen_gold")
     assert len(gold) == 508
     assert sum(len(g.sure) for g in gold) == 9613
     assert sum(len(g.possible - g.sure) for g in gold) == 921
+
+
+def test_a_generated_gold_standard_in_rwths_form_reads_whole(tmp_path):
+    """The RWTH files' form: word counts up to 30 (two-digit positions), `i-j` sure and `ipj`
+    possible-only links from 1, in any order, a pair without links: read back as written."""
+    rng = random.Random(7)
+    written, lines = [], {"de": [], "en": [], "talp": []}
+    for _ in range(300):
+        m, n = rng.randint(1, 30), rng.randint(1, 30)
+        links = rng.sample([(i, j) for i in range(m) for j in range(n)], rng.randint(0, min(m * n, 40)))
+        cut = rng.randint(0, len(links))
+        sure, possible_only = set(links[:cut]), set(links[cut:])
+        items = [f"{i + 1}-{j + 1}" for i, j in sure] + [f"{i + 1}p{j + 1}" for i, j in possible_only]
+        rng.shuffle(items)
+        lines["de"].append(" ".join(f"wort{k}" for k in range(m)))
+        lines["en"].append(" ".join(f"word{k}" for k in range(n)))
+        lines["talp"].append(" ".join(items))
+        written.append(GoldLinks(sure, sure | possible_only))
+    for name, text in lines.items():
+        (tmp_path / f"test.{name}").write_text("".join(line + "\n" for line in text))
+    assert read_gold_folder(tmp_path) == written
 
 
 def test_links_by_argmax_and_threshold():

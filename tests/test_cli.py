@@ -1,4 +1,4 @@
-"""The `attnmt` command end to end, on real Tatoeba and Multi30k pairs from ../shared/data."""
+"""The `attnmt` command end to end, on generated dates and on real Tatoeba and Multi30k pairs from ../shared/data."""
 
 import gzip
 import io
@@ -8,9 +8,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
-from conftest import SHARED_DATA
+from conftest import SHARED_DATA, write_dates_files, write_dates_tsv
 
 REPO = Path(__file__).resolve().parents[1]
 TINY_MODEL = ["model.emb_dim=32", "model.enc_hidden=32", "model.dec_hidden=64", "model.attn_dim=32",
@@ -32,36 +33,52 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) 
         assert fragment in lines[0], lines[0]
 
 
-@pytest.fixture(scope="module")
-def tatoeba_model(tmp_path_factory) -> Path:
-    data = SHARED_DATA / "tatoeba_deu_eng" / "deu.txt.gz"
-    if not data.exists():
-        pytest.skip("../shared/data is not beside the repository")
-    out = tmp_path_factory.mktemp("tatoeba")
-    result = attnmt("train", "configs/tatoeba_de_en.yaml", f"data.path={data}", "data.max_pairs=4000",
-                    "data.valid_size=300", "data.test_size=300", "train.epochs=3", "train.batch_size=64",
-                    "train.batch_type=sentences", f"train.out_dir={out}", *TINY_MODEL)
+class RecipeModel(NamedTuple):
+    """A model `attnmt train` made with the Tatoeba recipe, and two (source, reference) pairs of its languages."""
+    path: Path
+    pairs: list[tuple[str, str]]
+
+
+@pytest.fixture(scope="module", params=["dates", "tatoeba"])
+def recipe_model(request, tmp_path_factory) -> RecipeModel:
+    """The recipe trained on 1,000 generated dates written as a manythings file, or on the first 4,000
+    pairs of the real Tatoeba deu-eng (which skips without ../shared/data)."""
+    out = tmp_path_factory.mktemp(request.param)
+    if request.param == "dates":
+        data = out / "dates.txt.gz"
+        write_dates_tsv(data, 1000)
+        held_out = ["data.valid_size=100", "data.test_size=100"]
+        pairs = [("3. Oktober 1990", "1990-10-03"), ("March 4, 2021", "2021-03-04")]
+    else:
+        data = SHARED_DATA / "tatoeba_deu_eng" / "deu.txt.gz"
+        if not data.exists():
+            pytest.skip("../shared/data is not beside the repository")
+        held_out = ["data.max_pairs=4000", "data.valid_size=300", "data.test_size=300"]
+        pairs = [("Ich bin müde.", "I'm tired."), ("Tom ist hier.", "Tom is here.")]
+    result = attnmt("train", "configs/tatoeba_de_en.yaml", f"data.path={data}", *held_out, "train.epochs=3",
+                    "train.batch_size=64", "train.batch_type=sentences", f"train.out_dir={out}", *TINY_MODEL)
     assert result.returncode == 0, result.stderr
     epochs = [line for line in result.stdout.splitlines() if "valid_ppl" in line]
     assert len(epochs) == 3
     first, last = (float(e.split("valid_ppl ")[1].split()[0]) for e in (epochs[0], epochs[-1]))
     assert last < first, result.stdout  # it learned something
     assert "test: exact" in result.stdout
-    return out / "model.safetensors"
+    return RecipeModel(out / "model.safetensors", pairs)
 
 
-def test_train_writes_model_and_checkpoint(tatoeba_model):
+def test_train_writes_model_and_checkpoint(recipe_model):
     from attnmt.modelfile import read_checkpoint, read_model
 
-    progress = read_checkpoint(tatoeba_model.parent / "checkpoint.safetensors").progress
+    progress = read_checkpoint(recipe_model.path.parent / "checkpoint.safetensors").progress
     assert (progress["epoch"], progress["batch_in_epoch"]) == (4, 0)  # at the end of its 3 epochs
     best = min(progress["history"], key=lambda record: record["valid_loss"])  # train.select_by: loss
-    assert read_model(tatoeba_model)[2]["training"]["epoch"] == best["epoch"]
+    assert read_model(recipe_model.path)[2]["training"]["epoch"] == best["epoch"]
 
 
-def test_translate_stdin_to_stdout(tatoeba_model):
-    lines = ["Ich bin müde.", "", "Wo ist der Bahnhof?"]
-    result = attnmt("translate", str(tatoeba_model), stdin="\n".join(lines) + "\n")
+def test_translate_stdin_to_stdout(recipe_model):
+    (first, _), (second, _) = recipe_model.pairs
+    lines = [first, "", second]
+    result = attnmt("translate", str(recipe_model.path), stdin="\n".join(lines) + "\n")
     assert result.returncode == 0, result.stderr
     out = result.stdout.split("\n")
     assert len(out) == len(lines) + 1 and out[-1] == ""  # one line out per line in
@@ -70,61 +87,66 @@ def test_translate_stdin_to_stdout(tatoeba_model):
     assert result.stderr.startswith("attnmt: precision: decode.precision ") and result.stderr.count("\n") == 1
 
 
-def test_translate_files(tatoeba_model, tmp_path):
+def test_translate_files(recipe_model, tmp_path):
     src = tmp_path / "in.de"
-    src.write_text("Tom ist hier.\nIch liebe dich.\n", encoding="utf-8")
+    src.write_text("".join(source + "\n" for source, _ in recipe_model.pairs), encoding="utf-8")
     dst = tmp_path / "out.en"
-    result = attnmt("translate", str(tatoeba_model), "--input", str(src), "--output", str(dst))
+    result = attnmt("translate", str(recipe_model.path), "--input", str(src), "--output", str(dst))
     assert result.returncode == 0, result.stderr
     assert len(dst.read_text(encoding="utf-8").splitlines()) == 2
 
 
-def test_translate_output_into_missing_directory(tatoeba_model, tmp_path):
+def test_translate_output_into_missing_directory(recipe_model, tmp_path):
     src = tmp_path / "in.de"
     src.write_text("Hallo!\n", encoding="utf-8")
-    result = attnmt("translate", str(tatoeba_model), "-i", str(src), "-o", str(tmp_path / "no" / "out.txt"))
+    result = attnmt("translate", str(recipe_model.path), "-i", str(src), "-o", str(tmp_path / "no" / "out.txt"))
     assert_one_line_error(result, "does not exist")
 
 
-def test_translate_non_utf8_input(tatoeba_model, tmp_path):
+def test_translate_non_utf8_input(recipe_model, tmp_path):
     src = tmp_path / "in.de"
     src.write_bytes(b"Hallo!\nGr\xfc\xdfe\n")
-    assert_one_line_error(attnmt("translate", str(tatoeba_model), "-i", str(src)), f"{src}:2", "UTF-8")
+    assert_one_line_error(attnmt("translate", str(recipe_model.path), "-i", str(src)), f"{src}:2", "UTF-8")
 
 
-def test_plot_cli(tatoeba_model, tmp_path):
+def test_plot_cli(recipe_model, tmp_path):
     out = tmp_path / "heat.png"
-    result = attnmt("plot", str(tatoeba_model), "Ich bin müde.", "--out", str(out))
+    result = attnmt("plot", str(recipe_model.path), recipe_model.pairs[0][0], "--out", str(out))
     assert result.returncode == 0, result.stderr
     assert out.read_bytes()[:4] == b"\x89PNG"
 
 
-def test_evaluate_cli(tatoeba_model, tmp_path):
+def test_evaluate_cli(recipe_model, tmp_path):
     src, ref = tmp_path / "s.de", tmp_path / "r.en"
-    src.write_text("Ich bin müde.\nTom ist hier.\n", encoding="utf-8")
-    ref.write_text("I'm tired.\nTom is here.\n", encoding="utf-8")
-    result = attnmt("evaluate", str(tatoeba_model), "--src", str(src), "--ref", str(ref))
+    src.write_text("".join(source + "\n" for source, _ in recipe_model.pairs), encoding="utf-8")
+    ref.write_text("".join(reference + "\n" for _, reference in recipe_model.pairs), encoding="utf-8")
+    result = attnmt("evaluate", str(recipe_model.path), "--src", str(src), "--ref", str(ref))
     assert result.returncode == 0, result.stderr
     for key in ("exact: ", "bleu: ", "chrf: ", "bleu_signature: nrefs:1"):
         assert key in result.stdout, result.stdout
 
 
-def test_train_refuses_to_overwrite_a_model(tatoeba_model):
-    before = tatoeba_model.read_bytes()
-    result = attnmt("train", "configs/tatoeba_de_en.yaml", f"train.out_dir={tatoeba_model.parent}", "data.path=x")
+def test_train_refuses_to_overwrite_a_model(recipe_model):
+    before = recipe_model.path.read_bytes()
+    result = attnmt("train", "configs/tatoeba_de_en.yaml", f"train.out_dir={recipe_model.path.parent}", "data.path=x")
     assert_one_line_error(result, "already holds a model", "--overwrite")
-    assert tatoeba_model.read_bytes() == before
+    assert recipe_model.path.read_bytes() == before
 
 
-def test_train_on_multi30k_parallel_files(shared_data, tmp_path):
-    # The first lines of the real gzipped files (all of them would take minutes).
-    data = tmp_path / "multi30k"
-    data.mkdir()
-    for split, count in [("train", 1000), ("val", 100), ("test_2016_flickr", 100)]:
-        for lang in ("de", "en"):
-            with gzip.open(shared_data / "multi30k" / f"{split}.{lang}.gz", "rb") as full:
-                head = b"".join(line for _, line in zip(range(count), full))
-            (data / f"{split}.{lang}.gz").write_bytes(gzip.compress(head))
+@pytest.mark.parametrize("corpus", ["dates", "multi30k"])
+def test_train_on_multi30k_parallel_files(request, tmp_path, corpus):
+    data = tmp_path / corpus
+    sizes = {"train": 1000, "val": 100, "test_2016_flickr": 100}
+    if corpus == "dates":
+        write_dates_files(data, sizes, gz=True)
+    else:  # the first lines of the real gzipped files (all of them would take minutes)
+        shared_data = request.getfixturevalue("shared_data")
+        data.mkdir()
+        for split, count in sizes.items():
+            for lang in ("de", "en"):
+                with gzip.open(shared_data / "multi30k" / f"{split}.{lang}.gz", "rb") as full:
+                    head = b"".join(line for _, line in zip(range(count), full))
+                (data / f"{split}.{lang}.gz").write_bytes(gzip.compress(head))
     result = attnmt("train", "configs/multi30k_de_en.yaml", f"data.path={data}", "train.epochs=1",
                     f"train.out_dir={tmp_path / 'out'}", *TINY_MODEL)
     assert result.returncode == 0, result.stderr
@@ -155,20 +177,30 @@ def test_debug_shows_traceback(tmp_path):
 
 
 @pytest.mark.parametrize("level,joint", [("bpe", "true"), ("unigram", "false")])
-def test_subword_model_trains_and_detokenizes(shared_data, tmp_path, level, joint):
-    data = shared_data / "tatoeba_deu_eng" / "deu.txt.gz"
+@pytest.mark.parametrize("corpus", ["dates", "tatoeba"])
+def test_subword_model_trains_and_detokenizes(tmp_path, corpus, level, joint):
+    if corpus == "dates":  # 800 training pairs: enough for 200 pieces on either side
+        data, vocab_size, sentence = tmp_path / "dates.txt", 200, "Montag, 3. Oktober 1990"
+        write_dates_tsv(data, 1000)
+    else:
+        data, vocab_size, sentence = SHARED_DATA / "tatoeba_deu_eng" / "deu.txt.gz", 600, "Ich bin müde."
+        if not data.exists():
+            pytest.skip("../shared/data is not beside the repository")
     result = attnmt("train", "configs/tatoeba_de_en.yaml", f"data.path={data}", "data.max_pairs=3000",
                     "data.valid_size=100", "data.test_size=100", "train.epochs=1", "train.batch_size=64",
-                    "train.batch_type=sentences", f"train.out_dir={tmp_path}", f"tokenizer.level={level}",
-                    f"tokenizer.joint={joint}", "tokenizer.vocab_size=600", *TINY_MODEL)
+                    "train.batch_type=sentences", f"train.out_dir={tmp_path / 'out'}", f"tokenizer.level={level}",
+                    f"tokenizer.joint={joint}", f"tokenizer.vocab_size={vocab_size}", *TINY_MODEL)
     assert result.returncode == 0, result.stderr
     from attnmt import Translator
 
-    translator = Translator.load(tmp_path / "model.safetensors")
+    model = tmp_path / "out" / "model.safetensors"
+    translator = Translator.load(model)
     assert (translator.src_tokenizer is translator.tgt_tokenizer) == (joint == "true")
-    pieces = translator.src_tokenizer.tokenize("Ich bin müde.")
-    assert pieces[0].startswith("\u2581") and translator.src_tokenizer.detokenize(pieces) == "Ich bin müde."
-    out = attnmt("translate", str(tmp_path / "model.safetensors"), stdin="Ich bin müde.\n")
+    for tokenizer in (translator.src_tokenizer, translator.tgt_tokenizer):  # the corpus has pieces for more
+        assert tokenizer.level == level and len(tokenizer.pieces()) == vocab_size
+    pieces = translator.src_tokenizer.tokenize(sentence)
+    assert pieces[0].startswith("\u2581") and translator.src_tokenizer.detokenize(pieces) == sentence
+    out = attnmt("translate", str(model), stdin=sentence + "\n")
     assert out.returncode == 0 and "\u2581" not in out.stdout
 
 

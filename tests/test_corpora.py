@@ -1,14 +1,17 @@
-"""Corpus downloads, against a local HTTP server on 127.0.0.1 that serves ../shared/data."""
+"""Corpus downloads, against a local HTTP server on 127.0.0.1 that serves generated dates or ../shared/data."""
 
 import functools
 import gzip
+import hashlib
 import http.server
 import shutil
 import threading
 import zipfile
 from pathlib import Path
+from typing import Iterator, NamedTuple
 
 import pytest
+from conftest import write_dates_files, write_dates_tsv
 
 from attnmt import AttnmtError, corpora
 from attnmt.config import DataConfig
@@ -37,16 +40,37 @@ class Handler(http.server.SimpleHTTPRequestHandler):
         super().do_GET()
 
 
-@pytest.fixture
-def server(tmp_path, shared_data, monkeypatch):
-    """Serves multi30k's six files and a deu-eng.zip made from the shared deu.txt.gz."""
+class Served(NamedTuple):
+    root: Path                         # the folder the server serves
+    multi30k: tuple[int, int, int]     # its Multi30k's train, val and test pairs
+    tatoeba: int                       # the pairs of its deu.txt
+
+
+@pytest.fixture(params=["dates", "shared"])
+def server(request, tmp_path, monkeypatch) -> Iterator[Served]:
+    """Serves multi30k's six files and a deu-eng.zip: generated dates (their sha256 in place of the
+    pinned ones), or the files of ../shared/data (which skips without it)."""
     root = tmp_path / "www"
-    root.mkdir()
-    for name in corpora.MULTI30K_FILES:
-        shutil.copy(shared_data / "multi30k" / name, root / name)
-    with zipfile.ZipFile(root / "deu-eng.zip", "w") as zipped:
-        zipped.writestr("deu.txt", gzip.decompress((shared_data / "tatoeba_deu_eng" / "deu.txt.gz").read_bytes()))
-        zipped.write(shared_data / "tatoeba_deu_eng" / "_about.txt", "_about.txt")
+    if request.param == "dates":
+        sizes = {"train": 300, "val": 20, "test_2016_flickr": 30}
+        write_dates_files(root, sizes, gz=True)
+        assert sorted(p.name for p in root.iterdir()) == sorted(corpora.MULTI30K_FILES)
+        monkeypatch.setattr(corpora, "MULTI30K_FILES", {name: hashlib.sha256((root / name).read_bytes()).hexdigest()
+                                                        for name in corpora.MULTI30K_FILES})
+        tatoeba = len(write_dates_tsv(tmp_path / "deu.txt", 3200))
+        with zipfile.ZipFile(root / "deu-eng.zip", "w") as zipped:
+            zipped.write(tmp_path / "deu.txt", "deu.txt")
+            zipped.writestr("_about.txt", "generated dates\n")
+        served = Served(root, tuple(sizes.values()), tatoeba)
+    else:
+        shared_data = request.getfixturevalue("shared_data")
+        root.mkdir()
+        for name in corpora.MULTI30K_FILES:
+            shutil.copy(shared_data / "multi30k" / name, root / name)
+        with zipfile.ZipFile(root / "deu-eng.zip", "w") as zipped:
+            zipped.writestr("deu.txt", gzip.decompress((shared_data / "tatoeba_deu_eng" / "deu.txt.gz").read_bytes()))
+            zipped.write(shared_data / "tatoeba_deu_eng" / "_about.txt", "_about.txt")
+        served = Served(root, (29000, 1014, 1000), 169813)
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=str(root)))
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
@@ -55,7 +79,7 @@ def server(tmp_path, shared_data, monkeypatch):
     monkeypatch.setattr(corpora, "TATOEBA_URL", base + "/{lang}-eng.zip")
     monkeypatch.setenv("ATTNMT_CACHE", str(tmp_path / "cache"))
     Handler.requests, Handler.cut_off = [], set()
-    yield root
+    yield served
     httpd.shutdown()
 
 
@@ -63,16 +87,16 @@ def test_multi30k_is_downloaded_verified_and_reused(server, tmp_path):
     directory = corpora.resolve("multi30k")
     assert directory == tmp_path / "cache" / "multi30k"
     for name in corpora.MULTI30K_FILES:
-        assert (directory / name).read_bytes() == (server / name).read_bytes()
+        assert (directory / name).read_bytes() == (server.root / name).read_bytes()
     assert len(Handler.requests) == 6
     corpora.resolve("multi30k")
     assert len(Handler.requests) == 6  # the cache is used, nothing fetched again
     corpus = load_corpus(DataConfig(format="parallel", path="multi30k", src_lang="de", tgt_lang="en"))
-    assert (len(corpus.train), len(corpus.valid), len(corpus.test)) == (29000, 1014, 1000)
+    assert (len(corpus.train), len(corpus.valid), len(corpus.test)) == server.multi30k
 
 
 def test_wrong_checksum_is_not_kept(server, tmp_path):
-    (server / "val.en.gz").write_bytes(gzip.compress(b"tampered\n"))
+    (server.root / "val.en.gz").write_bytes(gzip.compress(b"tampered\n"))
     with pytest.raises(AttnmtError, match="val.en.gz: downloaded file does not match its sha256"):
         corpora.resolve("multi30k")
     assert not (tmp_path / "cache" / "multi30k" / "val.en.gz").exists()
@@ -102,7 +126,7 @@ def test_unreachable_host_says_what_to_fetch_and_where(monkeypatch, tmp_path):
 def test_tatoeba_zip_is_unpacked(server, tmp_path):
     path = corpora.resolve("tatoeba:deu")
     assert path == tmp_path / "cache" / "tatoeba" / "deu.txt"
-    assert len(read_tsv(path)) == 169813
+    assert len(read_tsv(path)) == server.tatoeba
     corpus = load_corpus(DataConfig(format="tsv", path="tatoeba:deu", src_lang="de", tgt_lang="en",
                                     max_pairs=3000, valid_size=100, test_size=100))
     assert len(corpus.train) == 2800

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import SHARED_DATA
+from conftest import SHARED_DATA, write_line_aligned
 
 from attnmt.config import DataConfig
 from attnmt.data import (
@@ -348,7 +348,32 @@ def test_split_pairs_zero_held_out():
     assert sorted(corpus.train) == pairs and corpus.valid == [] and corpus.test == []
 
 
-# --------------------------------------------------------------------------- real corpora
+# --------------------------------------------------------------------------- whole corpora: generated, and real ones
+
+
+def test_a_whole_generated_manythings_file_reads_as_written(tmp_path):
+    """As Tatoeba's deu.txt and mar.txt: gzip; two or three columns; fields that start with a quote,
+    closed or not (a csv reader would join lines); Devanagari with ZWJ: read whole, verbatim, in order."""
+    pairs = []
+    for i, (written, iso) in enumerate(generate_dates(6000, seed=3)):
+        english = f'"{iso}' if i % 97 == 0 else iso
+        other = f'"{written}," sagte er.' if i % 89 == 0 else f"{written} बर\u094d\u200dया" if i % 7 == 0 else written
+        pairs.append((english, other))
+    text = "".join(f"{e}\t{o}\tCC-BY 2.0 (France) #{i}\n" if i % 3 else f"{e}\t{o}\n" for i, (e, o) in enumerate(pairs))
+    assert read_tsv(write_gz(tmp_path / "deu.txt.gz", text)) == pairs
+
+
+@pytest.mark.parametrize("gz", [True, False])  # Multi30k's files are gzipped, IWSLT's plain
+def test_whole_generated_line_aligned_files_read_as_written(tmp_path, gz):
+    """As Multi30k: three splits, a source line with a TAB inside quotes; load_corpus keeps each
+    split whole and in order."""
+    pairs = generate_dates(3200, seed=3)
+    pairs[1234] = (f'"{pairs[1234][0]}\t(abends)"', pairs[1234][1])
+    splits = {"train": pairs[:3000], "val": pairs[3000:3100], "test_2016_flickr": pairs[3100:]}
+    write_line_aligned(tmp_path, splits, gz)
+    assert read_parallel(find_split_file(tmp_path, "train", "de"), find_split_file(tmp_path, "train", "en")) == pairs[:3000]
+    corpus = load_corpus(DataConfig(format="parallel", path=str(tmp_path), src_lang="de", tgt_lang="en"))
+    assert (corpus.train, corpus.valid, corpus.test) == tuple(splits.values())
 
 
 def test_real_tatoeba_deu():

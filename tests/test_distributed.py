@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from conftest import write_dates_files
 
 from attnmt import AttnmtError
 from attnmt.distributed import Ranks, split, start_ranks
@@ -53,11 +54,17 @@ ranks.close()
 TRANSFORMER = {"arch": "transformer", "heads": 2, "ff_dim": 64, "enc_layers": 2, "dec_layers": 2, "attn_dropout": 0.1}
 
 
-@pytest.fixture(scope="module")
-def small_multi30k(shared_data, tmp_path_factory) -> Path:
-    """The first 600 training pairs of Multi30k de-en, 100 validation and 50 test pairs."""
-    out = tmp_path_factory.mktemp("multi30k")
-    for split_name, count in (("train", 600), ("val", 100), ("test_2016_flickr", 50)):
+@pytest.fixture(scope="module", params=["dates", "multi30k"])
+def small_corpus(request, tmp_path_factory) -> Path:
+    """600 training pairs, 100 validation and 50 test pairs in line-aligned files: generated dates,
+    or the first pairs of Multi30k de-en (which skips without ../shared/data)."""
+    out = tmp_path_factory.mktemp(request.param)
+    sizes = {"train": 600, "val": 100, "test_2016_flickr": 50}
+    if request.param == "dates":
+        write_dates_files(out, sizes)
+        return out
+    shared_data = request.getfixturevalue("shared_data")
+    for split_name, count in sizes.items():
         for lang in ("de", "en"):
             with gzip.open(shared_data / "multi30k" / f"{split_name}.{lang}.gz", "rt", encoding="utf-8") as full:
                 lines = [next(full) for _ in range(count)]
@@ -146,10 +153,10 @@ def test_world_size_without_torchrun_is_one_clear_line(monkeypatch):
 
 
 @pytest.mark.slow
-def test_two_ranks_follow_one_process_step_by_step_and_rank_1_writes_nothing(small_multi30k, tmp_path):
-    one, one_weights, _ = recorded_run(tmp_path, "one", 1, small_multi30k)
-    two, two_weights, rank1_writes = recorded_run(tmp_path, "two", 2, small_multi30k)
-    accumulated, accumulated_weights, _ = recorded_run(tmp_path, "acc", 1, small_multi30k, "train.accumulate=2")
+def test_two_ranks_follow_one_process_step_by_step_and_rank_1_writes_nothing(small_corpus, tmp_path):
+    one, one_weights, _ = recorded_run(tmp_path, "one", 1, small_corpus)
+    two, two_weights, rank1_writes = recorded_run(tmp_path, "two", 2, small_corpus)
+    accumulated, accumulated_weights, _ = recorded_run(tmp_path, "acc", 1, small_corpus, "train.accumulate=2")
     assert len(one) == len(two) == 30  # 15 batches of 40 sentences, 2 epochs
     # Two ranks sum the loss of two halves of each batch, one process the whole batch at once: the
     # same sums in another order (products of other shapes), so equal up to float32 rounding.
@@ -163,23 +170,23 @@ def test_two_ranks_follow_one_process_step_by_step_and_rank_1_writes_nothing(sma
 
 
 @pytest.mark.slow
-def test_random_draws_do_not_depend_on_which_rank_runs_a_part(small_multi30k, tmp_path):
+def test_random_draws_do_not_depend_on_which_rank_runs_a_part(small_corpus, tmp_path):
     """With dropout, a Transformer on two ranks equals one process accumulating the same two parts:
     each part's draws are seeded by the step and the part, not by the process."""
     settings = {**TRANSFORMER, "dropout": 0.3}
-    two, two_weights, _ = recorded_run(tmp_path, "two", 2, small_multi30k, **settings)
-    accumulated, accumulated_weights, _ = recorded_run(tmp_path, "acc", 1, small_multi30k, "train.accumulate=2",
+    two, two_weights, _ = recorded_run(tmp_path, "two", 2, small_corpus, **settings)
+    accumulated, accumulated_weights, _ = recorded_run(tmp_path, "acc", 1, small_corpus, "train.accumulate=2",
                                                        **settings)
     assert accumulated == two
     assert max_difference(accumulated_weights, two_weights) == 0.0
 
 
 @pytest.mark.slow
-def test_rank_0s_decision_to_stop_and_the_time_budget_reach_every_rank(small_multi30k, tmp_path):
-    losses, _, _ = recorded_run(tmp_path, "stop", 2, small_multi30k, "train.epochs=5", "train.rank_timeout_min=0.5",
+def test_rank_0s_decision_to_stop_and_the_time_budget_reach_every_rank(small_corpus, tmp_path):
+    losses, _, _ = recorded_run(tmp_path, "stop", 2, small_corpus, "train.epochs=5", "train.rank_timeout_min=0.5",
                                 env={"STOP_AT_FIRST_VALIDATION": "1"})
     assert len(losses) == 15  # one epoch of 15 batches: rank 1 stopped with rank 0, instead of waiting for it
-    losses, _, _ = recorded_run(tmp_path, "budget", 2, small_multi30k, "train.epochs=5", "train.max_minutes=0.0001",
+    losses, _, _ = recorded_run(tmp_path, "budget", 2, small_corpus, "train.epochs=5", "train.max_minutes=0.0001",
                                 "train.rank_timeout_min=0.5")
     assert len(losses) == 1  # every rank's clock is past the budget after the first update
 
@@ -198,14 +205,14 @@ def rank_pid(launcher: subprocess.Popen, rank: int) -> int | None:
 
 
 @pytest.mark.slow
-def test_two_rank_run_killed_resumes_exactly_on_two_ranks_and_on_one_accumulating(small_multi30k, tmp_path):
+def test_two_rank_run_killed_resumes_exactly_on_two_ranks_and_on_one_accumulating(small_corpus, tmp_path):
     overrides = ("train.epochs=3", "model.dropout=0.2")
-    reference = write_config(tmp_path / "ref.yaml", small_multi30k, tmp_path / "ref")
+    reference = write_config(tmp_path / "ref.yaml", small_corpus, tmp_path / "ref")
     finish(launch(2, str(reference), *overrides))
     expected = weights(tmp_path / "ref" / "checkpoint.safetensors")
 
     # Rank 1 killed at a random moment after the run's second checkpoint: torchrun ends the job.
-    config = write_config(tmp_path / "killed.yaml", small_multi30k, tmp_path / "killed")
+    config = write_config(tmp_path / "killed.yaml", small_corpus, tmp_path / "killed")
     checkpoint = tmp_path / "killed" / "checkpoint.safetensors"
     process = launch(2, str(config), *overrides)
     seen = []
@@ -223,7 +230,7 @@ def test_two_rank_run_killed_resumes_exactly_on_two_ranks_and_on_one_accumulatin
     assert max_difference(weights(checkpoint), expected) == 0.0
 
     # Two ranks for the first epoch, then one process cutting each batch into the same two parts.
-    config = write_config(tmp_path / "switched.yaml", small_multi30k, tmp_path / "switched")
+    config = write_config(tmp_path / "switched.yaml", small_corpus, tmp_path / "switched")
     finish(launch(2, str(config), "train.epochs=1", "model.dropout=0.2"))
     finish(launch(1, str(config), "--resume", *overrides, "train.accumulate=2"))
     assert max_difference(weights(tmp_path / "switched" / "checkpoint.safetensors"), expected) == 0.0
@@ -237,8 +244,8 @@ def alive(pid: int) -> bool:
 
 
 @pytest.mark.slow
-def test_a_rank_that_hangs_ends_the_job_with_a_line_naming_it(small_multi30k, tmp_path):
-    config = write_config(tmp_path / "hang.yaml", small_multi30k, tmp_path / "hang")
+def test_a_rank_that_hangs_ends_the_job_with_a_line_naming_it(small_corpus, tmp_path):
+    config = write_config(tmp_path / "hang.yaml", small_corpus, tmp_path / "hang")
     process = launch(2, str(config), "train.epochs=50", "train.rank_timeout_min=0.1")
     while process.poll() is None and not (tmp_path / "hang" / "checkpoint.safetensors").exists():
         time.sleep(0.05)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import SHARED_DATA
+from conftest import SHARED_DATA, write_dates_files
 
 from attnmt import prepare
 from attnmt.config import config_from_dict
@@ -106,14 +106,21 @@ def test_dates_give_the_in_memory_examples(tmp_path):
     assert_same_as_in_memory(values)
 
 
-@pytest.mark.slow
-def test_multi30k_bpe_gives_the_in_memory_examples(tmp_path):
-    if not (SHARED_DATA / "multi30k").is_dir():
-        pytest.skip("../shared/data is not beside the repository")
-    values = config_for(SHARED_DATA / "multi30k", tmp_path)
-    values["tokenizer"] = {"level": "bpe", "vocab_size": 8000}
+@pytest.mark.parametrize("corpus", ["dates", pytest.param("multi30k", marks=pytest.mark.slow)])
+def test_joint_bpe_on_gzipped_files_gives_the_in_memory_examples(tmp_path, monkeypatch, corpus):
+    if corpus == "dates":  # in chunks as small as Multi30k's two, so that two workers encode them
+        data, vocab_size, count = tmp_path / "dates", 300, 2000
+        write_dates_files(data, {"train": count, "val": 100, "test_2016_flickr": 100}, gz=True)
+        monkeypatch.setattr(prepare, "CHUNK_PAIRS", 700)
+        values = config_for(data, tmp_path, workers=2)
+    else:
+        if not (SHARED_DATA / "multi30k").is_dir():
+            pytest.skip("../shared/data is not beside the repository")
+        data, vocab_size, count = SHARED_DATA / "multi30k", 8000, 29000
+        values = config_for(data, tmp_path)
+    values["tokenizer"] = {"level": "bpe", "vocab_size": vocab_size}
     values["vocab"] = {"joint": True}
-    assert len(assert_same_as_in_memory(values)) == 29000
+    assert len(assert_same_as_in_memory(values)) == count
 
 
 def test_workers_prepare_the_same_store_as_one_process(tmp_path, monkeypatch):

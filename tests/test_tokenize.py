@@ -88,15 +88,33 @@ def test_word_marathi_zwj_kept():
     assert "\u200c" in WordTokenizer().tokenize("क\u094d\u200cष")[0]  # ZWNJ too, one word
 
 
-def test_word_real_marathi_lines_keep_zwj():
-    path = SHARED_DATA / "tatoeba_mar_eng" / "mar.txt.gz"
-    if not path.exists():
-        pytest.skip("real data not available")
-    from attnmt.data import read_tsv
+def generated_marathi_lines(count: int) -> list[str]:
+    """Lines of Marathi words, each with a word joined by ZWJ (eyelash-ra: RA + virama + ZWJ),
+    among words with viramas, vowel signs, anusvaras and ZWNJ, and punctuation."""
+    rng = random.Random(11)
+    joined = ["बर\u094d\u200dया", "दर\u094d\u200dया", "सुर\u094d\u200dया"]
+    others = ["आम्ही", "आहोत", "तुम्हाला", "हेच", "हवं", "होतं", "क\u094d\u200cष", "मुलं", "शाळेत", "गेलं"]
+    lines = []
+    for _ in range(count):
+        words = rng.sample(others, rng.randint(1, 5)) + rng.sample(joined, rng.randint(1, 2))
+        rng.shuffle(words)
+        lines.append(" ".join(words) + rng.choice([".", "?", " !", ", का?"]))
+    return lines
 
-    t = WordTokenizer()
-    marathi = [m for _, m in read_tsv(path) if "\u200d" in m][:200]
+
+@pytest.mark.parametrize("corpus", ["generated", "tatoeba"])
+def test_word_marathi_lines_keep_zwj(corpus):
+    if corpus == "generated":
+        marathi = generated_marathi_lines(200)
+    else:
+        path = SHARED_DATA / "tatoeba_mar_eng" / "mar.txt.gz"
+        if not path.exists():
+            pytest.skip("real data not available")
+        from attnmt.data import read_tsv
+
+        marathi = [m for _, m in read_tsv(path) if "\u200d" in m][:200]
     assert marathi
+    t = WordTokenizer()
     for line in marathi:
         tokens = t.tokenize(line)
         assert sum(tok.count("\u200d") for tok in tokens) == line.count("\u200d"), line
@@ -110,55 +128,60 @@ def test_word_lowercase_option():
     assert WordTokenizer().tokenize("Hello WORLD") == ["Hello", "WORLD"]
 
 
-@pytest.mark.parametrize(
-    "sentence",
-    [
-        "Hello, world!",
-        "Don't go.",
-        'He said: "Yes (maybe)."',
-        "Ich weiß nicht, ob er morgen kommt.",
-        "Wie geht's dir?",
-        '"Hi," he said.',
-        "Tom (30) kam gestern an; Maria nicht.",
-        "Really?! Yes.",
-        "I'm sure it's fine, isn't it?",
-        "¿Dónde está?",
-        "तुम्हाला हेच हवं होतं का?",
-    ],
-)
+PROSE = [
+    "Hello, world!",
+    "Don't go.",
+    'He said: "Yes (maybe)."',
+    "Ich weiß nicht, ob er morgen kommt.",
+    "Wie geht's dir?",
+    '"Hi," he said.',
+    "Tom (30) kam gestern an; Maria nicht.",
+    "Really?! Yes.",
+    "I'm sure it's fine, isn't it?",
+    "¿Dónde está?",
+    "तुम्हाला हेच हवं होतं का?",
+]
+
+
+@pytest.mark.parametrize("sentence", PROSE)
 def test_word_detokenize_round_trip(sentence):
     t = WordTokenizer()
     assert t.detokenize(t.tokenize(sentence)) == sentence
 
 
-@pytest.mark.parametrize(
-    "sentence",
-    [
-        "Tom has no self-confidence.",         # hyphenated compound
-        "Wo ist die US-Botschaft?",            # German compound with hyphen
-        "Tom came back at 2:30.",              # clock time
-        "Her library has 3,500 books.",        # thousands separator
-        "Auf der Seite stand das Wort „Frosch“.",  # German quotation marks
-        "Hier drin stinkt’s.",                 # typographic apostrophe
-        "He said 'hi' to me.",                 # single-quoted word
-    ],
-)
+# Ordinary Tatoeba-style sentences; about 1% of each side of deu.txt is like these.
+COMMON_PUNCTUATION = [
+    "Tom has no self-confidence.",         # hyphenated compound
+    "Wo ist die US-Botschaft?",            # German compound with hyphen
+    "Tom came back at 2:30.",              # clock time
+    "Her library has 3,500 books.",        # thousands separator
+    "Auf der Seite stand das Wort „Frosch“.",  # German quotation marks
+    "Hier drin stinkt’s.",                 # typographic apostrophe
+    "He said 'hi' to me.",                 # single-quoted word
+]
+
+
+@pytest.mark.parametrize("sentence", COMMON_PUNCTUATION)
 def test_word_detokenize_round_trip_common_punctuation(sentence):
-    """Ordinary Tatoeba-style sentences; about 1% of each side of deu.txt is like these."""
     t = WordTokenizer()
     assert t.detokenize(t.tokenize(sentence)) == sentence
 
 
-def test_word_detokenize_round_trip_rate_on_real_german_and_english():
-    path = SHARED_DATA / "tatoeba_deu_eng" / "deu.txt.gz"
-    if not path.exists():
-        pytest.skip("real data not available")
-    from attnmt.data import read_tsv
+@pytest.mark.parametrize("corpus", ["generated", "tatoeba"])
+def test_word_detokenize_round_trip_rate_on_german_and_english(corpus):
+    if corpus == "generated":  # every two of the sentences above as one text: quotes, numbers, marks side by side
+        sentences = [f"{a} {b}" for a in PROSE + COMMON_PUNCTUATION for b in PROSE + COMMON_PUNCTUATION]
+        sides = [sentences]
+    else:
+        path = SHARED_DATA / "tatoeba_deu_eng" / "deu.txt.gz"
+        if not path.exists():
+            pytest.skip("real data not available")
+        from attnmt.data import read_tsv
 
+        pairs = read_tsv(path)[::17]  # ~10k pairs across the whole length range
+        sides = [[normalize(p[side]) for p in pairs] for side in (0, 1)]
     t = WordTokenizer()
-    pairs = read_tsv(path)[::17]  # ~10k pairs across the whole length range
-    for side in (0, 1):
-        sentences = [normalize(p[side]) for p in pairs]
+    for sentences in sides:
         ok = sum(t.detokenize(t.tokenize(s)) == s for s in sentences)
         assert ok / len(sentences) > 0.97
 
