@@ -244,11 +244,13 @@ def test_openapi_describes_the_endpoints(client):
     spec = client.get("/openapi.json").json()
     assert {"/translate", "/health", "/model"} <= set(spec["paths"]) and "/" not in spec["paths"]
     schemas = spec["components"]["schemas"]
-    assert set(schemas["TranslateRequest"]["properties"]) == {"text", "texts", "beam", "n_best", "attention", "maps"}
+    assert set(schemas["TranslateRequest"]["properties"]) == {"text", "texts", "beam", "n_best", "attention", "maps",
+                                                              "alignments"}
     assert set(schemas["SentenceResult"]["properties"]) == {"translation", "tokens", "score", "attention",
-                                                            "source_tokens", "nbest", "maps"}
+                                                            "source_tokens", "nbest", "maps", "alignment"}
+    assert set(schemas["WordAlignment"]["properties"]) == {"method", "source_words", "target_words", "links"}
     responses = spec["paths"]["/translate"]["post"]["responses"]
-    assert {"200", "400", "413", "422", "503", "504"} <= set(responses)
+    assert {"200", "400", "413", "422", "501", "503", "504"} <= set(responses)
     assert responses["422"]["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorResponse")
 
 
