@@ -6,9 +6,12 @@ is checked) and on `reload()` (SIGHUP); a file that has become bad is logged and
 before stay. Keys are kept as SHA-256 digests and compared in constant time; the log names a key
 by its name, or by the first 8 hex digits of its digest, never by the key.
 
-Rate limits: the `limits` library's moving window in memory, per key, or per client address on a
+Rate limits: a moving window in memory (`MovingWindow`), per key, or per client address on a
 server without keys. They are checked before a request is queued for the batcher, so they fit it
 as any other limit does: a refused request never reaches the queue.
+
+Both read a clock the caller may give (`time.monotonic` by default): what they do over time can
+be shown without waiting for it.
 """
 
 from __future__ import annotations
@@ -17,14 +20,12 @@ import hashlib
 import hmac
 import math
 import re
+import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
-
-from limits import RateLimitItem, RateLimitItemPerSecond
-from limits.storage import MemoryStorage
-from limits.strategies import MovingWindowRateLimiter
 
 from .config import ServeConfig
 from .errors import AttnmtError
@@ -34,6 +35,8 @@ KEY_PATTERN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
 MIN_KEY_CHARS = 16
 # A changed key file is noticed within this many seconds, without a stat() per request.
 CHECK_INTERVAL_S = 1.0
+
+Clock = Callable[[], float]  # seconds, from any start; never going back
 
 
 @dataclass(frozen=True)
@@ -95,12 +98,13 @@ def read_keys(path: Path) -> dict[bytes, str]:
 class KeyFile:
     """The keys of a key file, read again when the file changes or on reload()."""
 
-    def __init__(self, path: str, log: Callable[[str], None] = print):
+    def __init__(self, path: str, log: Callable[[str], None] = print, clock: Clock = time.monotonic):
         self.path = Path(path)
         self.log = log
+        self.clock = clock
         self.stamp = self._stamp()  # taken before reading: a change during the read is seen next time
         self.keys = read_keys(self.path)
-        self.checked = time.monotonic()
+        self.checked = clock()
 
     def _stamp(self) -> Optional[tuple[int, int, int]]:
         try:
@@ -121,7 +125,7 @@ class KeyFile:
         self.log(f"attnmt serve: API keys read from {self.path}: {len(keys)}")
 
     def _refresh(self) -> None:
-        now = time.monotonic()
+        now = self.clock()
         if now - self.checked >= CHECK_INTERVAL_S:
             self.checked = now
             if self._stamp() != self.stamp:
@@ -139,31 +143,61 @@ class KeyFile:
         return found
 
 
+class MovingWindow:
+    """At most `amount` units per `window_s` seconds for each bucket: units taken at time t count
+    until t + window_s, so no moment of a reset lets a burst of twice the amount through."""
+
+    def __init__(self, amount: int, window_s: float, clock: Clock = time.monotonic):
+        self.amount, self.window_s, self.clock = amount, window_s, clock
+        self.taken: dict[str, deque[tuple[float, int]]] = {}  # per bucket: (time, units), oldest first
+        self.swept = clock()
+        self.lock = threading.Lock()
+
+    def take(self, bucket: str, units: int) -> Optional[float]:
+        """Count `units` (at most `amount`) for `bucket` and return None; or, if they would go over,
+        count nothing and return the seconds until the oldest units counted leave the window."""
+        if units > self.amount:
+            raise ValueError(f"{units} units can never fit in a window of {self.amount}")
+        with self.lock:
+            now = self.clock()
+            left_before = now - self.window_s  # units taken then or earlier no longer count
+            if now - self.swept >= self.window_s:  # once a window: forget the buckets that went quiet
+                self.swept = now
+                for quiet in [name for name, entries in self.taken.items() if entries[-1][0] <= left_before]:
+                    del self.taken[quiet]
+            entries = self.taken.setdefault(bucket, deque())
+            while entries and entries[0][0] <= left_before:
+                entries.popleft()
+            if sum(count for _, count in entries) + units <= self.amount:
+                entries.append((now, units))
+                return None
+            return entries[0][0] - left_before
+
+
 class RateLimits:
     """Requests and sentences per caller over ServeConfig's moving window (rate_window_s)."""
 
-    def __init__(self, config: ServeConfig):
-        self.limiter = MovingWindowRateLimiter(MemoryStorage())
+    def __init__(self, config: ServeConfig, clock: Clock = time.monotonic):
         self.window_s = config.rate_window_s
 
-        def item(per_minute: int, what: str) -> Optional[RateLimitItem]:
+        def window(per_minute: int) -> Optional[MovingWindow]:
             # validate_serve makes per_minute × window / 60 whole.
             amount = per_minute * config.rate_window_s // 60
-            return RateLimitItemPerSecond(amount, config.rate_window_s, namespace=what) if amount else None
+            return MovingWindow(amount, config.rate_window_s, clock) if amount else None
 
-        self.requests = item(config.requests_per_minute, "requests")
-        self.sentences = item(config.sentences_per_minute, "sentences")
+        self.requests = window(config.requests_per_minute)
+        self.sentences = window(config.sentences_per_minute)
 
-    def take(self, item: Optional[RateLimitItem], caller: Caller, cost: int, what: str) -> None:
+    def take(self, window: Optional[MovingWindow], caller: Caller, cost: int, what: str) -> None:
         """Count `cost` against the caller's limit, or raise RateLimited if it would go over;
         a cost over what is left is refused whole, and counts nothing."""
-        if item is None or self.limiter.hit(item, caller.bucket, cost=cost):
+        wait = window.take(caller.bucket, cost) if window is not None else None
+        if window is None or wait is None:
             return
-        reset = self.limiter.get_window_stats(item, caller.bucket).reset_time
         # When the oldest counted entry leaves the window: the earliest a retry can pass (one with
         # many sentences may need to wait for more entries to leave, and is told again).
-        retry_after = max(1, math.ceil(reset - time.time()))
-        raise RateLimited(f"over the limit of {item.amount} {what} per {self.window_s} s for {caller.name}; "
+        retry_after = max(1, math.ceil(wait))
+        raise RateLimited(f"over the limit of {window.amount} {what} per {self.window_s} s for {caller.name}; "
                           f"retry in {retry_after} s", retry_after)
 
     def request(self, caller: Caller) -> None:

@@ -16,7 +16,8 @@ JSON, a wrong type, no sentence, a beam over the limit, an unknown field, a form
 API, a sentence over the character limit, a language the model does not translate).
 
 Then the clients stop, each well-behaved one sends a valid request but for its last byte, the server
-gets SIGTERM, and the last bytes follow: each request must be answered 200, and the server must
+gets SIGTERM once it has read their starts, and the last bytes follow once it has stopped listening
+(the first thing it does when it stops): each request must be answered 200, and the server must
 exit 0 within SHUTDOWN_LIMIT_S.
 
 Prints `metric=<name> value=<number>` lines: requests per second, latency percentiles of the valid
@@ -62,10 +63,6 @@ FAULT_PAUSE_S = 0.1  # between a faulty client's requests: faults are part of th
 SLOW_PIECE_BYTES = 4
 # A request still unanswered this long after the server's own timeouts have passed hangs.
 ANSWER_MARGIN_S = 10.0
-# The requests held over the stop wait this long before SIGTERM (the server has read their start by
-# then, so they are in flight) and after it (the server is stopping when their last byte comes), or a
-# quarter of the server's body timeout if that is shorter (they must not be answered 408).
-HOLD_S = 0.5
 SHUTDOWN_LIMIT_S = 10.0
 ERROR_KINDS = ("valid_not_200", "invalid_5xx", "wrong_status", "timeout", "connection")  # see error_kind
 
@@ -222,19 +219,40 @@ async def send_faulty(port: int, kind: Kind, sentence: str, limits: ServeConfig,
         writer.close()
 
 
-async def held_request(port: int, kind: Kind, sentence: str, release: asyncio.Event, answer_timeout_s: float) -> int:
-    """A request sent but for its last byte, which follows once `release` is set: its answer's status."""
-    content_type, body = kind.body(sentence)
-    reader, writer = await asyncio.open_connection(HOST, port)
-    try:
+@dataclass
+class HeldRequest:
+    """A request sent on a connection of its own but for its last byte."""
+
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    last_byte: bytes
+
+    @classmethod
+    async def send(cls, port: int, kind: Kind, sentence: str) -> HeldRequest:
+        content_type, body = kind.body(sentence)
+        reader, writer = await asyncio.open_connection(HOST, port)
         writer.write(request_head(content_type, len(body)) + body[:-1])
         await writer.drain()
-        await release.wait()
-        writer.write(body[-1:])
-        await writer.drain()
-        return await asyncio.wait_for(read_status(reader), answer_timeout_s)
-    finally:
-        writer.close()
+        return cls(reader, writer, body[-1:])
+
+    async def finish(self, answer_timeout_s: float) -> int:
+        """The last byte: the answer's status."""
+        try:
+            self.writer.write(self.last_byte)
+            await self.writer.drain()
+            return await asyncio.wait_for(read_status(self.reader), answer_timeout_s)
+        finally:
+            self.writer.close()
+
+
+async def listening(port: int) -> bool:
+    """Whether the server still accepts connections."""
+    try:
+        _, writer = await asyncio.open_connection(HOST, port)
+    except ConnectionRefusedError:
+        return False
+    writer.close()
+    return True
 
 
 async def well_behaved_client(rng: random.Random, http: httpx.AsyncClient, kinds: list[Kind], sentences: list[str],
@@ -270,19 +288,27 @@ async def sample_memory(server: subprocess.Popen, samples: list[int]) -> None:
         await asyncio.sleep(MEMORY_SAMPLE_S)
 
 
-async def stop_in_flight(server: subprocess.Popen, port: int, requests: list[tuple[Kind, str]], hold_s: float,
-                         answer_timeout_s: float) -> tuple[list[Answer], float]:
+async def stop_in_flight(server: subprocess.Popen, base: str, requests: list[tuple[Kind, str]],
+                         answer_timeout_s: float) -> tuple[list[Answer | BaseException], float]:
     """SIGTERM with `requests` (kind, sentence) in flight: their answers, and the seconds the server
     took to exit (it is killed if it has not within SHUTDOWN_LIMIT_S)."""
-    release = asyncio.Event()
-    held = [asyncio.create_task(outcome(held_request(port, kind, sentence, release, answer_timeout_s)))
-            for kind, sentence in requests]
-    await asyncio.sleep(hold_s)
+    port = urlsplit(base).port
+    held = await asyncio.gather(*(HeldRequest.send(port, kind, sentence) for kind, sentence in requests),
+                                return_exceptions=True)
+    # A connection accepted after theirs is read after them: once the server has answered on it, it
+    # has read each held request's start, which makes them requests in flight.
+    async with httpx.AsyncClient(base_url=base, timeout=answer_timeout_s) as fresh:
+        (await fresh.get("health")).raise_for_status()
     server.send_signal(signal.SIGTERM)
     signalled = time.monotonic()
-    await asyncio.sleep(hold_s)
-    release.set()
-    answers = await asyncio.gather(*held)
+    while await listening(port) and time.monotonic() < signalled + SHUTDOWN_LIMIT_S:
+        await asyncio.sleep(0.01)  # their last bytes come when the server is stopping
+
+    async def answer(request: HeldRequest | BaseException) -> Answer | BaseException:
+        """The held request's answer, or the error that kept it from being sent."""
+        return await outcome(request.finish(answer_timeout_s)) if isinstance(request, HeldRequest) else request
+
+    answers = await asyncio.gather(*(answer(request) for request in held))
     try:
         await asyncio.to_thread(server.wait, max(0.0, signalled + SHUTDOWN_LIMIT_S - time.monotonic()))
     except subprocess.TimeoutExpired:
@@ -330,8 +356,7 @@ async def check(base: str, server: subprocess.Popen, clients: int, seconds: floa
 
     valid = [kind for kind in well_behaved if kind.status == 200]
     held_requests = [(valid[i % len(valid)], sentences[i]) for i in range(clients - len(faults))]
-    held_answers, stop_s = await stop_in_flight(server, port, held_requests, min(HOLD_S, limits.body_timeout_s / 4),
-                                                answer_timeout_s)
+    held_answers, stop_s = await stop_in_flight(server, base, held_requests, answer_timeout_s)
 
     requests = sum(tally.requests.values())
     third = max(len(memory) // 3, 1)  # of the samples, taken at even intervals

@@ -15,8 +15,9 @@ from conftest import server_process
 from fastapi.testclient import TestClient
 from test_door import assert_refused, run
 
-from attnmt.access import KeyFile
+from attnmt.access import Caller, KeyFile, MovingWindow, RateLimited, RateLimits
 from attnmt.config import ServeConfig
+from attnmt.files import atomic_write
 from attnmt.serve import create_app
 from attnmt.translate import Translator
 
@@ -27,7 +28,8 @@ DATE = "3. Oktober 1990"
 
 
 def key_file(path: Path, *lines: str) -> Path:
-    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    """A key file written whole: a server looking at it sees the old file or the new one."""
+    atomic_write(path, "".join(line + "\n" for line in lines).encode())
     return path
 
 
@@ -35,7 +37,18 @@ def bearer(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 
 
-def wait_until(condition, what: str, seconds: float = 15) -> None:
+class Clock:
+    """A clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def wait_until(condition, what: str, seconds: float = 60) -> None:
+    """Wait for `condition`; the deadline only turns a hang into a failure."""
     deadline = time.monotonic() + seconds
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
@@ -86,40 +99,62 @@ def test_translating_needs_a_key_and_the_rest_stays_open(dates_model, tmp_path):
     assert ALICE not in log + errors and BOB not in log + errors
 
 
-def test_the_key_file_is_read_again_when_it_changes_and_on_sighup(dates_model, tmp_path):
-    keys = key_file(tmp_path / "keys", ALICE)
+def test_the_key_file_is_read_again_when_it_changes_at_most_once_a_second(tmp_path):
+    clock, log = Clock(), []
+    path = key_file(tmp_path / "keys", ALICE)
+    keys = KeyFile(str(path), log.append, clock)
+    key_file(path, BOB)
+    clock.now += 0.5
+    assert keys.identify(ALICE) is not None and keys.identify(BOB) is None  # not looked at again yet
+    clock.now += 0.5  # a second after the last look: the file has changed, and is read again
+    assert keys.identify(ALICE) is None and keys.identify(BOB) is not None
+
+    key_file(path, BOB, "too-short")  # a bad file now: the keys loaded before stay
+    clock.now += 1
+    assert keys.identify(BOB) is not None
+
+    key_file(path, ALICE)
+    clock.now += 1
+    assert keys.identify(ALICE) is not None
+    # The same size, time and inode: only reload() (SIGHUP) reads the file again.
+    same_stamp(path, CAROL)
+    clock.now += 1
+    assert keys.identify(CAROL) is None and keys.identify(ALICE) is not None
+    keys.reload()
+    assert keys.identify(CAROL) is not None and keys.identify(ALICE) is None
+    assert log == [f"attnmt serve: API keys read from {path}: 1",
+                   f"attnmt serve: keys not reloaded, the 1 loaded before stay: {path} line 2: the key has 9 characters; "
+                   f"use 16 or more (python -c 'import secrets; print(secrets.token_urlsafe())' makes one)"] + \
+        [f"attnmt serve: API keys read from {path}: 1"] * 2
+
+
+def same_stamp(path: Path, key: str) -> None:
+    """Overwrite the file's one key in place with one as long, keeping its time: it looks unchanged."""
+    before = path.stat()
+    with open(path, "r+", encoding="utf-8") as handle:
+        handle.write(key + "\n")
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert path.stat().st_size == before.st_size
+
+
+def test_a_running_server_reads_the_changed_key_file_and_again_on_sighup(dates_model, tmp_path):
+    keys = key_file(tmp_path / "keys", BOB)
     # Without the access log: the server's own lines about the keys are the whole log.
     with server_process(dates_model, "--api-keys", str(keys), "--no-access-log") as (url, process), \
             httpx.Client(base_url=url) as http:
         def status(key: str) -> int:
             return http.post("/translate", json={"text": DATE}, headers=bearer(key)).status_code
 
-        assert (status(ALICE), status(BOB)) == (200, 403)
-        key_file(keys, BOB)  # the file changes: seen within about a second, without a restart
-        wait_until(lambda: status(BOB) == 200, "the new key")
-        assert status(ALICE) == 403
-
-        key_file(keys, BOB, "too-short")  # a bad file now: the keys loaded before stay
-        time.sleep(1.5)
-        assert status(BOB) == 200
-
-        key_file(keys, ALICE)
-        wait_until(lambda: status(ALICE) == 200, "the key file made good again")
-        # The same size, time and inode: only SIGHUP tells the server to read the file again.
-        before = keys.stat()
-        with open(keys, "r+", encoding="utf-8") as handle:
-            handle.write(CAROL + "\n")
-        os.utime(keys, ns=(before.st_atime_ns, before.st_mtime_ns))
-        time.sleep(1.5)  # past the once-a-second look at the file, which looks unchanged
-        assert (status(CAROL), status(ALICE)) == (403, 200)
+        assert (status(BOB), status(ALICE)) == (200, 403)
+        key_file(keys, ALICE)  # the file changes: seen within about a second, without a restart
+        wait_until(lambda: status(ALICE) == 200, "the new key")
+        assert status(BOB) == 403
+        same_stamp(keys, CAROL)  # looks unchanged: only SIGHUP tells the server to read it again
         process.send_signal(signal.SIGHUP)
         wait_until(lambda: status(CAROL) == 200, "the key read on SIGHUP")
         assert status(ALICE) == 403
     log = process.stdout.read().splitlines()
     assert log == [f"attnmt serve: API keys read from {keys}: 1; translating needs one"] + \
-        [f"attnmt serve: API keys read from {keys}: 1"] + \
-        [f"attnmt serve: keys not reloaded, the 1 loaded before stay: {keys} line 2: the key has 9 characters; use 16 "
-         f"or more (python -c 'import secrets; print(secrets.token_urlsafe())' makes one)"] + \
         [f"attnmt serve: API keys read from {keys}: 1"] * 2
     assert process.stderr.read() == ""
 
@@ -150,30 +185,73 @@ def test_a_bad_key_file_stops_a_real_server_in_one_line(dates_model, tmp_path):
                                           f"text without tabs"]
 
 
-def test_rate_limits_refuse_with_retry_after_and_recover(dates_model):
-    # 3 requests and 5 sentences per 3 s for each client address; a request holds at most 4 sentences.
-    flags = ["--requests-per-minute", "60", "--sentences-per-minute", "100", "--rate-window-s", "3",
-             "--max-sentences", "4"]
+def test_rate_limits_count_each_request_until_it_leaves_the_window():
+    # 3 requests and 5 sentences per 3 s for each caller, on a clock the test moves.
+    clock = Clock()
+    rates = RateLimits(ServeConfig(requests_per_minute=60, sentences_per_minute=100, rate_window_s=3), clock)
+    one, other = Caller("address 127.0.0.1", "127.0.0.1"), Caller("address 203.0.113.7", "203.0.113.7")
+
+    def refused(take, *args) -> RateLimited:
+        with pytest.raises(RateLimited) as refusal:
+            take(*args)
+        return refusal.value
+
+    rates.sentences_of(one, 4)  # at 0 s
+    clock.now += 1
+    over = refused(rates.sentences_of, one, 2)  # 2 sentences when 1 is left: refused whole, and counts none
+    assert str(over) == "over the limit of 5 sentences per 3 s for 127.0.0.1; retry in 2 s" and over.retry_after == 2
+    rates.sentences_of(one, 1)
+    for _ in range(3):  # at 1 s
+        rates.request(one)
+    assert refused(rates.request, one).retry_after == 3
+    rates.request(other)  # each caller has a count of its own
+    clock.now += 1.5
+    assert refused(rates.request, one).retry_after == 2  # 1.5 s until the requests of 1 s leave: rounded up
+    clock.now += 0.5  # 3 s: the 4 sentences of 0 s have left the window, the one of 1 s has not
+    rates.sentences_of(one, 4)
+    assert refused(rates.sentences_of, one, 1).retry_after == 1
+    clock.now += 0.75
+    assert refused(rates.request, one).retry_after == 1  # 0.25 s: never 0
+    clock.now += 0.25  # 4 s: the 3 requests of 1 s leave together
+    for _ in range(3):
+        rates.request(one)
+    assert "over the limit of 3 requests per 3 s" in str(refused(rates.request, one))
+
+
+def test_the_moving_window_forgets_callers_gone_quiet():
+    clock = Clock()
+    window = MovingWindow(2, 10, clock)
+    assert window.take("quiet", 1) is None and window.take("busy", 2) is None
+    clock.now += 9
+    assert window.take("busy", 1) == 1  # the 2 taken at 0 s leave in 1 s
+    clock.now += 1
+    assert window.take("busy", 1) is None
+    assert set(window.taken) == {"busy"}  # a window after its last request, a caller holds no memory
+    with pytest.raises(ValueError, match="3 units can never fit in a window of 2"):
+        window.take("busy", 3)
+
+
+def test_rate_limits_refuse_with_retry_after_on_a_real_server(dates_model):
+    # 3 requests and 5 sentences per 60 s for each client address; a request holds at most 4 sentences.
+    flags = ["--requests-per-minute", "3", "--sentences-per-minute", "5", "--max-sentences", "4"]
     with server_process(dates_model, *flags) as (url, process), httpx.Client(base_url=url) as http:
         def post(texts: int, **headers: str) -> httpx.Response:
             return http.post("/translate", json={"texts": [DATE] * texts}, headers=headers)
 
         assert post(4).status_code == 200
         over = post(2)  # 2 sentences when 1 is left: refused whole, and counts none
-        assert over.status_code == 429 and 1 <= int(over.headers["retry-after"]) <= 3
-        assert over.json()["error"].startswith("over the limit of 5 sentences per 3 s for 127.0.0.1; retry in")
+        retry_after = int(over.headers["retry-after"])
+        assert over.status_code == 429 and 1 <= retry_after <= 60
+        assert over.json() == {"error": f"over the limit of 5 sentences per 60 s for 127.0.0.1; retry in {retry_after} s"}
         assert post(1).status_code == 200
         many = post(1)  # the fourth request in the window
-        assert many.status_code == 429 and "over the limit of 3 requests per 3 s" in many.json()["error"]
+        assert many.status_code == 429 and "over the limit of 3 requests per 60 s" in many.json()["error"]
         # The LibreTranslate API is counted with the rest, and refused in its own form.
         refused = http.post("/libretranslate/translate", json={"q": DATE, "source": "de", "target": "en"})
         assert refused.status_code == 429 and list(refused.json()) == ["error"] and "retry-after" in refused.headers
         # A reverse proxy on this machine names the client (uvicorn trusts X-Forwarded-For from 127.0.0.1).
         assert post(1, **{"X-Forwarded-For": "203.0.113.7"}).status_code == 200
         assert http.get("/health").status_code == 200  # not counted
-
-        time.sleep(int(many.headers["retry-after"]))
-        wait_until(lambda: post(1).status_code == 200, "a request after the window", seconds=5)
     assert process.stderr.read() == ""
 
 

@@ -4,6 +4,7 @@ import contextlib
 import shutil
 from pathlib import Path
 from typing import Iterator
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -186,9 +187,12 @@ def test_a_server_on_ctranslate2_shows_its_one_map(browser, transformer_dates_mo
         result = httpx.post(url + "translate", json={"text": text}).json()["results"][0]
         assert page.locator("#heatmap .cell").count() == len(result["tokens"]) * len(result["source_tokens"])
         assert page.locator("#map-controls").is_hidden() and page.locator("#explain-hint").is_hidden()
+        sent: list[str] = []
+        page.on("request", lambda request: sent.append(urlsplit(request.url).path))
         page.click('#heatmap .tok.out[data-row="1"]')
-        page.wait_for_timeout(300)  # time for a request the page must not send
-        assert page.locator("#explain").is_hidden()
+        # A request the click sent would have gone before this one, which the page sends after the click.
+        assert page.evaluate("fetch('/health').then(response => response.status)") == 200
+        assert sent == ["/health"] and page.locator("#explain").is_hidden()
 
 
 def test_the_explain_panel_shows_every_number_of_a_step(page, server):

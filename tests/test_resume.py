@@ -2,11 +2,14 @@
 
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
 import torch
@@ -15,7 +18,7 @@ from conftest import tiny_dates_config
 
 from attnmt import AttnmtError
 from attnmt.config import config_from_dict
-from attnmt.metrics import read_metrics
+from attnmt.metrics import METRICS_FILE, read_metrics
 from attnmt.modelfile import load_file
 from attnmt.train import train
 
@@ -31,7 +34,8 @@ def write_config(path: Path, out_dir: Path, arch: str = "rnn") -> Path:
     values["data"].update(num_pairs=700, valid_size=50, test_size=50)
     # Dropout and teacher forcing below 1 draw random numbers: resume must restore the generator.
     values["model"].update(dropout=0.2)
-    values["train"].update(epochs=3, batch_size=32, checkpoint_every=2, teacher_forcing=0.7)
+    # A log line after each update (the test kills the run at updates it reports), a checkpoint every second.
+    values["train"].update(epochs=3, batch_size=32, checkpoint_every=2, teacher_forcing=0.7, log_every=1)
     if arch == "transformer":  # trains on the gold prefix, with its warmup schedule
         values["model"].update(TRANSFORMER)
         values["train"].update(teacher_forcing=1.0, scheduler="warmup", warmup_steps=20)
@@ -40,8 +44,42 @@ def write_config(path: Path, out_dir: Path, arch: str = "rnn") -> Path:
 
 
 def run(config: Path, *extra: str) -> subprocess.Popen:
+    """`attnmt train`, its log (stdout and stderr) readable line by line as it is written."""
     return subprocess.Popen([sys.executable, "-m", "attnmt", "train", str(config), *extra], cwd=REPO,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+def finish(process: subprocess.Popen) -> None:
+    log, _ = process.communicate(timeout=600)
+    assert process.returncode == 0, log
+
+
+# The line logged after each update (without a terminal), as "epoch 2 step 25 (6/19) | ...".
+UPDATE = re.compile(r"epoch \d+ step (\d+) \(\d+/(\d+)\)")
+
+
+def updates(log: list[str]) -> list[tuple[int, int]]:
+    """(step, updates per epoch) of each update the log reports."""
+    return [(int(update[1]), int(update[2])) for update in map(UPDATE.match, log) if update]
+
+
+def kill_when(process: subprocess.Popen, moment: Callable[[list[str]], bool]) -> None:
+    """Kill the run (SIGKILL) as soon as `moment(its log so far)` is true; fails if the run ends first."""
+    log: list[str] = []
+
+    def read() -> None:
+        for line in process.stdout:
+            log.append(line)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    while process.poll() is None and not moment(log):
+        time.sleep(0.002)
+    process.kill()
+    reader.join(timeout=600)
+    assert process.wait(timeout=600) == -signal.SIGKILL, "the run ended before it was killed:\n" + "".join(log)
+    process.stdout.close()
 
 
 def weights(path: Path) -> dict[str, torch.Tensor]:
@@ -59,31 +97,23 @@ def assert_bit_identical(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor])
 @pytest.mark.parametrize("kill_seed,arch", [(7, "rnn"), (8, "transformer")])
 def test_killed_and_resumed_run_ends_bit_identical(tmp_path, kill_seed, arch):
     reference = tmp_path / "reference"
-    done = run(write_config(tmp_path / "ref.yaml", reference, arch))
-    assert done.wait(timeout=600) == 0, done.stderr.read()
+    finish(run(write_config(tmp_path / "ref.yaml", reference, arch)))
 
+    # Killed three times at moments the run reports, so on a machine of any speed: at a random update
+    # of epoch 1 after the checkpoint of step 2; once epoch 1's record is in metrics.jsonl (appended
+    # before curves.png is drawn and the epoch's checkpoint saved); at a random update of epoch 2 or 3.
     interrupted = tmp_path / "interrupted"
     config = write_config(tmp_path / "int.yaml", interrupted, arch)
-    checkpoint = interrupted / "checkpoint.safetensors"
     rng = random.Random(kill_seed)
-    kills = 0
-    for _attempt in range(10):
-        before = checkpoint.stat().st_mtime_ns if checkpoint.exists() else None
-        process = run(config, "--resume") if before is not None else run(config, "--overwrite")
-        if kills < 3:
-            # Once this run has written a checkpoint of its own, kill it at a random moment after.
-            while process.poll() is None and (not checkpoint.exists() or checkpoint.stat().st_mtime_ns == before):
-                time.sleep(0.02)
-            time.sleep(rng.uniform(0.0, 0.6))
-            if process.poll() is None:
-                os.kill(process.pid, signal.SIGKILL)
-                process.wait()
-                kills += 1
-                continue
-        if process.wait(timeout=600) == 0:
-            break
-        pytest.fail(process.stderr.read())
-    assert kills == 3, "the run finished before it could be killed three times; make it longer"
+    share = rng.random()
+    kill_when(run(config, "--overwrite"),
+              lambda log: any(step >= 3 + round(share * (per_epoch - 4)) for step, per_epoch in updates(log)))
+    metrics = interrupted / METRICS_FILE
+    kill_when(run(config, "--resume"), lambda _: metrics.exists() and metrics.read_text().endswith("\n"))
+    share = rng.random()
+    kill_when(run(config, "--resume"), lambda log: any(step >= per_epoch + 2 + round(share * (3 * per_epoch // 2 - 2))
+                                                        for step, per_epoch in updates(log)))
+    finish(run(config, "--resume"))
     assert_bit_identical(weights(reference / "checkpoint.safetensors"), weights(interrupted / "checkpoint.safetensors"))
     assert_bit_identical(weights(reference / "model.safetensors"), weights(interrupted / "model.safetensors"))
     _, ref_meta = load_file(reference / "checkpoint.safetensors")

@@ -277,16 +277,28 @@ def test_cli_serve_reports_a_busy_port_in_one_line(dates_model):
 
 def test_sigterm_answers_the_request_in_flight_then_exits_0(dates_model):
     body = b'{"text": "1 May 2000"}'
-    with server_process(dates_model) as (url, process), \
-            socket.create_connection((urlsplit(url).hostname, urlsplit(url).port)) as held:
-        held.sendall(b"POST /translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: %d\r\n\r\n%s" % (len(body), body[:-1]))
-        time.sleep(0.5)  # the server has the request's start
-        process.send_signal(signal.SIGTERM)
-        time.sleep(0.5)  # and is stopping
-        held.sendall(body[-1:])
-        assert held.makefile("rb").readline().startswith(b"HTTP/1.1 200")
-        assert process.wait(timeout=10) == 0, process.stderr.read()
+    with server_process(dates_model) as (url, process):
+        address = (urlsplit(url).hostname, urlsplit(url).port)
+        with socket.create_connection(address) as held:
+            held.sendall(b"POST /translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: %d\r\n\r\n%s" % (len(body), body[:-1]))
+            # A connection accepted after this one is read after it: once the server has answered on
+            # it, it has read the held request's start, which makes that request one in flight.
+            assert httpx.get(url + "health", headers={"Connection": "close"}, timeout=60).status_code == 200
+            process.send_signal(signal.SIGTERM)
+            wait_for(lambda: refused(address), "the server to stop listening, as it does first when it stops")
+            held.sendall(body[-1:])
+            assert held.makefile("rb").readline().startswith(b"HTTP/1.1 200")
+        assert process.wait(timeout=60) == 0, process.stderr.read()
+
+
+def refused(address: tuple) -> bool:
+    """Whether a connection to `address` is refused: nothing listens there."""
+    try:
+        socket.create_connection(address).close()
+    except ConnectionRefusedError:
+        return True
+    return False
 
 
 def test_a_model_without_attention_answers_without_weights(no_attention_model: Path):
