@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import needs_exact_int8, tiny_dates_config
+from test_batch_invariance import FP32_TOLERANCE, assert_alone_as_in_a_batch, assert_rows_computed_alone
 
 from attnmt import AttnmtError, Translator, cli
 from attnmt.config import config_from_dict
@@ -19,6 +20,10 @@ from attnmt.files import cache_dir
 
 needs_compiler = pytest.mark.skipif(shutil.which(os.environ.get("CXX", "g++")) is None,
                                     reason="no C++ compiler to compile the step with (.ci/run installs g++)")
+
+# The models whose int8 step is compiled (once, then reused by the later tests of the module).
+INT8_KINDS = [{"attention": "bahdanau", "decoder": "luong", "input_feeding": True},
+              {"arch": "transformer", "emb_dim": 32, "heads": 4, "ff_dim": 64}]
 
 DATES = ["March 3, 2021", "3. Oktober 1990", "12/25/2031", "the 1st of May 1999", "1.2.2003", "May 9 1976"] * 3
 
@@ -81,8 +86,7 @@ def test_compiled_step_computes_what_the_decoder_step_computes(kind, tmp_path):
 @pytest.mark.slow  # compiles with g++
 @needs_compiler
 @needs_exact_int8
-@pytest.mark.parametrize("kind,atol", [({"attention": "bahdanau", "decoder": "luong", "input_feeding": True}, 3e-2),
-                                        ({"arch": "transformer", "emb_dim": 32, "heads": 4, "ff_dim": 64}, 6e-2)])
+@pytest.mark.parametrize("kind,atol", list(zip(INT8_KINDS, [3e-2, 6e-2])))
 def test_compiled_int8_step_agrees_within_bfloat16_rounding(kind, atol, tmp_path):
     # The compiled program keeps elementwise chains in float32 where eager rounds each op to bfloat16;
     # the Transformer's bfloat16 caches (values up to about 3) then differ by a unit or two in the
@@ -108,6 +112,28 @@ def test_translator_with_compile_translates_as_without_and_reuses_the_program(fa
     folder = cache_dir() / "compiled"
     assert (folder / f"step-{_program_key(plain.model)}.pt2").is_file()
     assert not [p for p in folder.iterdir() if p.name.startswith(".")]  # no temporary file left
+
+
+# Batch invariance of the compiled step (tests/test_batch_invariance.py): after the tests above, whose
+# programs these reuse from the module's cache.
+@pytest.mark.slow  # compiles with g++ when run alone
+@needs_compiler
+@pytest.mark.parametrize("family", ["dates_model", "transformer_dates_model"])
+def test_compiled_translation_alone_is_as_in_a_batch(family, request):
+    translator = Translator.load(request.getfixturevalue(family), "cpu", compile=True)
+    text = translator.tokenization
+    assert_rows_computed_alone(*translator._decoding(), len(text.src_vocab), len(text.tgt_vocab))
+    for beam in (1, 3):
+        assert_alone_as_in_a_batch(translator, beam, FP32_TOLERANCE, exact_share=0)
+
+
+@pytest.mark.slow  # compiles with g++ when run alone
+@needs_compiler
+@needs_exact_int8
+@pytest.mark.parametrize("kind", INT8_KINDS)
+def test_compiled_int8_rows_are_computed_from_their_own_sentence_alone(kind, tmp_path):
+    model = int8_decoding_copy(tiny_model(tmp_path, **kind))
+    assert_rows_computed_alone(model, compiled_step(model), 40, 30)
 
 
 @needs_exact_int8

@@ -70,7 +70,10 @@ class CompiledStep:
     def __call__(self, prev_tokens: torch.Tensor, state: State, memory: Memory
                  ) -> tuple[torch.Tensor, State, Optional[torch.Tensor]]:
         state = state.make_room(prev_tokens.shape[1])   # the program writes the new positions in place
-        outputs = list(self.program(prev_tokens, *memory, *state.tensors()))
+        # The program reads each input as laid out at export, contiguous: it would read a view (a
+        # column of a matrix of tokens) at the wrong strides, i.e. other rows' values.
+        inputs = [t.contiguous() for t in (prev_tokens, *memory, *state.tensors())]
+        outputs = list(self.program(*inputs))
         logits = outputs.pop(0)
         weights = outputs.pop().unsqueeze(1) if self.returns_attention else None
         return logits.unsqueeze(1), state.like(outputs), weights
