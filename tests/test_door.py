@@ -20,7 +20,8 @@ POSITIONALS = {"demo": [], "train": ["{config}"], "prepare": ["{config}"], "tran
                "plot": ["m.safetensors", "a sentence", "--out", "p.png"], "serve": ["m.safetensors"],
                "explain": ["m.safetensors", "a sentence"], "export": ["m.safetensors", "out", "--to", "ctranslate2"],
                "info": ["m.safetensors"], "plot-curves": ["run", "--out", "c.png"],
-               "align": ["m.safetensors", "--src", "s.txt", "--tgt", "t.txt"]}
+               "align": ["m.safetensors", "--src", "s.txt", "--tgt", "t.txt"],
+               "train-aligner": ["m.safetensors", "--src", "s.txt", "--tgt", "t.txt", "--out", "a.safetensors"]}
 
 
 def run(capsys, argv: list[str]) -> tuple[int, str]:
