@@ -129,12 +129,12 @@ def feature_count(translator: Translator) -> int:
 
 def piece_tensors(pairs: list[tuple[list[int], list[int]]], rows: list[int], device: torch.device
                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The pairs `rows` of (source ids, target ids) as padded tensors with their lengths: src [B, S],
-    src lengths [B], tgt [B, T] (no SOS or EOS), tgt lengths [B]."""
+    """The pairs `rows` of (source ids, target ids) as padded tensors on `device` with their lengths
+    (on the CPU, where an RNN's packing wants them): src [B, S], src lengths [B], tgt [B, T] (no SOS
+    or EOS), tgt lengths [B]."""
     src = pad([pairs[i][0] for i in rows]).to(device)
     tgt = pad([pairs[i][1] for i in rows]).to(device)
-    return (src, torch.tensor([len(pairs[i][0]) for i in rows], device=device), tgt,
-            torch.tensor([len(pairs[i][1]) for i in rows], device=device))
+    return (src, torch.tensor([len(pairs[i][0]) for i in rows]), tgt, torch.tensor([len(pairs[i][1]) for i in rows]))
 
 
 def train_aligner(translator: Translator, sources: list[str], targets: list[str], epochs: int = 1, lr: float = 3e-3,
