@@ -144,7 +144,7 @@ class DecodingBatch:
             weights = weights if rows is None else weights.index_select(0, rows)
             self.attention = torch.cat([attention, weights.unsqueeze(1).to(attention.dtype)], dim=1)  # [b*K, w+1, S]
         if rows is not None:
-            self.state = self.state.select(rows)
+            self.state = self.state.reorder(rows)
         self.tokens, self.scores = tokens, scores
 
     def retire(self, ended: torch.Tensor) -> None:

@@ -47,7 +47,7 @@ def operators(translator: Translator, sources: list[str], beam: int, batch_size:
     """One round under torch.profiler: the operators by self CPU time, and the labelled parts."""
     model, _ = translator._decoding()
     state_class = type(model.encode(torch.tensor([[4]]), torch.tensor([1]))[1])
-    for name in ("select", "put"):
+    for name in ("select", "reorder", "put"):
         setattr(state_class, name, labelled(getattr(state_class, name), f"state.{name}"))
     model.step = labelled(model.step, "decoder step")
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:

@@ -60,6 +60,9 @@ class ToyState:
     def select(self, index: torch.Tensor) -> "ToyState":
         return ToyState(self.steps.index_select(0, index))
 
+    def reorder(self, index: torch.Tensor) -> "ToyState":
+        return self.select(index)
+
     def put(self, index: torch.Tensor, source: "ToyState") -> None:
         self.steps.index_copy_(0, index, source.steps)
 

@@ -376,6 +376,26 @@ def test_transformer_decodes_like_the_reference(dtype, kind):
             assert_close(a.attention, b.attention, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("index", [[2, 2, 0, 3], [0, 1, 2, 3], [3, 3, 3, 3], [1, 0, 3, 2]])
+def test_in_place_reorder_is_select(index):
+    """Beam search's reorder, in place (only the rows that take another's place, only the positions
+    decoded so far), gives each row what select gives it at every position it has decoded, with rows
+    at different steps and a row's content going to several rows; the caches stay the same tensors."""
+    torch.manual_seed(0)
+    steps = torch.tensor([3, 1, 2, 4])
+    caches = [torch.randn(4, 2, 6, 3) for _ in range(4)]                 # 2 layers' keys and values, room for 6
+    rows = torch.tensor(index)
+    expected = TransformerState(steps, caches).select(rows)
+    reordered = InPlaceState(steps.clone(), [c.clone() for c in caches])
+    tensors = reordered.caches
+    reordered = reordered.reorder(rows)
+    assert torch.equal(reordered.steps, expected.steps)
+    for ours, theirs, same in zip(reordered.caches, expected.caches, tensors, strict=True):
+        assert ours is same
+        for row, decoded in enumerate(expected.steps.tolist()):
+            assert torch.equal(ours[row, :, :decoded], theirs[row, :, :decoded])
+
+
 def test_transformer_trains_and_decodes_like_the_reference():
     """The caches serve decoding only: training computes the same loss and gradients."""
     assert_trains_and_decodes_alike(random_model(**TRANSFORMER).double().train())

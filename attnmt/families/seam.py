@@ -49,6 +49,10 @@ class State(Protocol):
 
     def select(self, index: torch.Tensor) -> Self: ...
 
+    # select(index) where index [rows] names rows of this state, as beam search follows its beams at
+    # every step: may reuse this state's tensors, so this state is not to be read again.
+    def reorder(self, index: torch.Tensor) -> Self: ...
+
     def put(self, index: torch.Tensor, source: Self) -> None: ...  # in place
 
     def tensors(self) -> list[torch.Tensor]: ...

@@ -63,6 +63,10 @@ class RNNDecoderState(NamedTuple):
         """Keep (or repeat) the rows `index`, e.g. to follow beams."""
         return self.like([t.index_select(dim, index) for t, (dim, _) in zip(self.tensors(), self.dims())])
 
+    def reorder(self, index: torch.Tensor) -> "RNNDecoderState":
+        """select(index): a few small tensors, copied."""
+        return self.select(index)
+
     def put(self, index: torch.Tensor, source: "RNNDecoderState") -> None:
         """Overwrite the rows `index` in place with the rows of `source`."""
         for mine, theirs, (dim, _) in zip(self.tensors(), source.tensors(), self.dims()):

@@ -70,6 +70,10 @@ class TransformerState:
     def select(self, index: torch.Tensor) -> Self:
         return self.like([t.index_select(0, index) for t in self.tensors()])
 
+    def reorder(self, index: torch.Tensor) -> Self:
+        """select(index), into new tensors (fast.py reorders in place)."""
+        return self.select(index)
+
     def put(self, index: torch.Tensor, source: Self) -> None:
         """Overwrite the rows `index` in place with the rows of `source`, whose caches may be shorter."""
         self.steps.index_copy_(0, index, source.steps)

@@ -1,10 +1,12 @@
 """Faster Transformer decoding: caches grown by doubling, written in place; tests/test_fast.py checks it against cache.py.
 
 The reference copies every layer's cache at every step, to grow it by one position and to write
-the new keys and values; that copying was a large share of decoding's time (docs/speed.md). Here
-the caches grow by doubling, so they rarely grow, and each step writes its positions into them in
-place. The compiled step (fast/compiled.py) relies on both: an exported program cannot grow its
-inputs, so its caller makes the room before each step and the program writes into it.
+the new keys and values, and, in beam search, to follow the beams; that copying was a large share
+of decoding's time (docs/speed.md). Here the caches grow by doubling, so they rarely grow, each
+step writes its positions into them in place, and beam search's reorder moves only the rows and
+positions it must, in place too. The compiled step (fast/compiled.py) relies on the first two: an
+exported program cannot grow its inputs, so its caller makes the room before each step and the
+program writes into it.
 """
 
 from __future__ import annotations
@@ -38,6 +40,18 @@ class InPlaceState(TransformerState):
     """A TransformerState whose caches grow by doubling and are written in place."""
 
     layer_cache = InPlaceLayerCache
+
+    def reorder(self, index: torch.Tensor) -> Self:
+        """select(index) in place: only the rows that take another row's place are written, and only
+        the positions decoded so far (past them all is stale), where select copies every cache whole
+        into new tensors at every step of a beam search."""
+        moved = (index != torch.arange(index.shape[0], device=index.device)).nonzero().squeeze(1)  # [m]
+        if moved.numel():
+            origins, decoded = index.index_select(0, moved), int(self.steps.max())
+            for cache in self.caches:
+                written = cache.narrow(2, 0, decoded)                    # [B, h, decoded, d_k]
+                written.index_copy_(0, moved, written.index_select(0, origins))
+        return self.like([self.steps.index_select(0, index), *self.caches])
 
     def make_room(self, positions: int) -> Self:
         """Grown by doubling (few copies). While torch.export traces a step, this is the state as given:
