@@ -101,6 +101,12 @@ class BaseTokenizer(ABC):
         return tokens, owners
 
 
+def _day_and_year(mark: str, before: str, after: str) -> bool:
+    """"3 , 2021" as in "May 3, 2021": a day of one or two digits, a comma, a year of four. (A
+    thousands separator is followed by three digits, a decimal comma rarely by exactly four.)"""
+    return mark == "," and len(before) <= 2 and len(after) == 4
+
+
 class WordTokenizer(BaseTokenizer):
     """Words are runs of letters, digits and marks; every other visible character is a token."""
 
@@ -118,8 +124,8 @@ class WordTokenizer(BaseTokenizer):
             prev = tokens[i - 1] if i > 0 else ""
             following = tokens[i + 1] if i + 1 < len(tokens) else ""
             attach, attach_next_now = attach_next, False
-            if token in ".,:" and prev.isdigit() and following.isdigit():
-                attach = attach_next_now = True                   # 3,500  2:30  1.5
+            if token in ".,:" and prev.isdigit() and following.isdigit() and not _day_and_year(token, prev, following):
+                attach = attach_next_now = True                   # 3,500  2:30  1.5  (May 3, 2021 keeps its space)
             elif token in "'’" and prev[-1:].isalnum() and following.lower() in _CONTRACTION_ENDS:
                 attach = attach_next_now = True                   # don ' t -> don't
             elif token in _JOINERS and prev[-1:].isalnum() and following[:1].isalnum():

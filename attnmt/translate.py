@@ -179,7 +179,8 @@ class Translator(TextTranslator):
         return ModelDescription(self.config, self.tokenization)
 
     def save(self, path: str | Path, training: Optional[dict] = None) -> None:
-        """Write the model as one self-contained file (atomically), with how it was trained if given."""
+        """Write the model as one self-contained file (atomically), with how it was trained if given.
+        Without an aligner: training calls this, and an aligner reads the weights it was trained on."""
         save_model(path, self.description, self.model.state_dict(), training)
 
     @classmethod

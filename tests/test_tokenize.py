@@ -155,6 +155,8 @@ COMMON_PUNCTUATION = [
     "Wo ist die US-Botschaft?",            # German compound with hyphen
     "Tom came back at 2:30.",              # clock time
     "Her library has 3,500 books.",        # thousands separator
+    "Er wiegt 1,5 Kilo.",                   # decimal comma
+    "She was born on March 27, 1976.",     # a date: the comma keeps its space
     "Auf der Seite stand das Wort „Frosch“.",  # German quotation marks
     "Hier drin stinkt’s.",                 # typographic apostrophe
     "He said 'hi' to me.",                 # single-quoted word
