@@ -8,8 +8,8 @@
 
 With --data, trains one de->en model per attention kind (--kinds; `transformer` is the Transformer
 recipe) from the Multi30k recipe configs/multi30k_de_en.yaml with model.attention=KIND, each for
---budget-min minutes of wall clock or --epochs epochs, one after the other; models already in
---out are reused.
+--budget-min minutes of wall clock or --epochs epochs (and any --set KEY=VALUE overrides), one
+after the other; models already in --out are reused.
 Then scores every model on the gold standard: links by argmax (Luong's rule) and by threshold,
 each with the attention of the step that writes a target word and of the step that reads it
 (`attnmt align --step output|input`), for a Transformer the default layer and each layer's mean
@@ -187,6 +187,8 @@ def main() -> None:
     parser.add_argument("--budget-min", type=float, default=8.0, help="training wall clock per model, minutes")
     parser.add_argument("--epochs", type=int, help="train this many epochs instead (a budget that other jobs on the "
                                                    "machine do not change)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a config override for every model trained, e.g. train.precision=fp32 on a CPU whose bf16 is slow")
     parser.add_argument("--out", default="runs/align", help="where the trained models go, one folder per kind")
     parser.add_argument("--model", action="append", default=[], metavar="NAME=PATH", help="score this model too")
     parser.add_argument("--reverse", action="append", default=[], metavar="NAME=PATH",
@@ -219,7 +221,7 @@ def main() -> None:
     if args.data:
         for kind in args.kinds.split(","):
             budget = ([f"train.epochs={args.epochs}", "train.max_minutes=0"] if args.epochs
-                      else [f"train.max_minutes={args.budget_min}"])
+                      else [f"train.max_minutes={args.budget_min}"]) + args.set
             models[kind] = str(train_kind(kind, args.data, budget, Path(args.out) / kind))
     if args.data or args.coverage:
         for lang, lines in (("de", sources), ("en", targets)):
