@@ -102,8 +102,8 @@ class BaseTokenizer(ABC):
 
 
 def _day_and_year(mark: str, before: str, after: str) -> bool:
-    """"3 , 2021" as in "May 3, 2021": a day of one or two digits, a comma, a year of four. (A
-    thousands separator is followed by three digits, a decimal comma rarely by exactly four.)"""
+    """A day of one or two digits, a comma and a year of four, as in "May 3, 2021". (A thousands
+    separator is followed by three digits, a decimal comma rarely by exactly four.)"""
     return mark == "," and len(before) <= 2 and len(after) == 4
 
 
