@@ -16,11 +16,13 @@ and scored them against hand-made ones; this module does the same for any attnmt
               word summed (that word's share of the attention), averaged over the target word's pieces
     links     argmax: each target word to the source word it attends most (Luong's rule);
               threshold: every pair whose word attention is at least `threshold`;
-              aligner: not attention but the posterior of the aligner trained for the model
-              (aligner.py), each target word to its most probable source word unless NULL is
-              more probable
-    both ways given a second model translating the other way, its links (flipped) are combined:
-              intersect, union, grow-diag or grow-diag-final (Koehn et al. 2003's heuristics)
+              aligner: not attention but the posteriors of the aligner trained for the model
+              (aligner.py), each word to its most probable word of the other side unless NULL
+              is more probable, in both directions, combined as below
+    both ways given a second model translating the other way (or the aligner's second direction),
+              its links (flipped) are combined: intersect, union, grow-diag or grow-diag-final
+              (Koehn et al. 2003's heuristics); or average: the pairs whose weights of the two
+              directions (attention, or the aligner's posteriors), averaged, reach one half
 
 Links are (source word, target word) pairs, numbered from 0, written in the Pharaoh format `i-j`.
 For a Transformer the attention is one layer's, the mean of its heads or one head; by default the
@@ -41,7 +43,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from .aligner import attention_features, piece_tensors
+from .aligner import piece_tensors
 from .batch import pad
 from .errors import AttnmtError
 from .families.seam import AttentionView
@@ -49,9 +51,11 @@ from .translate import Translator
 from .vocab import SOS_ID
 
 Link = tuple[int, int]                      # (source word, target word), from 0
+WordPosterior = tuple[np.ndarray, np.ndarray]   # [written words, given words], and NULL's share [written words]
 # How attention becomes links, and how the links of two directions combine (the module's docstring).
 ALIGN_METHODS = ("argmax", "threshold", "aligner")
-SYMMETRIZATIONS = ("intersect", "union", "grow-diag", "grow-diag-final")
+SYMMETRIZATIONS = ("intersect", "union", "grow-diag", "grow-diag-final")      # of the two directions' links
+AVERAGE = "average"                                                             # of their weights (averaged)
 # Which decoding step's attention aligns a target token: the step that writes it, or the next one,
 # which reads it.
 ALIGN_STEPS = ("output", "input")
@@ -122,10 +126,12 @@ def word_attention(translator: Translator, pairs: list[tuple[list[str], list[str
 
 
 def aligner_posteriors(translator: Translator, pairs: list[tuple[list[str], list[str]]], batch_size: int = 32
-                       ) -> list[tuple[np.ndarray, np.ndarray]]:
-    """For each (source words, target words) pair, the aligner's posterior between words
-    [len(target), len(source)] (pieces merged as word_attention merges them) and each target word's
-    NULL share [len(target)]: each target word's row and its NULL share sum to 1."""
+                       ) -> list[tuple[WordPosterior, WordPosterior]]:
+    """For each (source words, target words) pair, the aligner's posteriors between words, pieces
+    merged as word_attention merges them: the target words' over the source words
+    [len(target), len(source)] with each target word's NULL share [len(target)], and the source
+    words' over the target words [len(source), len(target)] with theirs: each row and its NULL
+    share sum to 1."""
     aligner = translator.aligner
     if aligner is None:
         raise AttnmtError("this model file has no aligner: train one with `attnmt train-aligner MODEL --src FILE "
@@ -134,25 +140,35 @@ def aligner_posteriors(translator: Translator, pairs: list[tuple[list[str], list
     pieces = [(translator.src_tokenizer.tokenize_words(s), translator.tgt_tokenizer.tokenize_words(t))
               for s, t in pairs]
     encoded = [(text.src_vocab.encode(s), text.tgt_vocab.encode(t)) for (s, _), (t, _) in pieces]
-    results = [(np.zeros((len(t), len(s)), np.float32), np.ones(len(t), np.float32)) for s, t in pairs]
+
+    def nothing(written: int, given: int) -> WordPosterior:
+        return np.zeros((written, given), np.float32), np.ones(written, np.float32)
+
+    results = [(nothing(len(t), len(s)), nothing(len(s), len(t))) for s, t in pairs]
     ready = [i for i, (s, t) in enumerate(encoded) if s and t]
-    model = translator.model.eval()
     for start in range(0, len(ready), batch_size):
         rows = ready[start : start + batch_size]
         src, src_lengths, tgt, tgt_lengths = piece_tensors(encoded, rows, translator.device)
         with torch.inference_mode():
-            features = attention_features(model, src, src_lengths, tgt)
-            posterior = torch.softmax(aligner.joint(src, src_lengths, tgt, tgt_lengths, features), 2)
-        posterior_np = posterior.float().cpu().numpy()                                   # [B, T, S + 1]
+            forward, backward = (p.float().cpu().numpy() for p in aligner.posteriors(src, src_lengths, tgt, tgt_lengths))
         for row, i in enumerate(rows):
             (_, src_owner), (_, tgt_owner) = pieces[i]
-            block = posterior_np[row, : len(tgt_owner)]
-            words = to_words(block[:, : len(src_owner)], src_owner, tgt_owner, len(pairs[i][0]), len(pairs[i][1]))
-            null = to_words(block[:, -1:], [0], tgt_owner, 1, len(pairs[i][1]))[:, 0]
-            # Over the source words and NULL (a character model's spaces belong to no word).
-            total = words.sum(1) + null
-            results[i] = (words / total[:, None], null / total)
+            source_words, target_words = len(pairs[i][0]), len(pairs[i][1])
+            results[i] = (word_posterior(forward[row], src_owner, tgt_owner, source_words, target_words),
+                          word_posterior(backward[row], tgt_owner, src_owner, target_words, source_words))
     return results
+
+
+def word_posterior(posterior: np.ndarray, given_owner: list[int], written_owner: list[int], given_words: int,
+                   written_words: int) -> WordPosterior:
+    """A piece posterior [≥ written pieces, ≥ given pieces + 1] (the last column NULL's, padding
+    past the pieces) merged to words as to_words merges attention; each word's row and its NULL
+    share sum to 1 (a character model's spaces belong to no word)."""
+    block = posterior[: len(written_owner)]
+    words = to_words(block[:, : len(given_owner)], given_owner, written_owner, given_words, written_words)
+    null = to_words(block[:, -1:], [0], written_owner, 1, written_words)[:, 0]
+    total = np.maximum(words.sum(1) + null, 1e-12)
+    return words / total[:, None], null / total
 
 
 def aligner_links(posterior: np.ndarray, null: np.ndarray) -> set[Link]:
@@ -245,32 +261,53 @@ def symmetrize(forward: set[Link], backward: set[Link], method: str) -> set[Link
 
 def align(translator: Translator, sources: list[str], targets: list[str], method: str = "argmax",
           threshold: float = 0.3, layer: Optional[int] = None, head: Optional[int] = None,
-          reverse: Optional[Translator] = None, symmetrization: str = "grow-diag-final",
+          reverse: Optional[Translator] = None, symmetrization: Optional[str] = None,
           step: str = "output") -> list[WordAlignment]:
     """Word alignments of sentence pairs, words split at whitespace. With `reverse` (a model
-    translating targets into sources), each direction's links are combined by `symmetrization`;
-    `attention` then stays the forward model's."""
+    translating targets into sources), or with the aligner (both directions), the directions are
+    combined by `symmetrization` (default: average for the aligner, grow-diag-final for
+    `reverse`); `attention` then stays the forward direction's."""
     if len(sources) != len(targets):
         raise AttnmtError(f"{len(sources)} source sentences but {len(targets)} target sentences: they pair line by line")
     if method not in ALIGN_METHODS:
         raise AttnmtError(f"method {method!r}: choose {', '.join(ALIGN_METHODS)}")
+    if symmetrization not in (None, AVERAGE, *SYMMETRIZATIONS):
+        raise AttnmtError(f"symmetrization {symmetrization!r}: choose {', '.join((*SYMMETRIZATIONS, AVERAGE))}")
     if not 0 < threshold <= 1:
         raise AttnmtError(f"threshold {threshold}: allowed (0, 1]")
     pairs = [(s.split(), t.split()) for s, t in zip(sources, targets)]
 
-    def weights_and_links(model: Translator, pairs: list[tuple[list[str], list[str]]]
-                          ) -> tuple[list[np.ndarray], list[set[Link]]]:
-        if method == "aligner":
-            posteriors = aligner_posteriors(model, pairs)
-            return [w for w, _ in posteriors], [aligner_links(w, null) for w, null in posteriors]
-        attention = word_attention(model, pairs, layer, head, step)
-        return attention, [links_of(a, method, threshold) for a in attention]
-
-    weights, links = weights_and_links(translator, pairs)
-    if reverse is not None:
-        _, backward = weights_and_links(reverse, [(t, s) for s, t in pairs])
-        links = [symmetrize(forward, {(s, t) for t, s in b}, symmetrization) for forward, b in zip(links, backward)]
+    if method == "aligner":
+        if reverse is not None:
+            raise AttnmtError("--reverse with --method aligner: the aligner aligns both ways itself, leave out --reverse")
+        posteriors = aligner_posteriors(translator, pairs)
+        weights, backward_weights = [f for (f, _), _ in posteriors], [b for _, (b, _) in posteriors]
+        links = [aligner_links(*forward) for forward, _ in posteriors]
+        backward_links = [flipped(aligner_links(*backward)) for _, backward in posteriors]
+    else:
+        weights = word_attention(translator, pairs, layer, head, step)
+        links = [links_of(a, method, threshold) for a in weights]
+        if reverse is None:
+            return [WordAlignment(s, t, w, sorted(found)) for (s, t), w, found in zip(pairs, weights, links)]
+        backward_weights = word_attention(reverse, [(t, s) for s, t in pairs], layer, head, step)
+        backward_links = [flipped(links_of(b, method, threshold)) for b in backward_weights]
+    symmetrization = symmetrization or (AVERAGE if method == "aligner" else "grow-diag-final")
+    if symmetrization == AVERAGE:
+        links = [averaged(f, b) for f, b in zip(weights, backward_weights)]
+    else:
+        links = [symmetrize(f, b, symmetrization) for f, b in zip(links, backward_links)]
     return [WordAlignment(s, t, w, sorted(found)) for (s, t), w, found in zip(pairs, weights, links)]
+
+
+def averaged(forward: np.ndarray, backward: np.ndarray) -> set[Link]:
+    """The links whose two directions' word weights, averaged, reach one half: forward [target,
+    source] (attention or the aligner's posterior), backward [source, target]."""
+    return {(int(s), int(t)) for t, s in zip(*np.nonzero(forward + backward.T >= 1.0))}
+
+
+def flipped(links: set[Link]) -> set[Link]:
+    """Links of the other direction, (target, source), as (source, target)."""
+    return {(s, t) for t, s in links}
 
 
 def translation_alignments(translator: Translator, sources: list[str], translations: list[str]

@@ -1,26 +1,34 @@
-"""A word aligner trained on a frozen translation model (`attnmt align --method aligner`).
+"""A neural word aligner trained for a model (`attnmt align --method aligner`): a hidden Markov
+model of alignment whose word translation probabilities come from a small network.
 
 A translation model's cross-attention says where its decoder looked while writing a target piece,
-not which source piece that target piece translates (docs/recipes.md measures how far apart the
-two are). The aligner adds what alignment needs and keeps the model as it is: a lexical model,
-p(y | the source piece i and its neighbours), and a prior over the source positions built from
-the model's own attention heads and the relative position, trained together to explain each
-target piece as a mixture over the source positions plus NULL (IBM Model 1's form, Brown et al.
-1993, with the network's attention as its alignment prior; cf. Zenkel et al. 2019, Alkhouli et
-al. 2018):
+not which source piece that piece translates (docs/recipes.md measures how far apart the two are).
+Statistical aligners (IBM models, HMM, fast_align, eflomal) model the alignment itself: each
+target word is written by one source word or by NULL, the word written depends on that word
+alone, and where the next target word comes from depends on where the last one came from (the
+HMM of Vogel et al. 1996, with Och & Ney 2003's NULL states). This module is that model with its
+lexical table replaced by a network (a neural HMM, as in Wang et al. 2018), trained on sentence
+pairs by the exact likelihood, in both directions:
 
-    p(y_j | x, y_<j) = Σ_i a_ij · p_lex(y_j | x_{i-w..i+w})          i over S source pieces and NULL
-    a_ij = softmax_i(Σ_k w_k · log attn_k[j, i] + d[bucket((i + ½)/S − (j + ½)/T)])
+    p(y | x) = Σ_a Π_j p(a_j | a_j-1) · p(y_j | x_{a_j - w .. a_j + w})      a_j ∈ source pieces ∪ {NULL}
 
-where attn_k runs over every layer and head of the cross-attention, read at the step that writes
-y_j and at the step that reads it (none for a model without attention: then the relative position
-alone is the prior, as in IBM Model 2). A target piece's alignment is the posterior given the piece
-itself, post_ij ∝ a_ij · p_lex(y_j | x_i±w): it knows the word written (as shift-att does) and
-the lexical correspondence (as statistical aligners do). Pieces merge to words as attention's do
-(align.to_words); a target word whose NULL share beats every source word's gets no link.
+    lexical   p(y | x_i±w): the piece x_i and its w neighbours on each side (none by default:
+              with neighbours the posteriors spread over them, docs/recipes.md), embedded
+              (initialised from the model's embeddings), through a hidden layer to a softmax over
+              the other side's vocabulary; NULL writes from its own distribution
+    jump      p(a_j = i | a_j-1 = r) = (1 - p0) · softmax_i(jumps[clamp(i - r, -M, M)]), learned per
+              jump; a_j = NULL with probability p0, after which the next jump starts from r again
+              (a NULL remembers the position before it); the first piece jumps from position 0,
+              before the sentence's first piece (numbered from 1)
+    posterior the forward-backward algorithm gives each piece's P(a_j = i | x, y) exactly; pieces
+              merge to words as attention's do (align.to_words); a target word links to its most
+              probable source word unless NULL is more probable
+    both ways the aligner holds a second HMM writing the source from the target; `attnmt align`
+              combines the two directions' links (align.symmetrize)
 
-The aligner's weights travel in the model file beside the network's (`aligner.*`, with its
-settings in the metadata), so `attnmt align MODEL --method aligner` needs nothing else.
+Nothing of the model's network runs: the aligner shares its tokenization, starts from its
+embeddings, and its weights travel in the same model file (`aligner.*`, its settings in the
+metadata), so `attnmt align MODEL --method aligner` needs nothing else.
 """
 
 from __future__ import annotations
@@ -36,110 +44,170 @@ import torch
 from torch import nn
 
 from .batch import batch_indices, pad
-from .errors import AttnmtError
+from .errors import AttnmtError, first_line
 from .families.seam import Model
 from .modelfile import load_file, save_file
-from .vocab import PAD_ID, SOS_ID
+from .vocab import PAD_ID
 
 if TYPE_CHECKING:
     from .translate import Translator
 
 BATCH_TOKENS = 4096           # target pieces per training batch
 PREFIX = "aligner."           # its tensors' names in a model file; its metadata's key is "aligner"
+IMPOSSIBLE = -1e9             # the log-score of a padded position: finite, so that no sum turns NaN
 
 
 @dataclass
 class AlignerConfig:
     """The aligner's shape; stored in the model file's metadata under "aligner"."""
-    features: int             # attention maps read: layers × heads × 2 steps
-    window: int = 1           # source neighbours on each side the lexical model reads
+    dim: int                  # the embeddings' width (the model's)
+    window: int = 0           # neighbours on each side the lexical model reads (0: the piece alone)
     hidden: int = 256
-    buckets: int = 21         # relative-position buckets over [-1, 1]
+    max_jump: int = 7         # jumps further than this share their side's last bucket
+
+
+class LexicalModel(nn.Module):
+    """log p(a piece written | a piece given, with its neighbours), and log p(a piece | NULL)."""
+
+    def __init__(self, config: AlignerConfig, given_vocab: int, written_vocab: int):
+        super().__init__()
+        self.window = config.window
+        self.embeddings = nn.Embedding(given_vocab, config.dim, padding_idx=PAD_ID)
+        self.hidden = nn.Linear(config.dim * (2 * config.window + 1), config.hidden)
+        self.output = nn.Linear(config.hidden, written_vocab)
+        self.null = nn.Parameter(torch.zeros(written_vocab))
+
+    def forward(self, given: torch.Tensor, written: torch.Tensor) -> torch.Tensor:
+        """log p(written_j | given_i±w) for each written piece [B, T] and given position [B, S]:
+        [B, T, S + 1], the last column NULL's."""
+        embedded = self.embeddings(given)                                       # [B, S, d]; PAD embeds as 0
+        w = self.window
+        padded = nn.functional.pad(embedded, (0, 0, w, w))                      # [B, S + 2w, d]
+        windows = torch.cat([padded[:, k : k + given.shape[1]] for k in range(2 * w + 1)], 2)  # [B, S, (2w+1)d]
+        log_probs = torch.log_softmax(self.output(torch.tanh(self.hidden(windows))), 2)        # [B, S, V]
+        chosen = torch.gather(log_probs, 2, written[:, None, :].expand(-1, given.shape[1], -1))  # [B, S, T]
+        null = torch.log_softmax(self.null, 0)[written]                         # [B, T]
+        return torch.cat([chosen.transpose(1, 2), null[:, :, None]], 2)
+
+
+class HiddenMarkovAligner(nn.Module):
+    """One direction: the written side's pieces from the given side's (the module's docstring)."""
+
+    def __init__(self, config: AlignerConfig, given_vocab: int, written_vocab: int):
+        super().__init__()
+        self.max_jump = config.max_jump
+        self.lexical = LexicalModel(config, given_vocab, written_vocab)
+        jumps = torch.arange(-config.max_jump, config.max_jump + 1, dtype=torch.float32)
+        self.jumps = nn.Parameter(-0.5 * (jumps - 1).abs())         # starts out preferring the next piece
+        self.null_logit = nn.Parameter(torch.tensor(-2.0))          # p0 = sigmoid: 0.12 to start
+
+    def log_jumps(self, given_lengths: torch.Tensor, positions: int) -> torch.Tensor:
+        """log p(a_j = i | a_j-1 = r) [B, S + 1, S] without NULL's share: from r = 0 (before the first
+        piece) .. S to each piece i (numbered from 1 here, from 0 in the tensor's last axis)."""
+        device = self.jumps.device
+        before = torch.arange(positions + 1, device=device)[:, None]            # [S + 1, 1]
+        to = torch.arange(1, positions + 1, device=device)[None, :]             # [1, S]
+        scores = self.jumps[(to - before).clamp(-self.max_jump, self.max_jump) + self.max_jump]   # [S + 1, S]
+        padding = torch.arange(positions, device=device)[None, :] >= given_lengths.to(device)[:, None]  # [B, S]
+        return torch.log_softmax(scores[None].masked_fill(padding[:, None, :], IMPOSSIBLE), 2)
+
+    def forward_backward(self, log_emission: torch.Tensor, given_lengths: torch.Tensor, written_lengths: torch.Tensor,
+                         posterior: bool) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """log p(written | given) [B] summed over every alignment, from log_emission [B, T, S + 1]
+        (LexicalModel's), and with `posterior` each piece's P(a_j = i | both sides) [B, T, S + 1]
+        (the last column NULL's).
+
+        The state after piece j is where the next jump starts: position r in 0..S (r = i + 1 after
+        piece i, or the position a NULL remembers). alpha[r] sums the paths that write pieces 0..j
+        and end in r, split by how: by a piece (`real`, r >= 1) or by NULL (`null`)."""
+        batch, pieces, width = log_emission.shape
+        positions = width - 1
+        jump = self.log_jumps(given_lengths, positions)                          # [B, S + 1, S]
+        log_real, log_null = nn.functional.logsigmoid(-self.null_logit), nn.functional.logsigmoid(self.null_logit)
+        written = torch.arange(pieces, device=log_emission.device)[None, :] < written_lengths.to(log_emission.device)[:, None]
+        alpha = torch.full((batch, positions + 1), IMPOSSIBLE, device=log_emission.device)
+        alpha[:, 0] = 0.0                                                        # before the first piece
+        reals, nulls = [], []
+        for j in range(pieces):
+            real = torch.logsumexp(alpha[:, :, None] + jump, 1) + log_real + log_emission[:, j, :positions]  # [B, S]
+            null = alpha + log_null + log_emission[:, j, positions:]                                      # [B, S + 1]
+            reals.append(real)
+            nulls.append(null)
+            step = torch.cat([null[:, :1], torch.logaddexp(null[:, 1:], real)], 1)
+            alpha = torch.where(written[:, j, None], step, alpha)               # padded pieces change nothing
+        log_likelihood = torch.logsumexp(alpha, 1)                               # [B]
+        if not posterior:
+            return log_likelihood, None
+        # beta[r]: log p(pieces j+1.. | the state after piece j is r): 0 after a sentence's last piece.
+        beta = torch.zeros(batch, positions + 1, device=log_emission.device)
+        shares = [torch.empty(0)] * pieces
+        for j in reversed(range(pieces)):
+            share = torch.cat([reals[j] + beta[:, 1:], torch.logsumexp(nulls[j] + beta, 1, keepdim=True)], 1)
+            shares[j] = torch.exp(share - log_likelihood[:, None]) * written[:, j, None]          # [B, S + 1]
+            through_piece = torch.logsumexp(jump + (log_real + log_emission[:, j, None, :positions]
+                                                    + beta[:, None, 1:]), 2)     # [B, S + 1]
+            through_null = log_null + log_emission[:, j, positions:] + beta
+            beta = torch.where(written[:, j, None], torch.logaddexp(through_piece, through_null), 0.0)
+        return log_likelihood, torch.stack(shares, 1)
 
 
 class Aligner(nn.Module):
-    """The prior and the lexical model of the module's docstring."""
+    """Both directions: target pieces written from source pieces, and source pieces from target pieces."""
 
-    def __init__(self, config: AlignerConfig, src_embeddings: nn.Embedding, tgt_vocab: int):
+    def __init__(self, config: AlignerConfig, src_vocab: int, tgt_vocab: int):
         super().__init__()
         self.config = config
-        self.src_embeddings = src_embeddings           # the translation model's, frozen (not stored twice)
-        width = src_embeddings.embedding_dim * (2 * config.window + 1)
-        self.head_weights = nn.Parameter(torch.full((config.features,), 1.0 / max(config.features, 1)))
-        self.distortion = nn.Parameter(torch.zeros(config.buckets))
-        self.null_prior = nn.Parameter(torch.zeros(()))
-        self.lexical = nn.Sequential(nn.Linear(width, config.hidden), nn.Tanh(), nn.Linear(config.hidden, tgt_vocab))
-        self.null_lexical = nn.Parameter(torch.zeros(tgt_vocab))
+        self.source_to_target = HiddenMarkovAligner(config, src_vocab, tgt_vocab)
+        self.target_to_source = HiddenMarkovAligner(config, tgt_vocab, src_vocab)
 
-    def stored_state(self) -> dict[str, torch.Tensor]:
-        """Its own weights, without the model's embeddings."""
-        return {k: v for k, v in self.state_dict().items() if not k.startswith("src_embeddings.")}
+    @classmethod
+    def for_model(cls, model: Model, src_vocab: int, tgt_vocab: int, window: int = 0) -> Aligner:
+        """A new aligner whose embeddings start as the model's (each side's, PAD's as zeros)."""
+        src_embeddings, tgt_embeddings = model.token_embeddings()
+        aligner = cls(AlignerConfig(dim=src_embeddings.embedding_dim, window=window), src_vocab, tgt_vocab)
+        with torch.no_grad():
+            for direction, given in ((aligner.source_to_target, src_embeddings), (aligner.target_to_source, tgt_embeddings)):
+                direction.lexical.embeddings.weight.copy_(given.weight)
+                direction.lexical.embeddings.weight[PAD_ID] = 0.0
+        return aligner.to(src_embeddings.weight.device)
 
-    def log_prior(self, attention: torch.Tensor, src_lengths: torch.Tensor, tgt_lengths: torch.Tensor) -> torch.Tensor:
-        """log a [B, T, S + 1] (the last column NULL) from the attention maps [B, K, T, S]."""
-        features = torch.log(attention.clamp_min(1e-6))                         # [B, K, T, S]
-        scores = torch.einsum("bkts,k->bts", features, self.head_weights)
-        batch, targets, sources = scores.shape
-        i = (torch.arange(sources, device=scores.device) + 0.5) / src_lengths[:, None].to(scores)      # [B, S]
-        j = (torch.arange(targets, device=scores.device) + 0.5) / tgt_lengths[:, None].to(scores)      # [B, T]
-        relative = (i[:, None, :] - j[:, :, None]).clamp(-1, 1)                 # [B, T, S]
-        bucket = ((relative + 1) / 2 * (self.config.buckets - 1)).round().long()
-        scores = scores + self.distortion[bucket]
-        padding = torch.arange(sources, device=scores.device)[None, :] >= src_lengths[:, None].to(scores.device)
-        scores = scores.masked_fill(padding[:, None, :], float("-inf"))
-        null = self.null_prior.expand(batch, targets, 1)
-        return torch.log_softmax(torch.cat([scores, null], 2), 2)
+    def log_likelihood(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt: torch.Tensor,
+                       tgt_lengths: torch.Tensor) -> torch.Tensor:
+        """log p(tgt | src) + log p(src | tgt) [B]."""
+        forward, _ = self.source_to_target.forward_backward(self.source_to_target.lexical(src, tgt), src_lengths,
+                                                            tgt_lengths, posterior=False)
+        backward, _ = self.target_to_source.forward_backward(self.target_to_source.lexical(tgt, src), tgt_lengths,
+                                                             src_lengths, posterior=False)
+        return forward + backward
 
-    def log_lexical(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
-        """log p_lex(y_j | x_i±w) [B, T, S + 1] of each target piece tgt [B, T] from each source
-        position of src [B, S] and from NULL (the last column)."""
-        embedded = self.src_embeddings(src).detach()                            # [B, S, d]
-        w = self.config.window
-        padded = nn.functional.pad(embedded, (0, 0, w, w))                      # [B, S + 2w, d]
-        windows = torch.cat([padded[:, k : k + src.shape[1]] for k in range(2 * w + 1)], 2)  # [B, S, (2w+1)d]
-        log_probs = torch.log_softmax(self.lexical(windows), 2)                 # [B, S, V]
-        chosen = torch.gather(log_probs, 2, tgt[:, None, :].expand(-1, src.shape[1], -1))     # [B, S, T]
-        null = torch.log_softmax(self.null_lexical, 0)[tgt]                     # [B, T]
-        return torch.cat([chosen.transpose(1, 2), null[:, :, None]], 2)
-
-    def joint(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt: torch.Tensor, tgt_lengths: torch.Tensor,
-              attention: torch.Tensor) -> torch.Tensor:
-        """log a_ij + log p_lex(y_j | i) [B, T, S + 1]: the log-likelihood's terms, the posterior unnormalized."""
-        return self.log_prior(attention, src_lengths, tgt_lengths) + self.log_lexical(src, tgt)
-
-
-def attention_features(model: Model, src: torch.Tensor, src_lengths: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
-    """Every cross-attention map of the frozen model's teacher-forced pass, at the step that writes
-    each target piece and at the step that reads it: [B, 2 × layers × heads, T, S]."""
-    tgt_in = torch.cat([torch.full_like(tgt[:, :1], SOS_ID), tgt], 1)            # [B, T + 1]: the step after the last reads it
-    with torch.inference_mode():
-        maps = model.attention_maps(src, src_lengths, tgt_in)
-    if "cross" not in maps:       # a model without attention: the prior is the relative position's alone
-        return torch.zeros(src.shape[0], 0, tgt.shape[1], src.shape[1], device=src.device)
-    cross = maps["cross"].float()                                                # [B, L, H, T + 1, S]
-    cross = cross.flatten(1, 2)                                                  # [B, L·H, T + 1, S]
-    return torch.cat([cross[:, :, :-1], cross[:, :, 1:]], 1).clone()             # [B, 2·L·H, T, S]
-
-
-def feature_count(translator: Translator) -> int:
-    """How many attention maps attention_features returns for this model."""
-    one = torch.tensor([[SOS_ID]], device=translator.device)
-    return attention_features(translator.model.eval(), one, torch.tensor([1]), one).shape[1]
+    def posteriors(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt: torch.Tensor, tgt_lengths: torch.Tensor
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each target piece's P(source piece i | both sentences) [B, T, S + 1] and each source
+        piece's P(target piece j | both) [B, S, T + 1], the last column NULL's."""
+        _, forward = self.source_to_target.forward_backward(self.source_to_target.lexical(src, tgt), src_lengths,
+                                                            tgt_lengths, posterior=True)
+        _, backward = self.target_to_source.forward_backward(self.target_to_source.lexical(tgt, src), tgt_lengths,
+                                                             src_lengths, posterior=True)
+        assert forward is not None and backward is not None
+        return forward, backward
 
 
 def piece_tensors(pairs: list[tuple[list[int], list[int]]], rows: list[int], device: torch.device
-               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The pairs `rows` of (source ids, target ids) as padded tensors on `device` with their lengths
-    (on the CPU, where an RNN's packing wants them): src [B, S], src lengths [B], tgt [B, T] (no SOS
-    or EOS), tgt lengths [B]."""
+    (on the CPU): src [B, S], src lengths [B], tgt [B, T] (no SOS or EOS), tgt lengths [B]."""
     src = pad([pairs[i][0] for i in rows]).to(device)
     tgt = pad([pairs[i][1] for i in rows]).to(device)
     return (src, torch.tensor([len(pairs[i][0]) for i in rows]), tgt, torch.tensor([len(pairs[i][1]) for i in rows]))
 
 
 def train_aligner(translator: Translator, sources: list[str], targets: list[str], epochs: int = 1, lr: float = 3e-3,
-                  batch_tokens: int = BATCH_TOKENS, seed: int = 1, log: Callable[[str], None] = print) -> Aligner:
-    """An aligner for the translator's model, trained on sentence pairs (plain text) with the model frozen."""
+                  batch_tokens: int = BATCH_TOKENS, seed: int = 1, window: int = 0,
+                  log: Callable[[str], None] = print) -> Aligner:
+    """An aligner for the translator's model, trained on sentence pairs (plain text) by the
+    likelihood of both directions, starting from the translator's aligner where it has one (more
+    epochs; `window` is then its own) or from the model's embeddings, reading `window` neighbours
+    of each piece on each side. The model itself is left unchanged."""
     torch.manual_seed(seed)
     text = translator.tokenization
     pairs = [(text.src_vocab.encode(translator.src_tokenizer.tokenize(s)),
@@ -148,29 +216,25 @@ def train_aligner(translator: Translator, sources: list[str], targets: list[str]
     if not pairs:
         raise AttnmtError("no sentence pairs with words on both sides to train the aligner on")
     lengths = np.array([(len(t), len(s)) for s, t in pairs], dtype=np.int64)   # batched by target length
-    model = translator.model.eval()
-    src_embeddings, _ = model.token_embeddings()
-    aligner = Aligner(AlignerConfig(features=feature_count(translator)), src_embeddings, len(text.tgt_vocab))
-    aligner.to(translator.device)
-    trained = [p for name, p in aligner.named_parameters() if not name.startswith("src_embeddings.")]
-    optimizer = torch.optim.Adam(trained, lr=lr)
+    aligner = translator.aligner or Aligner.for_model(translator.model, len(text.src_vocab), len(text.tgt_vocab),
+                                                      window)
+    optimizer = torch.optim.Adam(aligner.parameters(), lr=lr)
     rng = random.Random(seed)
+    aligner.train()
     for epoch in range(1, epochs + 1):
         total, count = 0.0, 0
         batches = batch_indices(lengths, batch_tokens, "tokens", shuffle=True, rng=rng)
         for number, rows in enumerate(batches, start=1):
             src, src_lengths, tgt, tgt_lengths = piece_tensors(pairs, rows.tolist(), translator.device)
-            attention = attention_features(model, src, src_lengths, tgt)
-            joint = aligner.joint(src, src_lengths, tgt, tgt_lengths, attention)        # [B, T, S + 1]
-            real = tgt != PAD_ID
-            loss = -(torch.logsumexp(joint, 2) * real).sum() / real.sum()
+            pieces = int(src_lengths.sum() + tgt_lengths.sum())
+            loss = -aligner.log_likelihood(src, src_lengths, tgt, tgt_lengths).sum() / pieces
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-            total, count = total + loss.item() * int(real.sum()), count + int(real.sum())
+            total, count = total + loss.item() * pieces, count + pieces
             if number % 100 == 0 or number == len(batches):
                 log(f"aligner epoch {epoch}: batch {number}/{len(batches)}, "
-                    f"perplexity {math.exp(total / count):.1f}")
+                    f"perplexity {math.exp(total / count):.1f} per piece (both directions)")
     return aligner.eval()
 
 
@@ -180,24 +244,21 @@ def write_aligner(model_path: str | Path, out: str | Path, aligner: Aligner, tra
     weights are copied unchanged."""
     tensors, meta = load_file(model_path)
     tensors = {name: t for name, t in tensors.items() if not name.startswith(PREFIX)}
-    tensors.update({PREFIX + name: t for name, t in aligner.stored_state().items()})
+    tensors.update({PREFIX + name: t for name, t in aligner.state_dict().items()})
     meta = {k: v for k, v in meta.items() if k not in ("format", "format_version", "sha256")}
     meta["aligner"] = {"config": asdict(aligner.config), **trained}
     save_file(out, tensors, meta)
 
 
-def read_aligner(path: str | Path, tensors: dict[str, torch.Tensor], meta: dict[str, Any], model: Model,
-                 tgt_vocab: int) -> Optional[Aligner]:
-    """The aligner a model file holds, on the model's device, or None."""
+def read_aligner(path: str | Path, tensors: dict[str, torch.Tensor], meta: dict[str, Any], src_vocab: int,
+                 tgt_vocab: int, device: torch.device) -> Optional[Aligner]:
+    """The aligner a model file holds, on `device`, or None."""
     if "aligner" not in meta:
         return None
     try:
-        aligner = Aligner(AlignerConfig(**meta["aligner"]["config"]), model.token_embeddings()[0], tgt_vocab)
-        aligner.load_state_dict({name[len(PREFIX):]: t for name, t in tensors.items() if name.startswith(PREFIX)},
-                                strict=False)
+        aligner = Aligner(AlignerConfig(**meta["aligner"]["config"]), src_vocab, tgt_vocab)
+        aligner.load_state_dict({name[len(PREFIX):]: t for name, t in tensors.items() if name.startswith(PREFIX)})
     except (KeyError, TypeError, RuntimeError) as err:
-        raise AttnmtError(f"{path}: the aligner in this model file does not match its model ({err})") from None
-    missing = set(aligner.stored_state()) - {name[len(PREFIX):] for name in tensors if name.startswith(PREFIX)}
-    if missing:
-        raise AttnmtError(f"{path}: the aligner in this model file lacks {', '.join(sorted(missing))}")
-    return aligner.to(next(model.parameters()).device).eval()
+        raise AttnmtError(f"{path}: the aligner in this model file does not match its model ({first_line(err)}); "
+                          f"train it again with `attnmt train-aligner`") from None
+    return aligner.to(device).eval()

@@ -203,7 +203,8 @@ class Translator(TextTranslator):
         override_decode_precision(config, precision)
         model.to(resolve_device(device)).eval()
         translator = cls(model, config, text, compile)
-        translator.aligner = read_aligner(path, tensors, meta, model, len(text.tgt_vocab))
+        translator.aligner = read_aligner(path, tensors, meta, len(text.src_vocab), len(text.tgt_vocab),
+                                          translator.device)
         if compile:  # compile (or load) the step now, not in the first request of a server
             translator._decoding()
         return translator

@@ -34,6 +34,12 @@ into a virtual environment of its own, never a dependency) on --text, the `unsee
 gold sentences appended (as `seen`), reading their links, and once without them, aligning the gold
 sentences afterwards with the lexical priors of that training (text it never saw). Each prints its
 forward and reverse links and each symmetrization, with eflomal's wall-clock and CPU time.
+
+A model file with an aligner (`attnmt train-aligner`) also gets the aligner's rows: each
+direction's links, each symmetrization of the two, and the average of their posteriors
+(`attnmt align --method aligner`'s default), labelled with how long it trained. `--pairs 0:100`
+scores the first 100 gold pairs only, to choose a setting on them; `--pairs 100:` then scores what
+was chosen on the rest.
 """
 
 from __future__ import annotations
@@ -49,12 +55,15 @@ from eflomal_peer import ensure_eflomal
 
 from attnmt.align import (
     ALIGN_STEPS,
+    AVERAGE,
     SYMMETRIZATIONS,
     AlignmentScores,
     aligner_links,
     aligner_posteriors,
+    averaged,
     cross_attention_layers,
     default_layer,
+    flipped,
     links_of,
     read_gold,
     score,
@@ -65,7 +74,7 @@ from attnmt.config import load_config
 from attnmt.data import find_split_file, read_lines, read_tsv
 from attnmt.tokenize import WordTokenizer
 from attnmt.train import train
-from attnmt.translate import Translator
+from attnmt.translate import Translator, model_info
 from attnmt.vocab import UNK
 
 REPO = Path(__file__).resolve().parents[1]
@@ -159,23 +168,23 @@ def eflomal_rows(venv: Path, text: Path, pairs: list[tuple[list[str], list[str]]
     return rows
 
 
-def aligner_rows(name: str, translator: Translator, reverse: Translator | None, pairs: list[tuple[list[str], list[str]]],
+def aligner_rows(name: str, path: str, translator: Translator, pairs: list[tuple[list[str], list[str]]],
                  gold: list) -> list[tuple[str, str, str, AlignmentScores]]:
-    """Rows of the aligner trained for the model (attnmt train-aligner): its links, the reverse
-    model's aligner's, and each symmetrization of the two."""
-    directions = [("forward", [aligner_links(w, null) for w, null in aligner_posteriors(translator, pairs)])]
-    if reverse is not None:
-        if reverse.aligner is None:
-            raise SystemExit(f"--reverse {name}: that model file has no aligner (attnmt train-aligner)")
-        directions.append(("reverse", [{(s, t) for t, s in aligner_links(w, null)}
-                                       for w, null in aligner_posteriors(reverse, [(t, s) for s, t in pairs])]))
-        forward, backward = directions[0][1], directions[1][1]
-        directions += [(m, [symmetrize(f, b, m) for f, b in zip(forward, backward)]) for m in SYMMETRIZATIONS]
+    """Rows of the aligner trained for the model (attnmt train-aligner): each direction's links and
+    each symmetrization of the two, labelled with how it was trained."""
+    trained = model_info(path)["aligner"]
+    about = (f"its aligner (--method aligner): {trained['pairs']:,} pairs, {trained['epochs']} epochs, "
+             f"{trained['minutes']} min")
+    posteriors = aligner_posteriors(translator, pairs)
+    forward = [aligner_links(*f) for f, _ in posteriors]
+    backward = [flipped(aligner_links(*b)) for _, b in posteriors]
     rows = []
-    for method, links in directions:
+    for method, links in [("forward", forward), ("reverse", backward),
+                          *((m, [symmetrize(f, b, m) for f, b in zip(forward, backward)]) for m in SYMMETRIZATIONS),
+                          (AVERAGE, [averaged(f, b) for (f, _), (b, _) in posteriors])]:
         result = score(links, gold)
         print(f"metric=aer_{name}_aligner_{method} value={result.aer:.4f}")
-        rows.append((name, "its aligner (attnmt align --method aligner)", method, result))
+        rows.append((name, about, method, result))
     return rows
 
 
@@ -196,6 +205,8 @@ def main() -> None:
     parser.add_argument("--coverage", metavar="DIR", help="directory with train.de and train.en: how many gold words "
                                                           "they hold (default: --data)")
     parser.add_argument("--threshold", type=float, default=0.3, help="for the threshold rows")
+    parser.add_argument("--pairs", metavar="FROM:TO", help="score these gold pairs only (from 0, as a Python slice: "
+                                                           "0:100 for choosing, 100: for scoring what was chosen)")
     parser.add_argument("--build-text", metavar="OUT", help="write the `unseen` and `seen` training folders, then stop")
     parser.add_argument("--multi30k", metavar="DIR", help="for --build-text: Multi30k's folder")
     parser.add_argument("--tatoeba", metavar="FILE", help="for --build-text: Tatoeba's deu.txt(.gz)")
@@ -207,12 +218,18 @@ def main() -> None:
         parser.error("--build-text needs --multi30k and --tatoeba")
     if args.eflomal and not args.text:
         parser.error("--eflomal needs --text (the training text without the gold sentences)")
+    if args.pairs and (args.eflomal or args.build_text):
+        parser.error("--pairs scores models only: eflomal and --build-text take the whole gold set")
 
     gold_dir = Path(args.gold)
     sources = (gold_dir / "test.de").read_text(encoding="utf-8").splitlines()
     targets = (gold_dir / "test.en").read_text(encoding="utf-8").splitlines()
     pairs = [(s.split(), t.split()) for s, t in zip(sources, targets)]
     gold = read_gold(gold_dir / "test.talp", 1, [(len(s), len(t)) for s, t in pairs])
+    if args.pairs:
+        first, last = (int(n) if n else None for n in args.pairs.split(":"))
+        sources, targets, pairs, gold = sources[first:last], targets[first:last], pairs[first:last], gold[first:last]
+        print(f"# gold pairs {args.pairs}: {len(pairs)} of them", file=sys.stderr)
     if args.build_text:
         build_text(Path(args.build_text), Path(args.multi30k), Path(args.tatoeba), sources, targets)
         return
@@ -263,8 +280,7 @@ def main() -> None:
                 rows += both_ways(name, Translator.load(reverse[name], "cpu"), pairs,
                                   [links_of(a, "argmax") for a in default_view], gold, step)
         if translator.aligner is not None:
-            rows += aligner_rows(name, translator, Translator.load(reverse[name], "cpu") if name in reverse else None,
-                                 pairs, gold)
+            rows += aligner_rows(name, path, translator, pairs, gold)
     print("\n| model | attention read | links | AER | precision | recall | links predicted |")
     print("|---|---|---|---:|---:|---:|---:|")
     for name, label, method, result in rows:

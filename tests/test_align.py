@@ -13,6 +13,7 @@ from attnmt import AttnmtError, Translator
 from attnmt.align import (
     GoldLinks,
     align,
+    averaged,
     default_layer,
     links_of,
     parse_links,
@@ -131,6 +132,15 @@ def test_symmetrization_by_hand():
     assert symmetrize(forward, backward, "grow-diag-final") == {(0, 0), (1, 1), (2, 2), (3, 0)}
 
 
+def test_averaging_by_hand():
+    """Links where the two directions' weights average one half or more."""
+    forward = np.array([[0.9, 0.1], [0.4, 0.5]])                       # [target, source]
+    backward = np.array([[0.2, 0.6], [0.0, 0.5]])                      # [source, target]
+    # (0, 0): 0.9 and 0.2 → 0.55; (1, 0): 0.1 and 0.0; (0, 1): 0.4 and 0.6 → 0.5; (1, 1): 0.5 and 0.5.
+    assert averaged(forward, backward) == {(0, 0), (0, 1), (1, 1)}
+    assert averaged(forward, backward - 0.01) == {(0, 0)}
+
+
 # ---------------------------------------------------------------- words and pieces
 
 @pytest.mark.parametrize("level", ["word", "char", "bpe"])
@@ -209,6 +219,14 @@ def test_aligning_both_ways_combines_the_directions(dates_model):
         for f, b, combined in zip(forward, backward, both, strict=True):
             flipped = {(s, t) for t, s in b.links}
             assert set(combined.links) == (set(f.links) & flipped if method == "intersect" else set(f.links) | flipped)
+    both = align(translator, sources, targets, reverse=translator, symmetrization="average")
+    for f, b, combined in zip(forward, backward, both, strict=True):
+        assert set(combined.links) == averaged(f.attention, b.attention)
+    assert align(translator, sources, targets, reverse=translator)[0].links == \
+        align(translator, sources, targets, reverse=translator, symmetrization="grow-diag-final")[0].links
+    with pytest.raises(AttnmtError, match="symmetrization 'grow': choose intersect, union, grow-diag, grow-diag-final, "
+                                          "average"):
+        align(translator, sources, targets, reverse=translator, symmetrization="grow")
 
 
 # ---------------------------------------------------------------- the command line

@@ -1,8 +1,10 @@
-"""The word aligner trained on a frozen model (aligner.py): its pieces by hand, its links on a corpus
+"""The word aligner trained for a model (aligner.py): its pieces by hand, its links on a corpus
 whose alignment is known, the model file that carries it, the command line."""
 
 from __future__ import annotations
 
+import itertools
+import math
 import random
 
 import numpy as np
@@ -10,58 +12,93 @@ import pytest
 import torch
 
 from attnmt import AttnmtError, Translator
-from attnmt.align import align, aligner_links, aligner_posteriors, read_gold, score
-from attnmt.aligner import Aligner, AlignerConfig, attention_features, train_aligner
+from attnmt.align import align, aligner_links, aligner_posteriors, averaged, read_gold, score
+from attnmt.aligner import Aligner, AlignerConfig, HiddenMarkovAligner, train_aligner
 from attnmt.cli import main
 from attnmt.config import config_from_dict
 from attnmt.dates import generate_dates
 from attnmt.modelfile import read_model
 from attnmt.train import train
-from attnmt.vocab import SOS_ID
+from attnmt.vocab import PAD_ID
 
 DATES = list(generate_dates(120, seed=5))
 
 
 # ---------------------------------------------------------------- its pieces by hand
 
-def tiny_aligner(features: int = 2, window: int = 1, vocab: int = 7) -> Aligner:
+def tiny_direction(max_jump: int = 2) -> HiddenMarkovAligner:
     torch.manual_seed(0)
-    aligner = Aligner(AlignerConfig(features=features, window=window, hidden=5, buckets=5), torch.nn.Embedding(9, 3),
-                      vocab)
+    direction = HiddenMarkovAligner(AlignerConfig(dim=3, window=1, hidden=5, max_jump=max_jump), 9, 7)
     with torch.no_grad():
-        for parameter in aligner.parameters():
+        for parameter in direction.parameters():
             parameter.normal_()
-    return aligner
+    return direction
 
 
-def test_the_prior_weighs_the_heads_adds_the_relative_position_and_leaves_padding_out():
-    aligner = tiny_aligner()
-    attention = torch.rand(1, 2, 2, 3).softmax(-1)                    # [B, K, T, S]
-    log_prior = aligner.log_prior(attention, torch.tensor([2]), torch.tensor([2]))  # source length 2 of 3
-    w, d = aligner.head_weights.detach(), aligner.distortion.detach()
-    for j in range(2):
-        scores = []
-        for i in range(2):
-            relative = (i + 0.5) / 2 - (j + 0.5) / 2
-            bucket = round((relative + 1) / 2 * 4)
-            scores.append(float(w @ torch.log(attention[0, :, j, i])) + float(d[bucket]))
-        scores.append(float(aligner.null_prior.detach()))
-        expected = torch.log_softmax(torch.tensor(scores), 0)
-        assert torch.allclose(log_prior[0, j, [0, 1, 3]], expected, atol=1e-5)
-        assert log_prior[0, j, 2] == float("-inf")                    # the padded position
+def every_alignment(direction: HiddenMarkovAligner, log_emission: torch.Tensor, given: int, written: int
+                    ) -> tuple[float, torch.Tensor]:
+    """p(written | given) and each piece's posterior [written, S + 1] of one sentence pair, by
+    summing over every alignment one by one, straight from the model's definition."""
+    p0 = float(torch.sigmoid(direction.null_logit.detach()))
+    positions = log_emission.shape[1] - 1
+    jumps, reach = direction.jumps.detach(), direction.max_jump
+    total, marginals = 0.0, torch.zeros(written, positions + 1, dtype=torch.float64)
+    for alignment in itertools.product([*range(1, given + 1), None], repeat=written):
+        probability, before = 1.0, 0
+        for j, i in enumerate(alignment):
+            if i is None:
+                probability *= p0 * float(log_emission[j, positions].exp())
+                continue
+            jump = torch.softmax(torch.stack([jumps[max(-reach, min(reach, k - before)) + reach]
+                                              for k in range(1, given + 1)]), 0)
+            probability *= (1 - p0) * float(jump[i - 1]) * float(log_emission[j, i - 1].exp())
+            before = i
+        total += probability
+        for j, i in enumerate(alignment):
+            marginals[j, positions if i is None else i - 1] += probability
+    return total, marginals / total
+
+
+def test_the_likelihood_and_posteriors_are_those_of_every_alignment_summed_one_by_one():
+    direction = tiny_direction()
+    log_emission = torch.log_softmax(torch.randn(3, 4, 5), 2)                 # [B, T, S + 1]
+    given, written = torch.tensor([4, 2, 3]), torch.tensor([4, 3, 1])         # padded pairs, jumps past max_jump
+    log_likelihood, posterior = direction.forward_backward(log_emission, given, written, posterior=True)
+    for row in range(3):
+        expected, marginals = every_alignment(direction, log_emission[row], int(given[row]), int(written[row]))
+        assert log_likelihood[row].item() == pytest.approx(math.log(expected), abs=1e-5)
+        assert torch.allclose(posterior[row, : written[row]].double(), marginals, atol=1e-5)
+        assert not posterior[row, written[row]:].any()                        # padded pieces
+        assert not posterior[row, :, given[row] : 4].any()                    # padded positions
+    # The posterior is the likelihood's gradient with respect to the emissions (the HMM's identity).
+    log_emission.requires_grad_()
+    (gradient,) = torch.autograd.grad(direction.forward_backward(log_emission, given, written, False)[0].sum(),
+                                      log_emission)
+    assert torch.allclose(gradient, posterior, atol=1e-5)
 
 
 def test_the_lexical_model_reads_each_source_piece_with_its_neighbours():
-    aligner = tiny_aligner()
+    lexical = tiny_direction().lexical
     src, tgt = torch.tensor([[4, 5, 6]]), torch.tensor([[2, 3]])
-    log_lexical = aligner.log_lexical(src, tgt)                       # [1, T, S + 1]
-    embedded = aligner.src_embeddings.weight.detach()
+    log_lexical = lexical(src, tgt)                                           # [1, T, S + 1]
+    embedded = lexical.embeddings.weight.detach()
     zero = torch.zeros(3)
     for i, window in enumerate([(zero, embedded[4], embedded[5]), (embedded[4], embedded[5], embedded[6]),
                                 (embedded[5], embedded[6], zero)]):
-        log_probs = torch.log_softmax(aligner.lexical(torch.cat(window)), 0)
+        log_probs = torch.log_softmax(lexical.output(torch.tanh(lexical.hidden(torch.cat(window)))), 0)
         assert torch.allclose(log_lexical[0, :, i], log_probs[[2, 3]], atol=1e-5)
-    assert torch.allclose(log_lexical[0, :, 3], torch.log_softmax(aligner.null_lexical.detach(), 0)[[2, 3]])
+    assert torch.allclose(log_lexical[0, :, 3], torch.log_softmax(lexical.null.detach(), 0)[[2, 3]])
+
+
+def test_a_new_aligner_starts_from_the_models_embeddings(dates_model):
+    translator = Translator.load(dates_model, "cpu")
+    text = translator.tokenization
+    aligner = Aligner.for_model(translator.model, len(text.src_vocab), len(text.tgt_vocab))
+    src_embeddings, tgt_embeddings = translator.model.token_embeddings()
+    for direction, given in ((aligner.source_to_target, src_embeddings), (aligner.target_to_source, tgt_embeddings)):
+        weights = direction.lexical.embeddings.weight
+        assert torch.equal(weights[PAD_ID + 1:], given.weight[PAD_ID + 1:]) and not weights[PAD_ID].any()
+        assert weights.data_ptr() != given.weight.data_ptr()                  # a copy: training leaves the model be
 
 
 def test_links_go_to_the_most_probable_source_word_unless_null_is_more_probable():
@@ -139,12 +176,23 @@ def test_train_aligner_writes_the_model_file_with_it_and_align_uses_it(model, re
         [t.text for t in Translator.load(path, "cpu").translate(["3 March 2021"])]
     words = [(s.split(), t.split()) for s, t in DATES[:4]]
     posteriors = aligner_posteriors(translator, words)
-    for (source, target), (posterior, null) in zip(words, posteriors, strict=True):
-        assert posterior.shape == (len(target), len(source))
-        assert np.allclose(posterior.sum(1) + null, 1, atol=1e-5)    # words and NULL share each target word
-    assert main(["align", str(out), "--src", str(src), "--tgt", str(tgt), "--method", "aligner", "--reverse",
-                 str(out), "--device", "cpu"]) == 0                  # the reverse direction's aligner as well
-    assert len(capsys.readouterr().out.splitlines()) == len(DATES)
+    for (source, target), ((forward, null), (backward, back_null)) in zip(words, posteriors, strict=True):
+        assert forward.shape == (len(target), len(source)) and backward.shape == (len(source), len(target))
+        assert np.allclose(forward.sum(1) + null, 1, atol=1e-5)     # words and NULL share each target word
+        assert np.allclose(backward.sum(1) + back_null, 1, atol=1e-5)
+    assert main(["align", str(out), "--src", str(src), "--tgt", str(tgt), "--method", "aligner",
+                 "--device", "cpu"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == len(DATES)
+    assert lines[:4] == [" ".join(f"{s}-{t}" for s, t in sorted(averaged(forward, backward)))    # by default
+                         for (forward, _), (backward, _) in posteriors]
+    # Given a file with an aligner, train-aligner trains that one further.
+    again = tmp_path / "again.safetensors"
+    assert main(["train-aligner", str(out), "--src", str(src), "--tgt", str(tgt), "--out", str(again),
+                 "--device", "cpu"]) == 0
+    assert read_model(again)[2]["aligner"]["epochs"] == 2
+    assert train_aligner(translator, [s for s, _ in DATES], [t for _, t in DATES], log=lambda _: None) \
+        is translator.aligner
 
 
 def test_aligner_refusals_are_one_line(dates_model, tmp_path, capsys):
@@ -163,20 +211,12 @@ def test_aligner_refusals_are_one_line(dates_model, tmp_path, capsys):
     tgt.write_text("x y\nz w\n")
     assert "no aligner: train one with `attnmt train-aligner" in refusal("align", dates_model, "--src", src, "--tgt",
                                                                           tgt, "--method", "aligner")
+    assert "the aligner aligns both ways itself" in refusal("align", dates_model, "--src", src, "--tgt", tgt,
+                                                            "--method", "aligner", "--reverse", dates_model)
     assert "does not exist" in refusal("train-aligner", dates_model, "--src", src, "--tgt", tgt, "--out",
                                        tmp_path / "missing" / "o.safetensors")
     with pytest.raises(AttnmtError, match="no sentence pairs"):
         train_aligner(Translator.load(dates_model, "cpu"), [""], [""])
-
-
-def test_attention_features_are_the_steps_that_write_and_read_each_piece(transformer_dates_model):
-    translator = Translator.load(transformer_dates_model, "cpu")
-    src, tgt = torch.tensor([[5, 6, 7]]), torch.tensor([[8, 9]])
-    features = attention_features(translator.model, src, torch.tensor([3]), tgt)
-    cross = translator.model.attention_maps(src, torch.tensor([3]), torch.tensor([[SOS_ID, 8, 9]]))["cross"].flatten(1, 2)
-    half = cross.shape[1]
-    assert features.shape == (1, 2 * half, 2, 3)
-    assert torch.equal(features[:, :half], cross[:, :, :2]) and torch.equal(features[:, half:], cross[:, :, 1:])
 
 
 # ---------------------------------------------------------------- over HTTP

@@ -6,7 +6,7 @@ import argparse
 import sys
 import typing
 
-from ..align import ALIGN_METHODS, ALIGN_STEPS, SYMMETRIZATIONS
+from ..align import ALIGN_METHODS, ALIGN_STEPS, AVERAGE, SYMMETRIZATIONS
 from ..attribution import IG_STEPS, METHODS
 from ..config import Range
 from ..errors import AttnmtError
@@ -132,7 +132,8 @@ def add_align(commands: Commands) -> None:
     align.add_argument("--method", choices=ALIGN_METHODS, default="argmax",
                        help="argmax: each target word to the source word it attends most (default); threshold: "
                             "every pair with at least --threshold of the attention; aligner: the aligner trained for "
-                            "the model (attnmt train-aligner), each target word to its most probable source word")
+                            "the model (attnmt train-aligner), each word to its most probable word of the other "
+                            "side in both directions, combined by --symmetrize")
     align.add_argument("--threshold", type=Number(float, Range("(0, 1]")), default=0.3,
                        help="the word attention a link needs with --method threshold (default: %(default)s)")
     align.add_argument("--layer", type=FROM_1, default=None,
@@ -142,8 +143,10 @@ def add_align(commands: Commands) -> None:
     align.add_argument("--step", choices=ALIGN_STEPS, default="output", help=STEP_HELP)
     align.add_argument("--reverse", metavar="MODEL", help="a model translating --tgt into --src: the links of both "
                                                           "directions are combined by --symmetrize")
-    align.add_argument("--symmetrize", choices=SYMMETRIZATIONS, default="grow-diag-final",
-                       help="with --reverse: how the two directions' links combine (default: %(default)s)")
+    align.add_argument("--symmetrize", choices=[*SYMMETRIZATIONS, AVERAGE], default=None,
+                       help="with --reverse or --method aligner: how the two directions combine, by their links "
+                            "or by their weights averaged (default: average with --method aligner, grow-diag-final "
+                            "with --reverse)")
     align.add_argument("--gold", help="gold links, one line per pair (i-j sure, ipj possible): prints AER, precision "
                                       "and recall on stderr")
     align.add_argument("--gold-base", type=int, choices=[0, 1], default=None,
@@ -172,7 +175,8 @@ def _align(args: argparse.Namespace) -> None:
 
 def add_train_aligner(commands: Commands) -> None:
     trainer = commands.add_parser("train-aligner", help="train a word aligner for a model (attnmt align --method "
-                                                        "aligner) on sentence pairs, the model unchanged")
+                                                        "aligner) on sentence pairs, the model unchanged; a model "
+                                                        "file with an aligner has it trained further")
     trainer.add_argument("model", help="model file (model.safetensors) translating --src into --tgt")
     trainer.add_argument("--src", required=True, help="source sentences, one per line (plain text, .gz too)")
     trainer.add_argument("--tgt", required=True, help="their translations, line by line")
@@ -180,6 +184,9 @@ def add_train_aligner(commands: Commands) -> None:
                                                       "the model file itself)")
     trainer.add_argument("--epochs", type=Number(int, Range("[1, 100]")), default=1,
                          help="passes over the pairs (default: %(default)s)")
+    trainer.add_argument("--window", type=Number(int, Range("[0, 5]")), default=0,
+                         help="neighbours of each piece on each side its lexical model reads (default: %(default)s, "
+                              "the piece alone); an aligner trained further keeps its own")
     trainer.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 ... (default: GPU if there is one)")
     trainer.set_defaults(run=_train_aligner)
 
@@ -188,16 +195,18 @@ def _train_aligner(args: argparse.Namespace) -> None:
     import time
 
     from ..aligner import train_aligner, write_aligner
-    from ..translate import Translator
+    from ..translate import Translator, model_info
 
     check_parent_dir(args.out)
     pairs = read_pairs(("--src", args.src), ("--tgt", args.tgt))
     translator = Translator.load(args.model, args.device)
     started = time.monotonic()
+    before = model_info(args.model)["aligner"] or {"epochs": 0, "minutes": 0.0}
     aligner = train_aligner(translator, [s for s, _ in pairs], [t for _, t in pairs], args.epochs,
-                            log=lambda line: print(line, file=sys.stderr, flush=True))
-    write_aligner(args.model, args.out, aligner, {"pairs": len(pairs), "epochs": args.epochs,
-                                                   "minutes": round((time.monotonic() - started) / 60, 1)})
+                            window=args.window, log=lambda line: print(line, file=sys.stderr, flush=True))
+    write_aligner(args.model, args.out, aligner, {
+        "pairs": len(pairs), "epochs": before["epochs"] + args.epochs,
+        "minutes": round(before["minutes"] + (time.monotonic() - started) / 60, 1)})
     print(f"model with its aligner written to {args.out}")
 
 
