@@ -37,7 +37,7 @@ import math
 import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional, cast
 
 import numpy as np
 import torch
@@ -171,25 +171,27 @@ class Aligner(nn.Module):
                 direction.lexical.embeddings.weight[PAD_ID] = 0.0
         return aligner.to(src_embeddings.weight.device)
 
+    def both_ways(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt: torch.Tensor, tgt_lengths: torch.Tensor,
+                  posterior: bool) -> list[tuple[torch.Tensor, Optional[torch.Tensor]]]:
+        """HiddenMarkovAligner.forward_backward of each direction: target from source, then source
+        from target."""
+        return [direction.forward_backward(direction.lexical(given, written), given_lengths, written_lengths, posterior)
+                for direction, given, given_lengths, written, written_lengths in (
+                    (self.source_to_target, src, src_lengths, tgt, tgt_lengths),
+                    (self.target_to_source, tgt, tgt_lengths, src, src_lengths))]
+
     def log_likelihood(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt: torch.Tensor,
                        tgt_lengths: torch.Tensor) -> torch.Tensor:
         """log p(tgt | src) + log p(src | tgt) [B]."""
-        forward, _ = self.source_to_target.forward_backward(self.source_to_target.lexical(src, tgt), src_lengths,
-                                                            tgt_lengths, posterior=False)
-        backward, _ = self.target_to_source.forward_backward(self.target_to_source.lexical(tgt, src), tgt_lengths,
-                                                             src_lengths, posterior=False)
+        (forward, _), (backward, _) = self.both_ways(src, src_lengths, tgt, tgt_lengths, posterior=False)
         return forward + backward
 
     def posteriors(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt: torch.Tensor, tgt_lengths: torch.Tensor
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
+                   ) -> list[torch.Tensor]:
         """Each target piece's P(source piece i | both sentences) [B, T, S + 1] and each source
         piece's P(target piece j | both) [B, S, T + 1], the last column NULL's."""
-        _, forward = self.source_to_target.forward_backward(self.source_to_target.lexical(src, tgt), src_lengths,
-                                                            tgt_lengths, posterior=True)
-        _, backward = self.target_to_source.forward_backward(self.target_to_source.lexical(tgt, src), tgt_lengths,
-                                                             src_lengths, posterior=True)
-        assert forward is not None and backward is not None
-        return forward, backward
+        return [cast(torch.Tensor, posterior)
+                for _, posterior in self.both_ways(src, src_lengths, tgt, tgt_lengths, posterior=True)]
 
 
 def piece_tensors(pairs: list[tuple[list[int], list[int]]], rows: list[int], device: torch.device
