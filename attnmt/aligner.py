@@ -21,10 +21,10 @@ pairs by the exact likelihood, in both directions:
               (a NULL remembers the position before it); the first piece jumps from position 0,
               before the sentence's first piece (numbered from 1)
     posterior the forward-backward algorithm gives each piece's P(a_j = i | x, y) exactly; pieces
-              merge to words as attention's do (align.to_words); a target word links to its most
-              probable source word unless NULL is more probable
+              merge to words as attention's do (align.to_words)
     both ways the aligner holds a second HMM writing the source from the target; `attnmt align`
-              combines the two directions' links (align.symmetrize)
+              links the word pairs whose two posteriors average one half or more (align.averaged),
+              or combines each direction's best links (align.aligner_links, align.symmetrize)
 
 Nothing of the model's network runs: the aligner shares its tokenization, starts from its
 embeddings, and its weights travel in the same model file (`aligner.*`, its settings in the
