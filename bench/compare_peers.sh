@@ -7,7 +7,12 @@
 #   PRECISIONS=fp32 bash bench/compare_peers.sh    (attnmt's parts in these precisions only; e.g. on a CPU
 #                                                   without native bf16, or one made to act as such:
 #                                                   ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2)
-# Needs the peers' venvs: bash ../shared/bench/peers/setup_peers.sh (about 3 minutes, once).
+#   DEVICE=cuda bash bench/compare_peers.sh        (everything on the first GPU: the peers' harness copied into
+#                                                   OUT_DIR/harness with their GPU switches on, attnmt's parts with
+#                                                   --device cuda; GPU memory from nvidia-smi, bench/gpu_memory.py;
+#                                                   int8 and --compile, CPU-only, are left out)
+# Needs the peers' venvs: bash ../shared/bench/peers/setup_peers.sh (about 3 minutes, once; on a GPU machine,
+# with torch's CUDA build in them).
 # Run it on an otherwise idle machine: another process on the cores skews every figure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,16 +26,41 @@ case "$MODEL" in
   transformer) ARCH=transformer ;;
   *) echo "compare_peers.sh: MODEL=$MODEL: expected gru_bahdanau or transformer" >&2; exit 2 ;;
 esac
+DEVICE="${DEVICE:-cpu}"
+case "$DEVICE" in
+  cpu|cuda) ;;
+  *) echo "compare_peers.sh: DEVICE=$DEVICE: expected cpu or cuda" >&2; exit 2 ;;
+esac
 mkdir -p "$OUT"
 export OMP_NUM_THREADS=2 MKL_NUM_THREADS=2
+
+# The peers' harness as it is on a CPU; on a GPU a copy with each peer's GPU switch on, and
+# bench/gpu_memory.py in place of /usr/bin/time -v (the same lines, and the GPU's memory).
+harness() {
+  if [ "$DEVICE" = cpu ]; then echo "$PEERS_DIR"; return; fi
+  local copy="$OUT/harness"
+  rm -rf "$copy" && cp -r "$PEERS_DIR" "$copy"
+  sed -i 's/^use_cuda: False/use_cuda: True/' "$copy"/configs/joey_*.yaml
+  sed -i 's/^gpu_ranks: \[\]/gpu_ranks: [0]/' "$copy"/configs/onmt_*.yaml
+  sed -i -e 's/ CUDA_VISIBLE_DEVICES=""//' -e 's/-gpu -1/-gpu 0/' \
+      -e "s#^TIME=(/usr/bin/time -v -o)#TIME=($PYTHON $PWD/bench/gpu_memory.py -o)#" "$copy/run_peers.sh"
+  # Each edit must have taken: a harness that silently stayed on the CPU would be a wrong figure.
+  grep -q '^use_cuda: True' "$copy"/configs/joey_"$MODEL".yaml && grep -q '^gpu_ranks: \[0\]' "$copy"/configs/onmt_"$MODEL".yaml \
+    && grep -q -- '-gpu 0' "$copy/run_peers.sh" && ! grep -q 'CUDA_VISIBLE_DEVICES=""' "$copy/run_peers.sh" \
+    && grep -q 'gpu_memory.py' "$copy/run_peers.sh" || { echo "compare_peers.sh: the peers' harness changed; update harness()" >&2; exit 1; }
+  echo "$copy"
+}
 
 
 peers() {
   echo "[compare] peers' harness -> $OUT/peers.txt" >&2
   # The fp32 matmul peak before and after, as bench/speed.py measures it around attnmt's parts.
-  "$PYTHON" bench/speed.py --data "$DATA" --phase peak --name peers-run > "$OUT/machine.txt"
-  SHARED_DATA="$(cd "$DATA" && pwd)" bash "$PEERS_DIR/run_peers.sh" > "$OUT/peers.txt" 2> "$OUT/peers.log"
-  "$PYTHON" bench/speed.py --data "$DATA" --phase peak --name peers-run >> "$OUT/machine.txt"
+  local run_dir="$OUT/peers_run" harness_dir
+  harness_dir=$(harness)
+  "$PYTHON" bench/speed.py --data "$DATA" --device "$DEVICE" --phase peak --name peers-run > "$OUT/machine.txt"
+  SHARED_DATA="$(cd "$DATA" && pwd)" RUN_DIR="$run_dir" bash "$harness_dir/run_peers.sh" > "$OUT/peers.txt" 2> "$OUT/peers.log"
+  if [ "$DEVICE" = cuda ]; then "$PYTHON" bench/gpu_memory.py --metrics "$run_dir" >> "$OUT/peers.txt"; fi
+  "$PYTHON" bench/speed.py --data "$DATA" --device "$DEVICE" --phase peak --name peers-run >> "$OUT/machine.txt"
 }
 
 attnmt() {
@@ -38,8 +68,9 @@ attnmt() {
     echo "[compare] attnmt $precision -> $OUT/attnmt_$precision.txt" >&2
     # fp32 decodes also with --compile; the bf16 run's model decodes also in int8, eager and compiled
     if [ "$precision" = fp32 ]; then also=fp32-compiled; else also=int8,int8-compiled; fi
+    if [ "$DEVICE" = cuda ]; then also=; fi
     "$PYTHON" bench/speed.py --data "$DATA" --arch "$ARCH" --out "$OUT/attnmt_$precision" --precision "$precision" \
-      --also-decode "$also" --name "attnmt-$precision" > "$OUT/attnmt_$precision.txt"
+      --device "$DEVICE" --also-decode "$also" --name "attnmt-$precision" > "$OUT/attnmt_$precision.txt"
   done
 }
 

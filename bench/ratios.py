@@ -15,7 +15,7 @@ PEAK = "matmul_peak_fp32_gflops"
 # metric, higher is better?
 COMPARED = [("train_tgt_tok_per_s_steady", True), ("train_tgt_tok_per_s", True), ("train_peak_rss_mb", False),
             ("translate_greedy_sent_per_s", True), ("translate_beam5_sent_per_s", True), ("bleu_greedy", True),
-            ("bleu_beam5", True)]
+            ("bleu_beam5", True), ("train_gpu_peak_mib", False)]
 # attnmt-only figures (no peer has them): compared with the peers' figure of the base metric.
 EXTRA = {"translate_greedy_b256_sent_per_s": "translate_greedy_sent_per_s",
          "translate_beam5_b256_sent_per_s": "translate_beam5_sent_per_s"}
@@ -48,6 +48,8 @@ def main(paths: list[str]) -> None:
     print("| metric | " + " | ".join(peers + ours) + " | " + " | ".join(f"{o} / best peer" for o in ours) + " |")
     print("|---" * (1 + len(peers) + 2 * len(ours)) + "|")
     for metric, higher in COMPARED + [(m, True) for m in EXTRA]:
+        if not any(metric in figures[p] for p in peers + ours):
+            continue  # e.g. GPU memory on a CPU run
         values = [figures[p].get(EXTRA.get(metric, metric), float("nan")) for p in peers]
         best = max(values) if higher else min(values)
         cells = [f"{figures[p][metric]:,.1f}" if metric in figures[p] else "-" for p in peers + ours]
@@ -59,7 +61,7 @@ def main(paths: list[str]) -> None:
             print(f"\n{label}: " + "; ".join(shown))
     fp32 = next((o for o in ours if o.endswith("fp32")), None)
     if fp32 is not None and peaks.get(fp32):
-        print("\nwhat the fp32 targets ask of this CPU (the faster peer's figure x the factor x attnmt's model FLOPs):")
+        print("\nwhat the fp32 targets ask of this machine (the faster peer's figure x the factor x attnmt's model FLOPs):")
         for metric, factor, flops in FP32_TARGETS:
             if flops in figures[fp32]:
                 needed = factor * max(figures[p][metric] for p in peers) * figures[fp32][flops]

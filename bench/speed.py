@@ -1,7 +1,7 @@
 """Training and translation speed on the peers' benchmark model, in the peers' metric format.
 
     python bench/speed.py --data ../shared/data/multi30k [--arch transformer] [--steps 300] [--precision bf16|auto]
-                          [--also-decode int8] [key=value ...]
+                          [--also-decode int8] [--device cuda] [key=value ...]
 
 Trains the model of ../shared/bench/peers (`--arch rnn`: bench/peers_model.yaml; `--arch
 transformer`: bench/peers_transformer.yaml, the peers' MODEL=transformer) for a fixed number of updates
@@ -16,11 +16,14 @@ sides see the same tokens, vocabularies and target-word counts; BLEU is sacreBLE
 Prints `peer=attnmt metric=<name> value=<number> unit=<unit>` lines, as the peers' harness does,
 plus the model FLOPs per target word, this machine's fp32 matmul peak measured in the same run,
 and the achieved fraction of it (MFU); a bf16 run also gives its fraction of the bf16 peak.
+With `--device cuda` everything runs on the GPU, the peaks are the GPU's, and the training's
+peak GPU memory is read from nvidia-smi as for the peers (bench/gpu_memory.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -33,6 +36,7 @@ from pathlib import Path
 
 import sacrebleu
 import torch
+from gpu_memory import GpuMemoryWatch
 
 from attnmt.batch import collate
 from attnmt.config import Config, load_config
@@ -115,15 +119,26 @@ def rnn_forward_flops(model: RNNEncoderDecoder, lengths: dict[str, int]) -> floa
 FORWARD_FLOPS = {"rnn": rnn_forward_flops, "transformer": transformer_forward_flops}
 
 
-def matmul_peak_gflops(threads: int, dtype: torch.dtype = torch.float32, size: int = 2048, repeats: int = 10) -> float:
+def matmul_peak_gflops(threads: int, dtype: torch.dtype = torch.float32, device: str = "cpu", repeats: int = 10) -> float:
+    """GFLOP/s of square matrix products: 2048 wide on a CPU, 8192 on a GPU (fp32 without TF32,
+    PyTorch's default), random operands."""
     torch.set_num_threads(threads)
-    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
+    size = 2048 if device == "cpu" else 8192
+    a, b = (torch.randn(size, size, dtype=dtype, device=device) for _ in range(2))
     for _ in range(2):
         a @ b
+    sync(device)
     started = time.perf_counter()
     for _ in range(repeats):
         a @ b
+    sync(device)
     return 2 * size**3 * repeats / (time.perf_counter() - started) / 1e9
+
+
+def sync(device: str) -> None:
+    """Wait for the GPU's queued work before a clock is read (nothing to wait for on a CPU)."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def train_phase(args: argparse.Namespace) -> None:
@@ -134,18 +149,18 @@ def train_phase(args: argparse.Namespace) -> None:
     torch.manual_seed(config.train.seed)
     corpus = prepare_corpus(config)
     text = corpus.tokenization
-    model = build_model(config.model, len(text.src_vocab), len(text.tgt_vocab))
+    model = build_model(config.model, len(text.src_vocab), len(text.tgt_vocab)).to(args.device)
     optimizer = make_optimizer(model, config.train)
     batches = [b.tolist() for b in epoch_batches(corpus.lengths, config.train, epoch=1)]
     model.train()
     marks, words = [], 0
     lengths = dict.fromkeys(("src", "tgt", "tgt_x_src", "src_x_src", "tgt_x_tgt"), 0)
     for step, ids in enumerate(batches[: args.steps], start=1):
-        batch = collate([corpus.example(i) for i in ids], ids)
-        train_step(model, optimizer, [Part(batch)], config, step)
+        batch = collate([corpus.example(i) for i in ids], ids, args.device)
+        train_step(model, optimizer, [Part(batch)], config, step)  # its loss.item() waits for the GPU
         marks.append((time.perf_counter(), words))
         words += batch.num_target_tokens - len(ids)  # real target words: no EOS, no padding
-        tgt_lengths, src_lengths = (batch.tgt_out != PAD_ID).sum(1), batch.src_lengths
+        tgt_lengths, src_lengths = (batch.tgt_out != PAD_ID).sum(1).cpu(), batch.src_lengths.cpu()
         for name, values in (("src", src_lengths), ("tgt", tgt_lengths), ("tgt_x_src", tgt_lengths * src_lengths),
                              ("src_x_src", src_lengths**2), ("tgt_x_tgt", tgt_lengths**2)):
             lengths[name] += int(values.sum())
@@ -190,6 +205,7 @@ def main() -> None:
     parser.add_argument("--decode-batches", default="64,256", help="sentences per decoding batch; the first is the peers' 64")
     parser.add_argument("--test-n", type=int, default=1000, help="test2016 sentences to translate")
     parser.add_argument("--name", default="attnmt", help="the peer= name on the metric lines")
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda: train and decode on the GPU")
     parser.add_argument("--phase", default="all", choices=["all", "train", "peak"],
                         help="peak: only measure the fp32 matmul peak (compare_peers.sh does, around the peers' run)")
     parser.add_argument("overrides", nargs="*", help="config key=value overrides")
@@ -200,19 +216,21 @@ def main() -> None:
         train_phase(args)
         return
     if args.phase == "peak":
-        emit("matmul_peak_fp32_gflops", matmul_peak_gflops(args.threads), "GFLOP/s")
+        emit("matmul_peak_fp32_gflops", matmul_peak_gflops(args.threads, device=args.device), "GFLOP/s")
         return
 
     out = Path(args.out)
     prepare_tokens(Path(args.data), out / "data")
-    peak_before = matmul_peak_gflops(args.threads)
+    peak_before = matmul_peak_gflops(args.threads, device=args.device)
     emit("matmul_peak_fp32_gflops", peak_before, "GFLOP/s")
-    child = subprocess.run([sys.executable, __file__, *sys.argv[1:], "--phase", "train"], capture_output=True,
-                           text=True, env={**os.environ, "OMP_NUM_THREADS": str(args.threads)})
+    gpu = torch.device(args.device).type == "cuda"
+    with GpuMemoryWatch() if gpu else contextlib.nullcontext() as watch:
+        child = subprocess.run([sys.executable, __file__, *sys.argv[1:], "--phase", "train"], capture_output=True,
+                               text=True, env={**os.environ, "OMP_NUM_THREADS": str(args.threads)})
     if child.returncode != 0:
         sys.exit(f"training failed:\n{child.stderr}")
     record = json.loads(child.stdout.strip().splitlines()[-1])
-    peak_after = matmul_peak_gflops(args.threads)
+    peak_after = matmul_peak_gflops(args.threads, device=args.device)
     emit("matmul_peak_fp32_gflops", peak_after, "GFLOP/s")
     # A busy neighbour on the machine can only slow a measurement down: the higher one is the peak.
     peak = max(peak_before, peak_after)
@@ -221,14 +239,16 @@ def main() -> None:
     emit("train_tgt_tok_per_s_steady", record["tok_per_s_steady"], "tok/s")
     emit("train_sent_per_s", record["sent_per_s"], "sent/s")
     emit("train_peak_rss_mb", resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, "MiB")
+    if watch is not None:
+        emit("train_gpu_peak_mib", watch.peak_mib, "MiB")
     emit("model_params", record["params"], "params")
     emit("model_gflop_per_tgt_word", record["flops_per_word"] / 1e9, "GFLOP")
     achieved = record["flops_per_word"] * record["tok_per_s_steady"] / 1e9               # GFLOP/s
     emit("train_mfu_fp32_pct", 100 * achieved / peak, "%")
-    if resolve(args.precision, torch.device("cpu")) == "bf16":
+    if resolve(args.precision, torch.device(args.device)) == "bf16":
         # bf16 products run over twice as fast as fp32 ones on CPUs with AVX512-BF16: against the
         # fp32 peak a bf16 run can pass 100 %, so its fraction of the bf16 peak is printed too.
-        bf16_peak = max(matmul_peak_gflops(args.threads, torch.bfloat16) for _ in range(2))
+        bf16_peak = max(matmul_peak_gflops(args.threads, torch.bfloat16, args.device) for _ in range(2))
         emit("matmul_peak_bf16_gflops", bf16_peak, "GFLOP/s")
         emit("train_mfu_bf16_pct", 100 * achieved / bf16_peak, "%")
 
@@ -246,18 +266,20 @@ def main() -> None:
                 shutil.rmtree(cache, ignore_errors=True)
             os.environ.update(ATTNMT_CACHE=str(out / "cache"), TORCHINDUCTOR_CACHE_DIR=str(out / "inductor"))
         started = time.perf_counter()
-        translator = Translator.load(out / "model.safetensors", device="cpu", precision=precision, compile=bool(compiled))
+        translator = Translator.load(out / "model.safetensors", device=args.device, precision=precision,
+                                     compile=bool(compiled))
         if compiled:
             emit("decode_compile_s", time.perf_counter() - started, "s")
-        emit("decode_load_s", load_seconds(out / "model.safetensors", precision, bool(compiled)), "s")
+        emit("decode_load_s", load_seconds(out / "model.safetensors", args.device, precision, bool(compiled)), "s")
         decode_test(translator, args.arch, sources, references, [int(b) for b in args.decode_batches.split(",")], peak)
 
 
-def load_seconds(model: Path, precision: str, compile: bool) -> float:
+def load_seconds(model: Path, device: str, precision: str, compile: bool) -> float:
     """Seconds Translator.load takes in a fresh process (a compiled step: loaded from the cache)."""
     code = ("import sys, time; from attnmt.translate import Translator; started = time.perf_counter(); "
-            "Translator.load(sys.argv[1], 'cpu', sys.argv[2], sys.argv[3] == '1'); print(time.perf_counter() - started)")
-    child = subprocess.run([sys.executable, "-c", code, str(model), precision, str(int(compile))],
+            "Translator.load(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == '1'); "
+            "print(time.perf_counter() - started)")
+    child = subprocess.run([sys.executable, "-c", code, str(model), device, precision, str(int(compile))],
                            capture_output=True, text=True, check=True)
     return float(child.stdout.strip().splitlines()[-1])
 
