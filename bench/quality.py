@@ -2,15 +2,22 @@
 
     python bench/quality.py --data ../shared/data/multi30k --budget-min 60 --out runs/quality
     python bench/quality.py --data ... --out runs/baseline model.attention=none   # the no-attention baseline
+    python bench/quality.py --data ... --out ... --also-test newstest2014 \
+        ../shared/data/wmt_newstest_deen/newstest2014-deen-src.de.sgm.gz \
+        ../shared/data/wmt_newstest_deen/newstest2014-deen-ref.en.sgm.gz
 
 Prints one `metric=<name> value=<number>` line per figure; `bleu_lc_tok` is BLEU on lowercased
 word tokens (the PyTorch seq2seq tutorials' recipe), `sacrebleu` the detokenized cased BLEU whose
-signature is printed too. Figures without a suffix are for beam 5.
+signature is printed too. Figures without a suffix are for beam 5. `--also-test NAME SOURCE
+REFERENCE` scores the same model on another test set too (beam 5; plain text, or WMT's .sgm, either
+maybe gzipped), its figures suffixed `_NAME`.
 """
 
 from __future__ import annotations
 
 import argparse
+import html
+import re
 import sys
 import time
 from pathlib import Path
@@ -18,12 +25,21 @@ from pathlib import Path
 import torch
 
 from attnmt.config import load_config
-from attnmt.data import find_split_file, read_parallel
+from attnmt.data import find_split_file, read_lines, read_parallel
 from attnmt.evaluate import score_translations
 from attnmt.train import train
 from attnmt.translate import Translator
 
 REPO = Path(__file__).resolve().parents[1]
+SEGMENT = re.compile(r"<seg[^>]*>(.*)</seg>")
+
+
+def read_segments(path: str) -> list[str]:
+    """The sentences of a test file: its lines, or in a WMT .sgm file the text of each <seg>."""
+    lines = list(read_lines(path))
+    if ".sgm" not in Path(path).name:
+        return lines
+    return [html.unescape(match[1].strip()) for match in map(SEGMENT.search, lines) if match]
 
 
 def main() -> None:
@@ -33,6 +49,8 @@ def main() -> None:
     parser.add_argument("--out", required=True, help="output directory for the model")
     parser.add_argument("--config", default=str(REPO / "configs" / "multi30k_de_en.yaml"))
     parser.add_argument("--alpha", type=float, default=0.0, help="length penalty for beam 5")
+    parser.add_argument("--also-test", nargs=3, action="append", default=[], metavar=("NAME", "SOURCE", "REFERENCE"),
+                        help="another test set to score the model on, with beam 5 (e.g. newstest2014)")
     parser.add_argument("overrides", nargs="*", help="config key=value overrides")
     args = parser.parse_args()
 
@@ -57,6 +75,15 @@ def main() -> None:
         print(f"metric=sacrebleu{suffix} value={scores['bleu']}")
         print(f"metric=chrf{suffix} value={scores['chrf']}")
     print(f"signature sacrebleu={scores['bleu_signature']} chrf={scores['chrf_signature']}")
+    for name, source, reference in args.also_test:
+        sources, references = read_segments(source), read_segments(reference)
+        if len(sources) != len(references):
+            sys.exit(f"quality: {name}: {len(sources)} source sentences but {len(references)} references")
+        scores = score_translations(translator, list(zip(sources, references)), beam_size=5, alpha=args.alpha,
+                                    lc_tok=True)
+        print(f"metric=sentences_{name} value={len(sources)}")
+        for metric in ("bleu_lc_tok", "bleu", "chrf"):
+            print(f"metric={'sacrebleu' if metric == 'bleu' else metric}_{name} value={scores[metric]}")
 
 
 if __name__ == "__main__":
