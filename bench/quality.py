@@ -26,6 +26,7 @@ import torch
 
 from attnmt.config import load_config
 from attnmt.data import find_split_file, read_lines, read_parallel
+from attnmt.errors import AttnmtError
 from attnmt.evaluate import score_translations
 from attnmt.train import train
 from attnmt.translate import Translator
@@ -56,6 +57,7 @@ def main() -> None:
 
     config = load_config(args.config, [f"data.path={args.data}", f"train.out_dir={args.out}",
                                        f"train.max_minutes={args.budget_min}", *args.overrides])
+    also_tests = {name: read_test_set(name, source, reference) for name, source, reference in args.also_test}
     started = time.monotonic()
     result = train(config, overwrite=True, log=lambda line: print(line, file=sys.stderr, flush=True))
     train_minutes = (time.monotonic() - started) / 60
@@ -71,19 +73,29 @@ def main() -> None:
     for beam, suffix in ((1, "_greedy"), (5, "")):
         scores = score_translations(translator, test, beam_size=beam, alpha=args.alpha if beam > 1 else 0.0,
                                     lc_tok=True)
-        print(f"metric=bleu_lc_tok{suffix} value={scores['bleu_lc_tok']}")
-        print(f"metric=sacrebleu{suffix} value={scores['bleu']}")
-        print(f"metric=chrf{suffix} value={scores['chrf']}")
+        print_scores(scores, suffix)
     print(f"signature sacrebleu={scores['bleu_signature']} chrf={scores['chrf_signature']}")
-    for name, source, reference in args.also_test:
+    for name, pairs in also_tests.items():
+        print(f"metric=sentences_{name} value={len(pairs)}")
+        print_scores(score_translations(translator, pairs, beam_size=5, alpha=args.alpha, lc_tok=True), f"_{name}")
+
+
+def print_scores(scores: dict, suffix: str) -> None:
+    print(f"metric=bleu_lc_tok{suffix} value={scores['bleu_lc_tok']}")
+    print(f"metric=sacrebleu{suffix} value={scores['bleu']}")
+    print(f"metric=chrf{suffix} value={scores['chrf']}")
+
+
+def read_test_set(name: str, source: str, reference: str) -> list[tuple[str, str]]:
+    """The (source, reference) pairs of an --also-test set, read before training so that a bad one
+    costs no training."""
+    try:
         sources, references = read_segments(source), read_segments(reference)
-        if len(sources) != len(references):
-            sys.exit(f"quality: {name}: {len(sources)} source sentences but {len(references)} references")
-        scores = score_translations(translator, list(zip(sources, references)), beam_size=5, alpha=args.alpha,
-                                    lc_tok=True)
-        print(f"metric=sentences_{name} value={len(sources)}")
-        for metric in ("bleu_lc_tok", "bleu", "chrf"):
-            print(f"metric={'sacrebleu' if metric == 'bleu' else metric}_{name} value={scores[metric]}")
+    except AttnmtError as err:
+        sys.exit(f"quality: --also-test {name}: {err}")
+    if not sources or len(sources) != len(references):
+        sys.exit(f"quality: --also-test {name}: {len(sources)} source sentences but {len(references)} references")
+    return list(zip(sources, references))
 
 
 if __name__ == "__main__":

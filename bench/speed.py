@@ -123,7 +123,7 @@ def matmul_peak_gflops(threads: int, dtype: torch.dtype = torch.float32, device:
     """GFLOP/s of square matrix products: 2048 wide on a CPU, 8192 on a GPU (fp32 without TF32,
     PyTorch's default), random operands."""
     torch.set_num_threads(threads)
-    size = 2048 if device == "cpu" else 8192
+    size = 8192 if torch.device(device).type == "cuda" else 2048
     a, b = (torch.randn(size, size, dtype=dtype, device=device) for _ in range(2))
     for _ in range(2):
         a @ b
