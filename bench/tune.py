@@ -1,7 +1,7 @@
 """A recipe's trials on the validation set only, within a total budget of wall-clock minutes.
 
     python bench/tune.py --config configs/multi30k_de_en_transformer.yaml --trials bench/tune_transformer.yaml \\
-        --data ../shared/data/multi30k --minutes 30 --budget-min 120 --out runs/tune [key=value ...]
+        --data ../shared/data/multi30k --minutes 30 --budget-min 120 --out runs/tune [--only NAME]... [key=value ...]
 
 Each trial is the config with the trial's overrides, then the command line's (e.g.
 `train.precision=fp32`). It trains for `--minutes` in a process of its own, `attnmt train` as a
@@ -87,6 +87,8 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, required=True, help="training minutes of each trial")
     parser.add_argument("--budget-min", type=float, required=True, help="wall-clock minutes for the whole search")
     parser.add_argument("--out", default="runs/tune", help="one folder per trial, and trials.md")
+    parser.add_argument("--only", action="append", metavar="NAME",
+                        help="run only this trial of the file (repeat for more; e.g. the leaders, at more minutes)")
     parser.add_argument("overrides", nargs="*", help="key=value overrides for every trial, after the trial's own")
     args = parser.parse_args()
     trials = (yaml.safe_load(Path(args.trials).read_text(encoding="utf-8")) or {}).get("trials") or []
@@ -94,6 +96,10 @@ def main() -> None:
     if not trials or not all(isinstance(n, str) and n.isidentifier() for n in names) or len(set(names)) != len(names):
         sys.exit(f"tune: {args.trials}: expected a list `trials` of {{name, why, overrides}} with distinct names "
                  "made of letters, digits and _")
+    unknown = sorted(set(args.only or []) - set(names))
+    if unknown:
+        sys.exit(f"tune: --only {' '.join(unknown)}: no such trial in {args.trials} (it has {', '.join(names)})")
+    trials = [t for t in trials if args.only is None or t["name"] in args.only]
     table = Path(args.out) / "trials.md"
     table.parent.mkdir(parents=True, exist_ok=True)
     if not table.exists():
