@@ -215,7 +215,7 @@ class TrainConfig:
     # random weights and new ones (its model section must equal this config's, dropout aside).
     # Empty: from scratch. A resumed run continues its checkpoint, which started from it.
     init_from: str = ""
-    # Adam's learning rate (the peak, with the warmup scheduler).
+    # Adam's learning rate (the peak, with the warmup and linear schedulers).
     lr: float = ranged(1e-3, "(0, 10]")
     # The gradients' norm is clipped to this.
     clip: float = ranged(1.0, "(0, inf)")
@@ -224,12 +224,17 @@ class TrainConfig:
     # The share of the target probability spread over the whole vocabulary.
     label_smoothing: float = ranged(0.0, "[0, 1)")
     # Learning rate: constant; halved (plateau_factor) when validation stops improving for
-    # plateau_patience epochs; or linear warmup over warmup_steps, then inverse square root decay.
-    scheduler: Literal["none", "plateau", "warmup"] = "none"
+    # plateau_patience epochs; warmup: linear warmup over warmup_steps, then inverse square root
+    # decay; or linear: the same warmup, then a straight line down to min_lr at update decay_steps
+    # (set it to the updates your time budget makes: a run that ends as the rate reaches its
+    # floor has spent its last updates at small steps, which averaging and selection reward).
+    scheduler: Literal["none", "plateau", "warmup", "linear"] = "none"
     plateau_factor: float = ranged(0.5, "(0, 1)")
     plateau_patience: int = ranged(1, "[1, inf)")
     warmup_steps: int = ranged(1000, "[1, inf)")
-    # Neither scheduler takes the learning rate below this.
+    # scheduler linear: the update at which the rate reaches min_lr (and stays); above warmup_steps.
+    decay_steps: int = ranged(10000, "[2, inf)")
+    # No scheduler takes the learning rate below this.
     min_lr: float = ranged(1e-5, "[0, 10]")
     # Which validation figure picks the best model and drives plateau and early stopping.
     select_by: Literal["loss", "bleu"] = "loss"
@@ -547,6 +552,10 @@ def validate(config: Config) -> None:
             if "range" in f.metadata:
                 check_range(getattr(values, f.name), f.metadata["range"], f"{section.name}.{f.name}")
     config.model.check(config)
+    t = config.train
+    if t.scheduler == "linear" and t.decay_steps <= t.warmup_steps:
+        raise AttnmtError(f"train.decay_steps={t.decay_steps}: the linear scheduler decays after its warmup, so it "
+                          f"must be above train.warmup_steps={t.warmup_steps}")
     d = config.data
     if d.format != "dates" and not d.path:
         raise AttnmtError("data.path is required: the TSV file or the directory of parallel files")

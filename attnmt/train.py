@@ -319,10 +319,13 @@ class Run:
 
 
 def _set_lr(optimizer: torch.optim.Optimizer, progress: Progress, tc: TrainConfig) -> None:
-    """The learning rate for the next step: warmup then inverse square root decay, or the plateau's."""
+    """The learning rate for the next step: warmup, then inverse square root or linear decay; or the plateau's."""
+    step = progress.step + 1
     if tc.scheduler == "warmup":
-        step = progress.step + 1
         progress.lr = max(tc.lr * min(step / tc.warmup_steps, (tc.warmup_steps / step) ** 0.5), tc.min_lr)
+    elif tc.scheduler == "linear":
+        left = (tc.decay_steps - step) / (tc.decay_steps - tc.warmup_steps)   # 1 at the warmup's end, 0 at decay_steps
+        progress.lr = max(tc.lr * min(step / tc.warmup_steps, left), tc.min_lr)
     elif not progress.lr:
         progress.lr = tc.lr
     for group in optimizer.param_groups:

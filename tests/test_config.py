@@ -281,6 +281,12 @@ def test_the_defaults_are_valid_and_what_is_not_given_takes_them():
     assert config.to_dict() == config_from_dict(values).to_dict()
 
 
+def test_the_linear_schedule_must_decay_after_its_warmup():
+    with pytest.raises(AttnmtError, match=r"^train.decay_steps=500: .* above train.warmup_steps=500"):
+        config_from_dict(valid_dict(train={"scheduler": "linear", "warmup_steps": 500, "decay_steps": 500}))
+    config_from_dict(valid_dict(train={"scheduler": "linear", "warmup_steps": 500, "decay_steps": 501}))
+
+
 def test_dot_attention_with_mismatched_sizes():
     with pytest.raises(AttnmtError, match="dot"):
         config_from_dict(valid_dict(model={"attention": "dot", "enc_hidden": 256, "bidirectional": True,

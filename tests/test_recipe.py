@@ -28,6 +28,19 @@ def test_warmup_schedule(tmp_path):
     assert progress["lr"] == pytest.approx(0.004 * step / 100)  # still warming up: linear
 
 
+@pytest.mark.parametrize("decay_steps", [1000, 3])
+def test_linear_schedule_decays_to_the_floor(tmp_path, decay_steps):
+    values = tiny_dates_config(tmp_path)
+    values["train"].update(epochs=1, scheduler="linear", warmup_steps=2, decay_steps=decay_steps, lr=0.004,
+                           min_lr=1e-4)
+    train(config_from_dict(values), log=lambda _: None)
+    progress = progress_of(tmp_path)
+    step = progress["step"]
+    assert step > 3
+    # past the warmup: on the line from lr at step 2 down to min_lr at decay_steps, never below min_lr
+    assert progress["lr"] == pytest.approx(max(0.004 * (decay_steps - step) / (decay_steps - 2), 1e-4))
+
+
 def test_plateau_halves_lr_and_patience_stops(tmp_path, monkeypatch):
     def flat_validation(run):
         return {"epoch": run.progress.epoch, "step": run.progress.step, "valid_loss": 1.0, "valid_bleu": 0.0}
