@@ -1,0 +1,54 @@
+"""Score averages of a run's saved epochs on validation: how many of the last epochs to average.
+
+    python bench/average_epochs.py runs/tune60/recipe_full_budget --data ../shared/data/multi30k --last 1 5 10 15 20
+
+Training keeps the last `train.average_last` epochs' models (epochN.safetensors) and, at its end,
+keeps their average only if it validates better. This reads those files and scores the average of
+the last k, for each k asked, on the validation split, in issue 45's measure: lowercased-token
+BLEU with beam 5 (then greedy, sacreBLEU and chrF), so a search can choose `average_last` on
+validation after a single run. k = 1 is the last epoch alone. test2016 is never read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+from attnmt.average import average_weights
+from attnmt.data import find_split_file, read_parallel
+from attnmt.evaluate import score_translations
+from attnmt.modelfile import load_file
+from attnmt.translate import Translator
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run", type=Path, help="a training run's out_dir, with its epochN.safetensors")
+    parser.add_argument("--data", required=True, help="the corpus directory (data.path)")
+    parser.add_argument("--last", type=int, nargs="+", required=True, help="how many of the last epochs to average")
+    args = parser.parse_args()
+    epochs = sorted((int(m[1]), path) for path in args.run.glob("epoch*.safetensors")
+                    if (m := re.fullmatch(r"epoch(\d+)\.safetensors", path.name)))
+    too_many = [k for k in args.last if not 1 <= k <= len(epochs)]
+    if too_many:
+        sys.exit(f"average_epochs: --last {too_many[0]}: {args.run} holds {len(epochs)} saved epochs "
+                 f"(allowed: 1 to {len(epochs)})")
+    data = load_file(args.run / "checkpoint.safetensors")[1]["config"]["data"]
+    valid = read_parallel(find_split_file(args.data, data["valid_prefix"], data["src_lang"]),
+                          find_split_file(args.data, data["valid_prefix"], data["tgt_lang"]))
+    translator = Translator.load(epochs[-1][1])
+    print("| last k epochs averaged | epochs | val lc-tok BLEU beam 5 | greedy | val sacreBLEU beam 5 | val chrF beam 5 |")
+    print("|---:|---|---:|---:|---:|---:|")
+    for k in args.last:
+        chosen = epochs[-k:]
+        translator.model.load_state_dict(average_weights([path for _, path in chosen], translator.device))
+        beam5 = score_translations(translator, valid, beam_size=5, lc_tok=True)
+        greedy = score_translations(translator, valid, beam_size=1, lc_tok=True)
+        print(f"| {k} | {chosen[0][0]}-{chosen[-1][0]} | {beam5['bleu_lc_tok']:.2f} | {greedy['bleu_lc_tok']:.2f} "
+              f"| {beam5['bleu']:.2f} | {beam5['chrf']:.2f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
