@@ -242,6 +242,10 @@ class TrainConfig:
     patience: int = ranged(0, "[0, inf)")
     # At the end, average the weights of the last N epochs and keep the average if it validates better.
     average_last: int = ranged(0, "[0, 1000]")
+    # better: keep that average only if it validates better than every epoch; always: keep it (a
+    # greedy validation BLEU that moves by half a point from epoch to epoch can pass over an average
+    # that beam search translates better: docs/recipes.md).
+    average_keep: Literal["better", "always"] = "better"
     # The same seed, config and data give the same weights on a CPU.
     seed: int = ranged(1, f"[0, {MAX_SEED}]")
     # auto (a GPU when there is one), cpu, cuda, cuda:1, ...

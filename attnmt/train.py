@@ -293,7 +293,8 @@ class Run:
         return ""
 
     def try_average(self) -> None:
-        """Average the last epochs' weights; keep the average as the model if it validates better."""
+        """Average the last epochs' weights; keep the average as the model if it validates better
+        (or always, train.average_keep)."""
         progress = self.progress
         count = len(progress.epoch_files)
         self.translator.model.load_state_dict(
@@ -304,11 +305,13 @@ class Run:
         assert self.metrics, "rank 0 averages"
         # No training happened since the last epoch: its train_loss would read 0.
         self.metrics.write({**{k: v for k, v in record.items() if k != "train_loss"}, "average_of_last": count})
-        metric = _selection_metric(record, self.config.train)
-        if metric > progress.best_metric:
-            progress.best_metric = metric
+        metric, tc = _selection_metric(record, self.config.train), self.config.train
+        if metric > progress.best_metric or tc.average_keep == "always":
+            better = metric > progress.best_metric
+            progress.best_metric = max(metric, progress.best_metric)
             self.translator.save(self.model_path, self._training_facts(record, average_of_last=count))
-            self.log(f"the average validates better than any single epoch; {self.model_path} is now the average")
+            self.log(f"the average validates {'better' if better else 'no better'} than the best single epoch; "
+                     f"{self.model_path} is now the average" + ("" if better else " (train.average_keep always)"))
 
     def _training_facts(self, record: dict, **extra: int) -> dict:
         """What a model file says of its training (attnmt info): data digest, step, epoch, validation figures."""

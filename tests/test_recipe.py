@@ -110,13 +110,16 @@ def differing(ours: dict, theirs: dict) -> list[str]:
     return [name for name in ours if not torch.equal(ours[name], theirs[name])]
 
 
-def test_checkpoint_averaging_keeps_the_mean_of_the_last_epochs(tmp_path, monkeypatch):
+@pytest.mark.parametrize("keep, average_loss, kept", [("better", 0.5, "mean"), ("better", 5.0, "epoch 2"),
+                                                     ("always", 5.0, "mean")])
+def test_checkpoint_averaging_keeps_the_mean_of_the_last_epochs(tmp_path, monkeypatch, keep, average_loss, kept):
     """train.average_last=2 keeps epochs 2 and 3 in their files, validates their element-wise mean
-    and, as it validates better (scripted here), keeps it as the model. Checked against the weights
-    each epoch validated, whatever the run logs."""
+    and keeps it as the model where it validates better (scripted here) or train.average_keep is
+    always; else the best epoch stays. Checked against the weights each epoch validated, whatever
+    the run logs."""
     real = train_module.Run.validate
     validated = []                   # the weights of each validation: epochs 1, 2 and 3, then the average
-    losses = iter([3.0, 1.0, 2.0, 0.5])  # epoch 2 the best single epoch, so that no file stands in for another
+    losses = iter([3.0, 1.0, 2.0, average_loss])  # epoch 2 the best single epoch, so that no file stands in for another
 
     def scripted(run):
         record = real(run)
@@ -127,7 +130,7 @@ def test_checkpoint_averaging_keeps_the_mean_of_the_last_epochs(tmp_path, monkey
     monkeypatch.setattr(train_module.Run, "validate", scripted)
     values = tiny_dates_config(tmp_path)
     values["data"]["num_pairs"] = 600
-    values["train"].update(epochs=3, average_last=2)
+    values["train"].update(epochs=3, average_last=2, average_keep=keep)
     train(config_from_dict(values), log=lambda _: None)
     _, epoch2, epoch3, average = validated
     assert sorted(p.name for p in tmp_path.glob("epoch*.safetensors")) == ["epoch2.safetensors", "epoch3.safetensors"]
@@ -136,7 +139,7 @@ def test_checkpoint_averaging_keeps_the_mean_of_the_last_epochs(tmp_path, monkey
     mean = {name: ((epoch2[name].float() + epoch3[name].float()) / 2).to(w.dtype) for name, w in epoch3.items()}
     assert differing(mean, epoch2) and differing(mean, epoch3)  # the epochs differ: a wrong average would show
     assert differing(average, mean) == []
-    assert differing(read_model(tmp_path / "model.safetensors")[1], mean) == []
+    assert differing(read_model(tmp_path / "model.safetensors")[1], mean if kept == "mean" else epoch2) == []
 
 
 def test_init_uniform_bounds_every_weight_and_keeps_padding_zero():
