@@ -240,7 +240,7 @@ class TrainConfig:
     select_by: Literal["loss", "bleu"] = "loss"
     # Stop after this many validations without a better model (0 = never stop early).
     patience: int = ranged(0, "[0, inf)")
-    # At the end, average the weights of the last N epochs and keep the average if it validates better.
+    # At the end, average the weights of the last N epochs (kept as average_keep says).
     average_last: int = ranged(0, "[0, 1000]")
     # better: keep that average only if it validates better than every epoch; always: keep it (a
     # greedy validation BLEU that moves by half a point from epoch to epoch can pass over an average

@@ -16,9 +16,9 @@ import re
 import sys
 from pathlib import Path
 
+from tune import validation_pairs, validation_scores
+
 from attnmt.average import average_weights
-from attnmt.data import find_split_file, read_parallel
-from attnmt.evaluate import score_translations
 from attnmt.modelfile import load_file
 from attnmt.translate import Translator
 
@@ -36,16 +36,14 @@ def main() -> None:
         sys.exit(f"average_epochs: --last {too_many[0]}: {args.run} holds {len(epochs)} saved epochs "
                  f"(allowed: 1 to {len(epochs)})")
     data = load_file(args.run / "checkpoint.safetensors")[1]["config"]["data"]
-    valid = read_parallel(find_split_file(args.data, data["valid_prefix"], data["src_lang"]),
-                          find_split_file(args.data, data["valid_prefix"], data["tgt_lang"]))
+    valid = validation_pairs(args.data, data["valid_prefix"], data["src_lang"], data["tgt_lang"])
     translator = Translator.load(epochs[-1][1])
     print("| last k epochs averaged | epochs | val lc-tok BLEU beam 5 | greedy | val sacreBLEU beam 5 | val chrF beam 5 |")
     print("|---:|---|---:|---:|---:|---:|")
     for k in args.last:
         chosen = epochs[-k:]
         translator.model.load_state_dict(average_weights([path for _, path in chosen], translator.device))
-        beam5 = score_translations(translator, valid, beam_size=5, lc_tok=True)
-        greedy = score_translations(translator, valid, beam_size=1, lc_tok=True)
+        beam5, greedy = validation_scores(translator, valid)
         print(f"| {k} | {chosen[0][0]}-{chosen[-1][0]} | {beam5['bleu_lc_tok']:.2f} | {greedy['bleu_lc_tok']:.2f} "
               f"| {beam5['bleu']:.2f} | {beam5['chrf']:.2f} |", flush=True)
 

@@ -46,6 +46,16 @@ def done_trials(table: Path) -> set[str]:
     return {row[1].strip() for row in rows}
 
 
+def validation_pairs(corpus: str, prefix: str, src_lang: str, tgt_lang: str) -> list[tuple[str, str]]:
+    return read_parallel(find_split_file(corpus, prefix, src_lang), find_split_file(corpus, prefix, tgt_lang))
+
+
+def validation_scores(translator: Translator, valid: list[tuple[str, str]]) -> tuple[dict, dict]:
+    """The target's scores (lowercased-token BLEU, sacreBLEU, chrF) with beam 5, then greedy."""
+    return (score_translations(translator, valid, beam_size=5, lc_tok=True),
+            score_translations(translator, valid, beam_size=1, lc_tok=True))
+
+
 def run_trial(args: argparse.Namespace, trial: dict) -> list[str]:
     """Train one trial, score its kept model on validation; the table row's cells."""
     out = Path(args.out) / trial["name"]
@@ -67,12 +77,8 @@ def run_trial(args: argparse.Namespace, trial: dict) -> list[str]:
     facts = model_info(out / "model.safetensors").get("training") or {}
     kept = (f"average of the last {facts['average_of_last']}" if "average_of_last" in facts
             else f"epoch {facts.get('epoch')}")
-    data = config.data
-    valid = read_parallel(find_split_file(data.path, data.valid_prefix, data.src_lang),
-                          find_split_file(data.path, data.valid_prefix, data.tgt_lang))
-    translator = Translator.load(out / "model.safetensors")
-    beam5 = score_translations(translator, valid, beam_size=5, lc_tok=True)
-    greedy = score_translations(translator, valid, beam_size=1, lc_tok=True)
+    valid = validation_pairs(config.data.path, config.data.valid_prefix, config.data.src_lang, config.data.tgt_lang)
+    beam5, greedy = validation_scores(Translator.load(out / "model.safetensors"), valid)
     shown = " ".join(trial.get("overrides", [])) or "(the config as it is)"
     return [trial["name"], f"`{shown}`", f"{minutes:.1f}", str(epochs[-1].get("step", "")), str(len(epochs)),
             f"{best['epoch']}: {best.get('valid_bleu', float('nan')):.2f}", kept, f"{beam5['bleu_lc_tok']:.2f}",
