@@ -28,6 +28,7 @@ from attnmt.config import load_config
 from attnmt.data import find_split_file, read_lines, read_parallel
 from attnmt.errors import AttnmtError
 from attnmt.evaluate import score_translations
+from attnmt.fast.process import set_up_training_process
 from attnmt.train import train
 from attnmt.translate import Translator
 
@@ -58,6 +59,8 @@ def main() -> None:
     config = load_config(args.config, [f"data.path={args.data}", f"train.out_dir={args.out}",
                                        f"train.max_minutes={args.budget_min}", *args.overrides])
     also_tests = {name: read_test_set(name, source, reference) for name, source, reference in args.also_test}
+    if config.train.fast_paths:  # as attnmt train does: without it, each step paid page faults (fast/process.py)
+        set_up_training_process()
     started = time.monotonic()
     result = train(config, overwrite=True, log=lambda line: print(line, file=sys.stderr, flush=True))
     train_minutes = (time.monotonic() - started) / 60
