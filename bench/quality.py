@@ -2,13 +2,15 @@
 
     python bench/quality.py --data ../shared/data/multi30k --budget-min 60 --out runs/quality
     python bench/quality.py --data ... --out runs/baseline model.attention=none   # the no-attention baseline
+    python bench/quality.py --data ... --out runs/quality --skip-training --alpha 1.0  # that model, decoded otherwise
     python bench/quality.py --data ... --out ... --also-test newstest2014 \
         ../shared/data/wmt_newstest_deen/newstest2014-deen-src.de.sgm.gz \
         ../shared/data/wmt_newstest_deen/newstest2014-deen-ref.en.sgm.gz
 
 Prints one `metric=<name> value=<number>` line per figure; `bleu_lc_tok` is BLEU on lowercased
 word tokens (the PyTorch seq2seq tutorials' recipe), `sacrebleu` the detokenized cased BLEU whose
-signature is printed too. Figures without a suffix are for beam 5. `--also-test NAME SOURCE
+signature is printed too. Figures without a suffix are for beam 5, with the config's length
+penalty (decode.alpha) unless `--alpha` says otherwise. `--also-test NAME SOURCE
 REFERENCE` scores the same model on another test set too (beam 5; plain text, or WMT's .sgm, either
 maybe gzipped), its figures suffixed `_NAME`.
 """
@@ -29,7 +31,7 @@ from attnmt.data import find_split_file, read_lines, read_parallel
 from attnmt.errors import AttnmtError
 from attnmt.evaluate import score_translations
 from attnmt.fast.process import set_up_training_process
-from attnmt.train import train
+from attnmt.train import MODEL_FILE, train
 from attnmt.translate import Translator
 
 REPO = Path(__file__).resolve().parents[1]
@@ -50,7 +52,9 @@ def main() -> None:
     parser.add_argument("--budget-min", type=float, default=60.0, help="training wall-clock budget in minutes")
     parser.add_argument("--out", required=True, help="output directory for the model")
     parser.add_argument("--config", default=str(REPO / "configs" / "multi30k_de_en.yaml"))
-    parser.add_argument("--alpha", type=float, default=0.0, help="length penalty for beam 5")
+    parser.add_argument("--alpha", type=float, help="length penalty for beam 5 (default: the config's decode.alpha)")
+    parser.add_argument("--skip-training", action="store_true",
+                        help="score the model an earlier run left in --out instead of training one (other decoding)")
     parser.add_argument("--also-test", nargs=3, action="append", default=[], metavar=("NAME", "SOURCE", "REFERENCE"),
                         help="another test set to score the model on, with beam 5 (e.g. newstest2014)")
     parser.add_argument("overrides", nargs="*", help="config key=value overrides")
@@ -59,28 +63,33 @@ def main() -> None:
     config = load_config(args.config, [f"data.path={args.data}", f"train.out_dir={args.out}",
                                        f"train.max_minutes={args.budget_min}", *args.overrides])
     also_tests = {name: read_test_set(name, source, reference) for name, source, reference in args.also_test}
-    if config.train.fast_paths:  # as attnmt train does: without it, each step paid page faults (fast/process.py)
-        set_up_training_process()
-    started = time.monotonic()
-    result = train(config, overwrite=True, log=lambda line: print(line, file=sys.stderr, flush=True))
-    train_minutes = (time.monotonic() - started) / 60
+    alpha = config.decode.alpha if args.alpha is None else args.alpha
+    model_path = Path(args.out) / MODEL_FILE
+    if args.skip_training:
+        if not model_path.exists():
+            sys.exit(f"quality: --skip-training: {model_path} does not exist; train it first (without --skip-training)")
+    else:
+        if config.train.fast_paths:  # as attnmt train does: without it, each step paid page faults (fast/process.py)
+            set_up_training_process()
+        started = time.monotonic()
+        result = train(config, overwrite=True, log=lambda line: print(line, file=sys.stderr, flush=True))
+        print(f"metric=train_minutes value={(time.monotonic() - started) / 60:.1f}")
+        print(f"metric=epochs value={result.epochs}")
 
-    translator = Translator.load(result.model_path)
+    translator = Translator.load(model_path)
     d = config.data
     test = read_parallel(find_split_file(d.path, d.test_prefix, d.src_lang), find_split_file(d.path, d.test_prefix, d.tgt_lang))
     params = sum(p.numel() for p in translator.model.parameters())
     print(f"metric=params value={params}")
-    print(f"metric=train_minutes value={train_minutes:.1f}")
-    print(f"metric=epochs value={result.epochs}")
     print(f"metric=threads value={torch.get_num_threads()}")
+    print(f"metric=alpha value={alpha}")
     for beam, suffix in ((1, "_greedy"), (5, "")):
-        scores = score_translations(translator, test, beam_size=beam, alpha=args.alpha if beam > 1 else 0.0,
-                                    lc_tok=True)
+        scores = score_translations(translator, test, beam_size=beam, alpha=alpha if beam > 1 else 0.0, lc_tok=True)
         print_scores(scores, suffix)
     print(f"signature sacrebleu={scores['bleu_signature']} chrf={scores['chrf_signature']}")
     for name, pairs in also_tests.items():
         print(f"metric=sentences_{name} value={len(pairs)}")
-        print_scores(score_translations(translator, pairs, beam_size=5, alpha=args.alpha, lc_tok=True), f"_{name}")
+        print_scores(score_translations(translator, pairs, beam_size=5, alpha=alpha, lc_tok=True), f"_{name}")
 
 
 def print_scores(scores: dict, suffix: str) -> None:

@@ -50,10 +50,11 @@ def validation_pairs(corpus: str, prefix: str, src_lang: str, tgt_lang: str) -> 
     return read_parallel(find_split_file(corpus, prefix, src_lang), find_split_file(corpus, prefix, tgt_lang))
 
 
-def validation_scores(translator: Translator, valid: list[tuple[str, str]]) -> tuple[dict, dict]:
-    """The target's scores (lowercased-token BLEU, sacreBLEU, chrF) with beam 5, then greedy."""
-    return (score_translations(translator, valid, beam_size=5, lc_tok=True),
-            score_translations(translator, valid, beam_size=1, lc_tok=True))
+def validation_scores(translator: Translator, valid: list[tuple[str, str]], beam_size: int = 5, alpha: float = 0.0
+                      ) -> dict:
+    """The target's scores (lowercased-token BLEU, sacreBLEU, chrF), with beam 5 and no length penalty
+    unless told."""
+    return score_translations(translator, valid, beam_size=beam_size, alpha=alpha, lc_tok=True)
 
 
 def run_trial(args: argparse.Namespace, trial: dict) -> list[str]:
@@ -78,7 +79,8 @@ def run_trial(args: argparse.Namespace, trial: dict) -> list[str]:
     kept = (f"average of the last {facts['average_of_last']}" if "average_of_last" in facts
             else f"epoch {facts.get('epoch')}")
     valid = validation_pairs(config.data.path, config.data.valid_prefix, config.data.src_lang, config.data.tgt_lang)
-    beam5, greedy = validation_scores(Translator.load(out / "model.safetensors"), valid)
+    translator = Translator.load(out / "model.safetensors")
+    beam5, greedy = validation_scores(translator, valid), validation_scores(translator, valid, beam_size=1)
     shown = " ".join(trial.get("overrides", [])) or "(the config as it is)"
     return [trial["name"], f"`{shown}`", f"{minutes:.1f}", str(epochs[-1].get("step", "")), str(len(epochs)),
             f"{best['epoch']}: {best.get('valid_bleu', float('nan')):.2f}", kept, f"{beam5['bleu_lc_tok']:.2f}",
