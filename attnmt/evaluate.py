@@ -46,6 +46,9 @@ def corpus_scores(hypotheses: list[str], references: list[str]) -> dict[str, flo
     chrf_score = chrf.corpus_score(hypotheses, [references])
     return {
         "bleu": round(bleu_score.score, 2),
+        # the outputs' length over the references' (word tokens): below 1, BLEU's brevity penalty
+        # applies, which beam search's length penalty (decode.alpha) can lift
+        "length_ratio": round(bleu_score.sys_len / max(bleu_score.ref_len, 1), 4),
         "chrf": round(chrf_score.score, 2),
         "bleu_signature": str(bleu.get_signature()),
         "chrf_signature": str(chrf.get_signature()),

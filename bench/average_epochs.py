@@ -47,8 +47,9 @@ def main() -> None:
     data = load_file(args.run / "checkpoint.safetensors")[1]["config"]["data"]
     valid = validation_pairs(args.data, data["valid_prefix"], data["src_lang"], data["tgt_lang"])
     translator = Translator.load(epochs[-1][1])
-    print("| last k epochs averaged | epochs | beam | α | val lc-tok BLEU | greedy | val sacreBLEU | val chrF |")
-    print("|---:|---|---:|---:|---:|---:|---:|---:|")
+    print("| last k epochs averaged | epochs | beam | α | val lc-tok BLEU | greedy | val sacreBLEU | val chrF "
+          "| length ratio |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
     for k in args.last:
         chosen = epochs[-k:]
         translator.model.load_state_dict(average_weights([path for _, path in chosen], translator.device))
@@ -57,7 +58,8 @@ def main() -> None:
             for alpha in args.alpha:
                 beam = validation_scores(translator, valid, beam_size, alpha)
                 print(f"| {k} | {chosen[0][0]}-{chosen[-1][0]} | {beam_size} | {alpha:g} | {beam['bleu_lc_tok']:.2f} "
-                      f"| {greedy['bleu_lc_tok']:.2f} | {beam['bleu']:.2f} | {beam['chrf']:.2f} |", flush=True)
+                      f"| {greedy['bleu_lc_tok']:.2f} | {beam['bleu']:.2f} | {beam['chrf']:.2f} | {beam['length_ratio']:.3f} |",
+                      flush=True)
 
 
 if __name__ == "__main__":

@@ -122,7 +122,7 @@ def test_evaluate_cli(recipe_model, tmp_path):
     ref.write_text("".join(reference + "\n" for _, reference in recipe_model.pairs), encoding="utf-8")
     result = attnmt("evaluate", str(recipe_model.path), "--src", str(src), "--ref", str(ref))
     assert result.returncode == 0, result.stderr
-    for key in ("exact: ", "bleu: ", "chrf: ", "bleu_signature: nrefs:1"):
+    for key in ("exact: ", "bleu: ", "length_ratio: ", "chrf: ", "bleu_signature: nrefs:1"):
         assert key in result.stdout, result.stdout
 
 

@@ -10,7 +10,7 @@ from test_cli import assert_one_line_error, attnmt
 
 from attnmt.config import config_from_dict
 from attnmt.data import load_corpus
-from attnmt.evaluate import bleu_by_length, bucket_labels, exact_match_any
+from attnmt.evaluate import bleu_by_length, bucket_labels, corpus_scores, exact_match_any
 from attnmt.plot import missing_glyphs
 from attnmt.prepare import load_split
 
@@ -43,6 +43,13 @@ def test_exact_match_any_accepts_every_translation_of_the_same_source():
     references = ["Sie hat ihn geküsst.", "Sie küsste ihn.", "Ich rannte."]
     hypotheses = ["Sie küsste ihn.", "Sie küsste ihn.", "Ich lief."]
     assert exact_match_any(sources, hypotheses, references) == pytest.approx(2 / 3)
+
+
+def test_length_ratio_is_the_outputs_words_over_the_references():
+    references = ["a man rides a red bike .", "two dogs play in the snow ."]   # 7 + 7 words
+    short = ["a man rides a bike .", "two dogs play ."]                        # 6 + 4
+    assert corpus_scores(short, references)["length_ratio"] == round(10 / 14, 4)
+    assert corpus_scores(references, references)["length_ratio"] == 1.0
 
 
 def test_load_split_cuts_the_corpus_as_training_did():
