@@ -8,8 +8,8 @@ Each trial is the config with the trial's overrides, then the command line's (e.
 user runs it, with `data.test_prefix` pointed at the validation split, so test2016 is never read
 (bench/quality.py scores it once, for the chosen recipe). Then the model that training kept (the
 best epoch, or the average of the last ones where that validated better) translates the
-validation set with beam 5 and with greedy search. The scores are lowercased-token BLEU, the
-target's measure, then sacreBLEU and chrF.
+validation set with beam 5 (with the trial's length penalty, decode.alpha) and with greedy
+search. The scores are lowercased-token BLEU, the target's measure, then sacreBLEU and chrF.
 
 One row per trial is appended to OUT/trials.md as each trial ends. A trial whose name is already
 there is skipped, so a search that was stopped goes on where it was. The trials file (YAML) holds
@@ -80,7 +80,8 @@ def run_trial(args: argparse.Namespace, trial: dict) -> list[str]:
             else f"epoch {facts.get('epoch')}")
     valid = validation_pairs(config.data.path, config.data.valid_prefix, config.data.src_lang, config.data.tgt_lang)
     translator = Translator.load(out / "model.safetensors")
-    beam5, greedy = validation_scores(translator, valid), validation_scores(translator, valid, beam_size=1)
+    beam5 = validation_scores(translator, valid, alpha=config.decode.alpha)
+    greedy = validation_scores(translator, valid, beam_size=1)
     shown = " ".join(trial.get("overrides", [])) or "(the config as it is)"
     return [trial["name"], f"`{shown}`", f"{minutes:.1f}", str(epochs[-1].get("step", "")), str(len(epochs)),
             f"{best['epoch']}: {best.get('valid_bleu', float('nan')):.2f}", kept, f"{beam5['bleu_lc_tok']:.2f}",
