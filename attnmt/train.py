@@ -305,9 +305,9 @@ class Run:
         assert self.metrics, "rank 0 averages"
         # No training happened since the last epoch: its train_loss would read 0.
         self.metrics.write({**{k: v for k, v in record.items() if k != "train_loss"}, "average_of_last": count})
-        metric, tc = _selection_metric(record, self.config.train), self.config.train
-        if metric > progress.best_metric or tc.average_keep == "always":
-            better = metric > progress.best_metric
+        metric = _selection_metric(record, self.config.train)
+        better = metric > progress.best_metric
+        if better or self.config.train.average_keep == "always":
             progress.best_metric = max(metric, progress.best_metric)
             self.translator.save(self.model_path, self._training_facts(record, average_of_last=count))
             self.log(f"the average validates {'better' if better else 'no better'} than the best single epoch; "

@@ -38,9 +38,9 @@ def main() -> None:
     args = parser.parse_args()
     epochs = sorted((int(m[1]), path) for path in args.run.glob("epoch*.safetensors")
                     if (m := re.fullmatch(r"epoch(\d+)\.safetensors", path.name)))
-    too_many = [k for k in args.last if not 1 <= k <= len(epochs)]
     if any(b < 2 for b in args.beam):
         sys.exit(f"average_epochs: --beam {min(args.beam)}: a beam size must be 2 or more (greedy is scored too)")
+    too_many = [k for k in args.last if not 1 <= k <= len(epochs)]
     if too_many:
         sys.exit(f"average_epochs: --last {too_many[0]}: {args.run} holds {len(epochs)} saved epochs "
                  f"(allowed: 1 to {len(epochs)})")
