@@ -3,6 +3,7 @@
     python bench/quality.py --data ../shared/data/multi30k --budget-min 60 --out runs/quality
     python bench/quality.py --data ... --out runs/baseline model.attention=none   # the no-attention baseline
     python bench/quality.py --data ... --out runs/quality --skip-training --alpha 1.0  # that model, decoded otherwise
+    python bench/quality.py --data ... --out runs/quality120 --budget-min 120 --resume  # a copy of runs/quality, on to 120 min
     python bench/quality.py --data ... --out ... --also-test newstest2014 \
         ../shared/data/wmt_newstest_deen/newstest2014-deen-src.de.sgm.gz \
         ../shared/data/wmt_newstest_deen/newstest2014-deen-ref.en.sgm.gz
@@ -21,7 +22,6 @@ import argparse
 import html
 import re
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -55,6 +55,8 @@ def main() -> None:
     parser.add_argument("--alpha", type=float, help="length penalty for beam 5 (default: the config's decode.alpha)")
     parser.add_argument("--skip-training", action="store_true",
                         help="score the model an earlier run left in --out instead of training one (other decoding)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the run in --out (its checkpoint) until --budget-min minutes of training in all")
     parser.add_argument("--also-test", nargs=3, action="append", default=[], metavar=("NAME", "SOURCE", "REFERENCE"),
                         help="another test set to score the model on, with beam 5 (e.g. newstest2014)")
     parser.add_argument("overrides", nargs="*", help="config key=value overrides")
@@ -65,15 +67,17 @@ def main() -> None:
     also_tests = {name: read_test_set(name, source, reference) for name, source, reference in args.also_test}
     alpha = config.decode.alpha if args.alpha is None else args.alpha
     model_path = Path(args.out) / MODEL_FILE
+    if args.skip_training and args.resume:
+        sys.exit("quality: --skip-training and --resume exclude each other: one scores a run, the other continues it")
     if args.skip_training:
         if not model_path.exists():
             sys.exit(f"quality: --skip-training: {model_path} does not exist; train it first (without --skip-training)")
     else:
         if config.train.fast_paths:  # as attnmt train does: without it, each step paid page faults (fast/process.py)
             set_up_training_process()
-        started = time.monotonic()
-        result = train(config, overwrite=True, log=lambda line: print(line, file=sys.stderr, flush=True))
-        print(f"metric=train_minutes value={(time.monotonic() - started) / 60:.1f}")
+        result = train(config, resume=args.resume, overwrite=not args.resume,
+                       log=lambda line: print(line, file=sys.stderr, flush=True))
+        print(f"metric=train_minutes value={result.minutes:.1f}")  # the training clock, resumed or not
         print(f"metric=epochs value={result.epochs}")
 
     translator = Translator.load(model_path)
@@ -111,4 +115,7 @@ def read_test_set(name: str, source: str, reference: str) -> list[tuple[str, str
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except AttnmtError as err:  # bad config, data or --out (e.g. --resume without a checkpoint): one line
+        sys.exit(f"quality: {err}")
