@@ -41,8 +41,8 @@ class TrainResult:
     model_path: Path
     best_metric: float
     test_scores: dict
-    epochs: int
-    minutes: float
+    epochs: int     # epochs trained, whole or in part: one cut by a stop and resumed counts once
+    minutes: float  # on the training clock, which a resumed run continues
 
 
 def evaluate_loss(model: Model, examples: list[Example], batch_size: int, device: torch.device) -> float:
@@ -118,9 +118,7 @@ def train(config: Config, resume: bool = False, overwrite: bool = False,
     metrics = MetricsWriter(out_dir, progress.step if resume else None, tc.tensorboard) if ranks.is_main else None
     run = Run(config, data, translator, ranks.wrap(model), optimizer, progress, device, ranks, metrics, started, log)
     try:
-        stop = run.train_epochs()
-        if stop:
-            log(f"{stop}; stopping")
+        log(f"{run.train_epochs()}; stopping")
         if metrics and tc.average_last > 1 and len(progress.epoch_files) > 1:
             run.try_average()
     finally:
@@ -128,13 +126,14 @@ def train(config: Config, resume: bool = False, overwrite: bool = False,
             metrics.close()
 
     minutes = (time.monotonic() - started) / 60
+    epochs = len({record["epoch"] for record in progress.history})
     if not ranks.is_main:
-        return TrainResult(run.model_path, progress.best_metric, {}, len(progress.history), minutes)
+        return TrainResult(run.model_path, progress.best_metric, {}, epochs, minutes)
     best = Translator.load(run.model_path, device=str(device))
     test_scores = score_translations(best, corpus.test_pairs) if corpus.test_pairs else {}
     if test_scores:
         log("test: " + " | ".join(f"{k} {v}" for k, v in test_scores.items() if "signature" not in k))
-    return TrainResult(run.model_path, progress.best_metric, test_scores, len(progress.history), minutes)
+    return TrainResult(run.model_path, progress.best_metric, test_scores, epochs, minutes)
 
 
 def _silent(line: str) -> None:
@@ -249,7 +248,7 @@ class Run:
             if ranks.is_main:
                 self.save_checkpoint()
             segment_started, segment_tokens = time.monotonic(), 0
-        return stop
+        return stop or f"all {tc.epochs} epochs trained (train.epochs)"  # said, as a budget may remain
 
     def save_checkpoint(self) -> None:
         # No random generator state: each part's draws are seeded by the step (step._draw_seed).

@@ -215,6 +215,22 @@ def test_a_time_budget_spent_in_the_first_epoch_still_keeps_a_model(tmp_path, mo
     assert any("time budget of 1.5 minutes used up" in line for line in lines)
 
 
+def test_a_run_cut_by_its_budget_and_resumed_counts_each_epoch_once_and_says_why_it_stops(tmp_path, monkeypatch):
+    """The cut epoch is validated twice (at the cut and at its end) but trained once; a run that ends
+    with its epochs, not its budget, says so (a budget that seems unspent is otherwise a puzzle)."""
+    clock = iter(range(0, 10**6, 60))  # each look at the clock: a minute later
+    monkeypatch.setattr("attnmt.train.time.monotonic", lambda: next(clock))
+    values = tiny_dates_config(tmp_path)
+    values["train"].update(epochs=2, max_minutes=1.5)
+    assert train(config_from_dict(values), log=lambda _: None).epochs == 1  # cut in epoch 1
+    values["train"].update(max_minutes=0)  # no budget
+    lines: list[str] = []
+    result = train(config_from_dict(values), resume=True, log=lines.append)
+    assert [record["epoch"] for record in read_metrics(tmp_path)] == [1, 1, 2]
+    assert result.epochs == 2
+    assert any(line == "all 2 epochs trained (train.epochs); stopping" for line in lines)
+
+
 def test_fine_tuning_starts_from_the_model_files_weights_tokenizers_and_vocabularies(tmp_path):
     base = tiny_dates_config(tmp_path / "base")
     base["train"].update(epochs=3)
