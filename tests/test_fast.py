@@ -3,6 +3,7 @@ gradients (float64 where the arithmetic is exact to rounding), and the switch th
 
 from __future__ import annotations
 
+import copy
 from dataclasses import replace
 
 import pytest
@@ -28,6 +29,7 @@ from attnmt.families.transformer.fast import InPlaceState
 from attnmt.families.transformer.network import Transformer
 from attnmt.fast import SHARED_FAST_CLASSES, top_k, use_fast_paths
 from attnmt.fast.dropout import RandDropout
+from attnmt.fast.linear import OUTPUT_BLOCK, BlockedLinear
 from attnmt.fast.topk import block_top_k, reference_top_k
 from attnmt.loss import sequence_loss
 from attnmt.precision import autocast
@@ -49,7 +51,7 @@ def fast_classes(model: nn.Module) -> set[str]:
 def test_build_model_picks_the_fast_paths_or_the_reference():
     config = make_config(order="luong", input_feeding=True, dropout=0.1)
     fast = build_model(config, VOCAB, VOCAB)
-    assert fast_classes(fast) == {"SigmoidAdditiveAttention", "FusedDecoder", "GRULayerEncoder", "RandDropout"}
+    assert fast_classes(fast) == {"SigmoidAdditiveAttention", "FusedDecoder", "GRULayerEncoder", "RandDropout", "BlockedLinear"}
     reference = build_model(config, VOCAB, VOCAB, fast_paths=False)
     assert fast_classes(reference) == set()
     assert type(reference.decoder) is Decoder and type(reference.encoder) is Encoder
@@ -60,7 +62,7 @@ def test_build_model_picks_the_fast_paths_or_the_reference():
     assert fast_classes(fast) == set()
     assert all(torch.equal(state[k], v) for k, v in fast.state_dict().items()) and state.keys() == fast.state_dict().keys()
     use_fast_paths(fast, True, RNN_FAST)
-    assert fast_classes(fast) == {"SigmoidAdditiveAttention", "FusedDecoder", "GRULayerEncoder", "RandDropout"}
+    assert fast_classes(fast) == {"SigmoidAdditiveAttention", "FusedDecoder", "GRULayerEncoder", "RandDropout", "BlockedLinear"}
 
 
 def test_every_fast_class_extends_its_reference_without_new_state():
@@ -337,13 +339,33 @@ def test_rand_dropout_keeps_each_value_independently_of_its_neighbours():
             assert abs(float((keep[:, i] & keep[:, j]).float().mean()) - 0.25) < 0.005
 
 
+# ---------------------------------------------------------------- the output layer in blocks
+
+@pytest.mark.parametrize("outputs", [OUTPUT_BLOCK + 1, 3 * OUTPUT_BLOCK, 5898])
+@pytest.mark.parametrize("bias", [True, False])
+def test_blocked_linear_computes_what_linear_does(outputs, bias):
+    torch.manual_seed(0)
+    reference = nn.Linear(96, outputs, bias=bias)
+    blocked = copy.deepcopy(reference)
+    blocked.__class__ = BlockedLinear
+    x = torch.randn(7, 3, 96)                                          # [B, T, in]: any leading shape
+    with torch.no_grad():
+        expected, got = reference(x), blocked(x)
+    assert got.shape == expected.shape == (7, 3, outputs)
+    torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-5)   # each output the same dot product
+    # Under autograd (training) and in bfloat16 it is nn.Linear itself, bit for bit.
+    assert torch.equal(blocked(x), reference(x))
+    with torch.no_grad():
+        assert torch.equal(blocked.bfloat16()(x.bfloat16()), reference.bfloat16()(x.bfloat16()))
+
+
 # ---------------------------------------------------------------- the Transformer's decoding caches
 
 def test_the_transformers_fast_path_is_its_decoding_state():
     """The switch changes the class of the decoder's layers, which make the state: in-place caches
     grown by doubling (fast.py) or the reference's (cache.py); the weights stay."""
     fast = random_model(**TRANSFORMER)
-    assert fast_classes(fast) == {"InPlaceDecoderLayers", "RandDropout"}
+    assert fast_classes(fast) == {"InPlaceDecoderLayers", "RandDropout", "BlockedLinear"}
     _, state = fast.encode(torch.tensor([[5, 6]]), torch.tensor([2]))
     assert type(state) is InPlaceState
     weights = {k: v.clone() for k, v in fast.state_dict().items()}

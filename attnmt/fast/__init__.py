@@ -3,6 +3,7 @@ replaces, each tested against it (tests/test_fast.py). Those of one model family
 (families/rnn/fast_attention.py, fast_recurrence.py; families/transformer/fast.py); these serve all:
 
     dropout.py     RandDropout: a cheaper dropout mask on CPUs (16 random bits a value)
+    linear.py      BlockedLinear: the output layer's float32 decoding product in blocks of outputs
     topk.py        block_top_k: the searches' top-k through block maxima
     int8.py        decode.precision int8: every product of a decoding step in int8
     compiled.py    --compile: the decoding step compiled ahead of time for this CPU
@@ -20,12 +21,13 @@ from typing import Mapping, TypeVar
 from torch import nn
 
 from .dropout import RandDropout
+from .linear import BlockedLinear
 from .topk import TopK, block_top_k, reference_top_k
 
 # Each fast class subclasses its reference class and adds no parameters or buffers, so switching
 # a module's class keeps its weights, its state_dict and everything built around it. A family
 # names its own in its network's `fast_classes`.
-SHARED_FAST_CLASSES: dict[type, type] = {nn.Dropout: RandDropout}
+SHARED_FAST_CLASSES: dict[type, type] = {nn.Dropout: RandDropout, nn.Linear: BlockedLinear}
 
 ModuleT = TypeVar("ModuleT", bound=nn.Module)
 
