@@ -6,11 +6,11 @@ Exports MODEL (a Transformer model file) to CTranslate2 in fp32 and int8 (into a
 directory), then translates SOURCES greedy and with beam 5, `--rounds` times in turn with:
 attnmt's engine in fp32, in `auto` (bf16 where the CPU computes it natively) and in int8 (where
 this CPU's int8 products are exact), each eager and with `--compile` (compiled into $ATTNMT_CACHE
-first if needed); CTranslate2 fp32
-and int8 through attnmt's engine interface (`attnmt translate --engine ctranslate2`: text in and
-out, attention and log-probabilities as attnmt gives them); and CTranslate2 int8 raw
-(`translate_batch` on the tokens, nothing else: the engine at its fastest). Prints each round's
-sentences per second, the medians, sacreBLEU and how many outputs equal attnmt fp32's.
+first if needed); CTranslate2 fp32 and int8 through attnmt's engine interface (`attnmt translate
+--engine ctranslate2`: text in and out, attention and log-probabilities as attnmt gives them); and
+CTranslate2 int8 raw (`translate_batch` on the tokens under attnmt's length limit, nothing else:
+the engine at its fastest). Prints each round's sentences per second, the medians, sacreBLEU and
+how many outputs equal attnmt fp32's.
 Run it on an otherwise idle machine.
 """
 
@@ -45,10 +45,15 @@ def main() -> None:
                                                 intra_threads=args.threads)
         tokenized = [plain.tokenize_source(s) for s in sources]
 
+        # The length rule of attnmt's engines, as attnmt's CTranslate2 engine applies it: one call with
+        # the longest limit, each output cut to its own (otherwise CTranslate2 decodes up to 256
+        # tokens, and a model that fails to end a sentence makes the raw engine do more work).
+        limits = [plain.max_output_tokens(len(tokens)) for tokens in tokenized]
+
         def raw_int8(beam: int) -> list[str]:
             results = raw.translate_batch(tokenized, max_batch_size=args.batch_size, beam_size=beam,
-                                          length_penalty=0.0)
-            return [plain.tgt_tokenizer.detokenize(r.hypotheses[0]) for r in results]
+                                          length_penalty=0.0, max_decoding_length=max(limits))
+            return [plain.tgt_tokenizer.detokenize(r.hypotheses[0][:limit]) for r, limit in zip(results, limits)]
 
         engines: dict[str, Callable[[int], list[str]]] = {
             **{f"attnmt {p} ({t.precision}){', compiled' if compiled else ''}": (lambda beam, t=t: [

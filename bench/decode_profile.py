@@ -6,11 +6,14 @@
 e.g. on the model and data that bench/speed.py leaves in its --out directory:
     python bench/decode_profile.py runs/speed/model.safetensors runs/speed/data/test.de --precision int8
 
-A clock around each call of the encoder, the decoder's RNN, attention, combine layer and output
-layer, the whole decoder step and the search; "step, other" is the step less its layers (the
-embedding, concatenations), "search, other" the search less encoder and steps (log-softmax,
-top-k, histories, refills), "outside the search" tokenizing and detokenizing. The clocks cost
-about a microsecond a call. Prints one line per part and round.
+A clock around each call of the encoder, the decoder step, the search and each of the step's
+layers: for the RNN its decoder RNN, attention, combine layer and output layer; for the
+Transformer the products of its decoder layers (every projection and the feed-forward pair) and
+the output layer. "step, other" is the step less those layers (the RNN's embedding and
+concatenations; the Transformer's attention arithmetic, norms, residual sums and cache writes),
+"search, other" the search less encoder and steps (log-softmax, top-k, histories, refills),
+"outside the search" tokenizing and detokenizing. The clocks cost about a microsecond a call.
+Prints one line per part and round.
 
 With --ops (the RNN or the Transformer), one round runs under PyTorch's profiler instead and the
 operators that took the most time are printed (self CPU time, calls), with the time spent in each
@@ -25,13 +28,13 @@ from collections import Counter
 from typing import Any, Callable
 
 import torch
+from torch import nn
 
 import attnmt.translate
 from attnmt.data import read_lines
+from attnmt.fast.int8 import Int8Linear
 from attnmt.fast.process import set_up_decoding_process
 from attnmt.translate import Translator
-
-LAYERS = ("rnn", "attention", "combine", "classifier")  # the decoder's layers, by attribute name
 
 
 def timed(function: Callable, part: str, totals: Counter) -> Callable:
@@ -74,7 +77,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--ops", action="store_true", help="PyTorch's operators instead of the RNN's parts")
+    parser.add_argument("--ops", action="store_true", help="PyTorch's operators instead of the parts")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if not args.ops:
@@ -91,11 +94,11 @@ def main() -> None:
     totals: Counter = Counter()
     model, _ = translator._decoding()  # the copy translate() decodes with (bf16 or int8), made once
     model.encode = timed(model.encode, "encoder", totals)
-    decoder = model.decoder
-    decoder.step = timed(decoder.step, "step", totals)
-    for name in LAYERS:
-        layer = getattr(decoder, name)
-        layer.forward = timed(layer.forward, name, totals)
+    model.step = timed(model.step, "step", totals)
+    layers = step_layers(model)
+    for part, modules in layers.items():
+        for module in modules:
+            module.forward = timed(module.forward, part, totals)
     search = "greedy" if args.beam == 1 else "beam_search"
     setattr(attnmt.translate, search, timed(getattr(attnmt.translate, search), "search", totals))
 
@@ -104,21 +107,28 @@ def main() -> None:
         started = time.perf_counter()
         translator.translate(sources, beam_size=args.beam, batch_size=args.batch_size)
         total = time.perf_counter() - started
-        layers = sum(totals[name] for name in LAYERS)
+        in_layers = sum(totals[part] for part in layers)
         parts = {
             "encoder": totals["encoder"],
-            "decoder rnn": totals["rnn"],
-            "attention": totals["attention"],
-            "combine layer": totals["combine"],
-            "output layer": totals["classifier"],
-            "step, other": totals["step"] - layers,
+            **{part: totals[part] for part in layers},
+            "step, other": totals["step"] - in_layers,
             "search, other": totals["search"] - totals["encoder"] - totals["step"],
             "outside the search": total - totals["search"],
         }
         print(f"round {round_}: {len(sources)} sentences in {total * 1000:.0f} ms, {len(sources) / total:.0f} sent/s")
         for part, seconds in parts.items():
-            print(f"  {part:<20} {seconds * 1000:7.0f} ms {100 * seconds / total:5.1f} %")
+            print(f"  {part:<26} {seconds * 1000:7.0f} ms {100 * seconds / total:5.1f} %")
 
+
+def step_layers(model: nn.Module) -> dict[str, list[nn.Module]]:
+    """The layers of a decoding step that get a clock, by part: the RNN's by attribute, the
+    Transformer's products (float32, bfloat16 or int8 linear layers) inside its decoder layers."""
+    decoder = getattr(model, "decoder", None)
+    if decoder is not None:
+        return {"decoder rnn": [decoder.rnn], "attention": [decoder.attention], "combine layer": [decoder.combine],
+                "output layer": [decoder.classifier]}
+    products = [m for m in model.decoder_layers.modules() if isinstance(m, (nn.Linear, Int8Linear))]
+    return {"decoder layers' products": products, "output layer": [model.classifier]}
 
 if __name__ == "__main__":
     main()
