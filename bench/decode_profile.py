@@ -130,5 +130,6 @@ def step_layers(model: nn.Module) -> dict[str, list[nn.Module]]:
     products = [m for m in model.decoder_layers.modules() if isinstance(m, (nn.Linear, Int8Linear))]
     return {"decoder layers' products": products, "output layer": [model.classifier]}
 
+
 if __name__ == "__main__":
     main()
