@@ -32,13 +32,14 @@ import shutil
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import sacrebleu
 import torch
 from gpu_memory import GpuMemoryWatch
 
-from attnmt.batch import collate
+from attnmt.batch import Batch, collate
 from attnmt.config import Config, load_config
 from attnmt.data import find_split_file, read_lines
 from attnmt.families import build_model
@@ -119,6 +120,14 @@ def rnn_forward_flops(model: RNNEncoderDecoder, lengths: dict[str, int]) -> floa
 FORWARD_FLOPS = {"rnn": rnn_forward_flops, "transformer": transformer_forward_flops}
 
 
+def teacher_forced_lengths(batch: Batch) -> dict[str, int]:
+    """The `lengths` of one training batch: its real source and target positions (the target's
+    EOS counted, no padding), the whole T x T square that teacher forcing computes."""
+    tgt, src = (batch.tgt_out != PAD_ID).sum(1).cpu(), batch.src_lengths.cpu()
+    return {"src": int(src.sum()), "tgt": int(tgt.sum()), "tgt_x_src": int((tgt * src).sum()),
+            "src_x_src": int((src**2).sum()), "tgt_x_tgt": int((tgt**2).sum())}
+
+
 def matmul_peak_gflops(threads: int, dtype: torch.dtype = torch.float32, device: str = "cpu", repeats: int = 10) -> float:
     """GFLOP/s of square matrix products: 2048 wide on a CPU, 8192 on a GPU (fp32 without TF32,
     PyTorch's default), random operands."""
@@ -154,16 +163,13 @@ def train_phase(args: argparse.Namespace) -> None:
     batches = [b.tolist() for b in epoch_batches(corpus.lengths, config.train, epoch=1)]
     model.train()
     marks, words = [], 0
-    lengths = dict.fromkeys(("src", "tgt", "tgt_x_src", "src_x_src", "tgt_x_tgt"), 0)
+    lengths: Counter = Counter()
     for step, ids in enumerate(batches[: args.steps], start=1):
         batch = collate([corpus.example(i) for i in ids], ids, args.device)
         train_step(model, optimizer, [Part(batch)], config, step)  # its loss.item() waits for the GPU
         marks.append((time.perf_counter(), words))
         words += batch.num_target_tokens - len(ids)  # real target words: no EOS, no padding
-        tgt_lengths, src_lengths = (batch.tgt_out != PAD_ID).sum(1).cpu(), batch.src_lengths.cpu()
-        for name, values in (("src", src_lengths), ("tgt", tgt_lengths), ("tgt_x_src", tgt_lengths * src_lengths),
-                             ("src_x_src", src_lengths**2), ("tgt_x_tgt", tgt_lengths**2)):
-            lengths[name] += int(values.sum())
+        lengths.update(teacher_forced_lengths(batch))
     marks.append((time.perf_counter(), words))
     translator = Translator(model, config, text)
     translator.save(Path(args.out) / "model.safetensors")

@@ -27,9 +27,8 @@ from attnmt.families import build_model
 from attnmt.fast.process import set_up_training_process
 from attnmt.step import make_optimizer, train_step
 from attnmt.training_data import Part
-from attnmt.vocab import PAD_ID
 
-from speed import FORWARD_FLOPS, matmul_peak_gflops
+from speed import FORWARD_FLOPS, matmul_peak_gflops, teacher_forced_lengths
 
 # The operators that compute matrix products, forward and backward (their self time is the product's).
 PRODUCTS = ("aten::addmm", "aten::mm", "aten::bmm", "aten::baddbmm", "aten::_int_mm")
@@ -51,10 +50,7 @@ def main() -> None:
     words = random.Random(0)
     batch = collate([([words.randrange(4, 7000) for _ in range(14)], [words.randrange(4, 5000) for _ in range(14)])
                      for _ in range(64)], list(range(64)))
-    src, tgt = batch.src_lengths, (batch.tgt_out != PAD_ID).sum(1)  # as bench/speed.py counts them
-    lengths = {"src": int(src.sum()), "tgt": int(tgt.sum()), "tgt_x_src": int((tgt * src).sum()),
-               "src_x_src": int((src**2).sum()), "tgt_x_tgt": int((tgt**2).sum())}
-    update_gflop = 3 * FORWARD_FLOPS[config.model.arch](model, lengths) / 1e9
+    update_gflop = 3 * FORWARD_FLOPS[config.model.arch](model, teacher_forced_lengths(batch)) / 1e9
 
     step = 0
 
