@@ -15,6 +15,7 @@ from typing import Any, Literal, Optional
 import yaml
 
 from .errors import AttnmtError
+from .threads import parse_setting
 
 
 class _YamlLoader(yaml.SafeLoader):
@@ -250,6 +251,10 @@ class TrainConfig:
     seed: int = ranged(1, f"[0, {MAX_SEED}]")
     # auto (a GPU when there is one), cpu, cuda, cuda:1, ...
     device: str = "auto"
+    # The threads torch computes with: a number, or auto, the cores that other programs leave free
+    # when training starts (one thread on a GPU). The count stays fixed for the run, since another
+    # count rounds sums differently: the log and metrics.jsonl record it, --resume takes it over.
+    threads: str = "auto"
     # fp32; bf16 mixed precision (matrix products in bfloat16; weights and loss in fp32), fast on
     # CPUs with AVX512-BF16 or AMX and on recent GPUs, slower than fp32 elsewhere; or auto, which
     # picks bf16 where the device computes it natively and fp32 elsewhere.
@@ -557,6 +562,7 @@ def validate(config: Config) -> None:
                 check_range(getattr(values, f.name), f.metadata["range"], f"{section.name}.{f.name}")
     config.model.check(config)
     t = config.train
+    parse_setting(t.threads, "train.threads")
     if t.scheduler == "linear" and t.decay_steps <= t.warmup_steps:
         raise AttnmtError(f"train.decay_steps={t.decay_steps}: the linear scheduler decays after its warmup, so it "
                           f"must be above train.warmup_steps={t.warmup_steps}")

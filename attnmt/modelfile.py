@@ -73,21 +73,7 @@ def load_file(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]
         data = path.read_bytes()
     except OSError as err:
         raise AttnmtError(f"{path}: cannot read: {err.strerror or err}") from None
-    not_ours = f"{path}: not an attnmt model file"
-    if len(data) < 8:
-        raise AttnmtError(f"{not_ours} (only {len(data)} bytes)")
-    header_len = int.from_bytes(data[:8], "little")
-    if header_len > min(MAX_HEADER_BYTES, len(data) - 8):
-        raise AttnmtError(f"{not_ours} (no safetensors header; truncated, or another program's file such as a pickle)")
-    try:
-        header = json.loads(data[8 : 8 + header_len])
-        meta = json.loads(header["__metadata__"][MAGIC])
-    except (ValueError, KeyError, TypeError):
-        raise AttnmtError(f"{not_ours} (safetensors without attnmt metadata, or a corrupt header)") from None
-    if meta.get("format") != MAGIC:
-        raise AttnmtError(f"{not_ours} (unknown format)")
-    if meta.get("format_version", 0) > FORMAT_VERSION:
-        raise AttnmtError(f"{path}: written by a newer attnmt (format {meta['format_version']}); upgrade attnmt")
+    meta = _metadata(path, data, len(data))
     try:
         tensors = load_safetensors_bytes(data)
     except (SafetensorError, ValueError, RuntimeError) as err:
@@ -144,6 +130,39 @@ def describe(path: str | Path, meta: dict[str, Any]) -> ModelDescription:
         return ModelDescription.from_metadata(meta)
     except (KeyError, ValueError, TypeError, AttnmtError) as err:
         raise AttnmtError(f"{path}: model file metadata is incomplete or invalid ({err})") from None
+
+
+def read_metadata(path: str | Path) -> dict[str, Any]:
+    """The metadata of the attnmt file at `path`, read from its header alone (the weights unread, unchecked)."""
+    try:
+        with open(path, "rb") as file:
+            size = file.seek(0, 2)
+            file.seek(0)
+            length = file.read(8)
+            head = length + file.read(min(MAX_HEADER_BYTES, int.from_bytes(length, "little")))
+    except OSError as err:
+        raise AttnmtError(f"{path}: cannot read: {err.strerror or err}") from None
+    return _metadata(Path(path), head, size)
+
+
+def _metadata(path: Path, head: bytes, size: int) -> dict[str, Any]:
+    """The attnmt metadata in `head`, the first bytes of the file at `path` of `size` bytes."""
+    not_ours = f"{path}: not an attnmt model file"
+    if size < 8:
+        raise AttnmtError(f"{not_ours} (only {size} bytes)")
+    header_len = int.from_bytes(head[:8], "little")
+    if header_len > min(MAX_HEADER_BYTES, size - 8):
+        raise AttnmtError(f"{not_ours} (no safetensors header; truncated, or another program's file such as a pickle)")
+    try:
+        header = json.loads(head[8 : 8 + header_len])
+        meta = json.loads(header["__metadata__"][MAGIC])
+    except (ValueError, KeyError, TypeError):
+        raise AttnmtError(f"{not_ours} (safetensors without attnmt metadata, or a corrupt header)") from None
+    if meta.get("format") != MAGIC:
+        raise AttnmtError(f"{not_ours} (unknown format)")
+    if meta.get("format_version", 0) > FORMAT_VERSION:
+        raise AttnmtError(f"{path}: written by a newer attnmt (format {meta['format_version']}); upgrade attnmt")
+    return meta
 
 
 @dataclass

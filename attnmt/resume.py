@@ -31,6 +31,7 @@ class Progress:
     epoch_files: list[str] = field(default_factory=list)  # the last epochs' models, for averaging
     elapsed_s: float = 0.0
     history: list[dict] = field(default_factory=list)
+    threads: int = 0  # torch's threads the run computes with (threads.py); 0: not recorded (older checkpoints)
 
 
 @dataclass

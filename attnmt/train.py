@@ -105,6 +105,11 @@ def train(config: Config, resume: bool = False, overwrite: bool = False,
         else:
             log(f"starting from {tc.init_from}: its weights, tokenizers and vocabularies")
     progress = start.progress or Progress()
+    if progress.threads and progress.threads != torch.get_num_threads():
+        log(f"warning: the run being resumed trained with {progress.threads} threads, this process has "
+            f"{torch.get_num_threads()}: the sums round differently, so it continues up to float rounding, not "
+            f"bit-exactly (train.threads={progress.threads} resumes it exactly)")
+    progress.threads = torch.get_num_threads()
     where = f" on {ranks.world_size} ranks" if ranks.world_size > 1 else ""
     log(f"model: {sum(p.numel() for p in model.parameters()):,} parameters on {device}{where}"
         + (f"; resuming at epoch {progress.epoch}, step {progress.step}" if resume else ""))
@@ -231,7 +236,7 @@ class Run:
                 self.log(" | ".join(f"{k} {v}" for k, v in record.items()))
                 # label_smoothing: what train_loss includes and valid_loss does not (curves.png says so).
                 self.metrics.write({**record, "lr": progress.lr, "target_tokens_per_s": round(tokens_per_s, 1),
-                                    "elapsed_min": round(progress.elapsed_s / 60, 2),
+                                    "elapsed_min": round(progress.elapsed_s / 60, 2), "threads": progress.threads,
                                     "label_smoothing": tc.label_smoothing})
                 # Always: a budget that runs out in the first epoch must still keep its model.
                 verdict = self.after_validation(record)
@@ -316,7 +321,7 @@ class Run:
         """What a model file says of its training (attnmt info): data digest, step, epoch, validation figures."""
         corpus = self.data.corpus
         return {"data_sha256": corpus.fingerprint, "training_pairs": len(corpus), "epoch": record["epoch"],
-                "step": record["step"], **extra,
+                "step": record["step"], "threads": self.progress.threads, **extra,
                 "validation": {k: v for k, v in record.items() if k.startswith("valid")}}
 
 

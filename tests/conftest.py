@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+import torch
 
 from attnmt.config import config_from_dict
 from attnmt.dates import generate_dates
@@ -32,6 +33,15 @@ if OWN_CACHE:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if OWN_CACHE:
         shutil.rmtree(OWN_CACHE, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def keep_torch_threads() -> Iterator[None]:
+    """The commands a test runs in this process set torch's threads (--threads, train.threads auto);
+    the next test starts with the count the suite started with."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
 
 
 RNN_SIZES = {"enc_hidden": 32, "dec_hidden": 48, "attn_dim": 24}

@@ -36,6 +36,9 @@ def write_config(path: Path, out_dir: Path, arch: str = "rnn") -> Path:
     values["model"].update(dropout=0.2)
     # A log line after each update (the test kills the run at updates it reports), a checkpoint every second.
     values["train"].update(epochs=3, batch_size=32, checkpoint_every=2, teacher_forcing=0.7, log_every=1)
+    # One thread, whatever the load: another count rounds differently. The resumed runs ask for auto
+    # (train.threads=auto) and must take over the checkpoint's count to end bit-identical.
+    values["train"].update(threads=1)
     if arch == "transformer":  # trains on the gold prefix, with its warmup schedule
         values["model"].update(TRANSFORMER)
         values["train"].update(teacher_forcing=1.0, scheduler="warmup", warmup_steps=20)
@@ -109,11 +112,13 @@ def test_killed_and_resumed_run_ends_bit_identical(tmp_path, kill_seed, arch):
     kill_when(run(config, "--overwrite"),
               lambda log: any(step >= 3 + round(share * (per_epoch - 4)) for step, per_epoch in updates(log)))
     metrics = interrupted / METRICS_FILE
-    kill_when(run(config, "--resume"), lambda _: metrics.exists() and metrics.read_text().endswith("\n"))
+    kill_when(run(config, "--resume", "train.threads=auto"),
+              lambda _: metrics.exists() and metrics.read_text().endswith("\n"))
     share = rng.random()
-    kill_when(run(config, "--resume"), lambda log: any(step >= per_epoch + 2 + round(share * (3 * per_epoch // 2 - 2))
-                                                        for step, per_epoch in updates(log)))
-    finish(run(config, "--resume"))
+    kill_when(run(config, "--resume", "train.threads=auto"),
+              lambda log: any(step >= per_epoch + 2 + round(share * (3 * per_epoch // 2 - 2))
+                              for step, per_epoch in updates(log)))
+    finish(run(config, "--resume", "train.threads=auto"))
     assert_bit_identical(weights(reference / "checkpoint.safetensors"), weights(interrupted / "checkpoint.safetensors"))
     assert_bit_identical(weights(reference / "model.safetensors"), weights(interrupted / "model.safetensors"))
     _, ref_meta = load_file(reference / "checkpoint.safetensors")

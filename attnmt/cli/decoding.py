@@ -8,9 +8,10 @@ import sys
 import typing
 from typing import Optional
 
-from ..config import PRECISIONS, DecodeConfig
+from ..config import PRECISIONS, DecodeConfig, Range
 from ..errors import AttnmtError
-from .parsing import number_flag
+from ..threads import MAX_THREADS
+from .parsing import Number, number_flag
 
 if typing.TYPE_CHECKING:
     from ..translate import TextTranslator, Translator
@@ -25,6 +26,9 @@ def add_device(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("--compile", action="store_true",
                      help="decode with a step compiled for this CPU (int8 greedy about 1.3x as fast); the first use "
                           "per model takes 10-60 s and a C++ compiler, later ones load it from the cache in 2-3 s")
+    sub.add_argument("--threads", default="auto", type=Number(int, Range(f"[1, {MAX_THREADS}]"), words=("auto",)),
+                     help="threads to compute with: a number, or auto, the cores other programs leave free when "
+                          "the command starts (default: %(default)s)")
     sub.add_argument("--reference", action="store_true",
                      help="decode with the plain reference modules instead of the fast paths (attnmt/fast): "
                           "slower, the same translations up to rounding")
@@ -54,6 +58,7 @@ def load_translator(args: argparse.Namespace, path: str) -> TextTranslator:
     directory `attnmt export --to ctranslate2` wrote (or --engine ctranslate2), by CTranslate2."""
     from ..ct2 import CTranslate2Translator
 
+    use_decoding_threads(args)
     if engine_of(args, path) == "attnmt":
         from ..fast.process import set_up_decoding_process
 
@@ -63,6 +68,16 @@ def load_translator(args: argparse.Namespace, path: str) -> TextTranslator:
         raise AttnmtError(f"{'--compile' if args.compile else '--reference'} is an option of attnmt's own engine; "
                           f"CTranslate2 decodes {path}")
     return CTranslate2Translator.load(path, args.device, args.precision)
+
+
+def use_decoding_threads(args: argparse.Namespace) -> None:
+    """Set this process's threads as --threads asks; say so on stderr when auto leaves busy cores to other programs."""
+    from ..fast.process import DEFAULT_THREADS, use_threads
+    from ..precision import resolve_device
+
+    threads = use_threads(args.threads, resolve_device(args.device), "--threads")
+    if threads.count < DEFAULT_THREADS and args.threads == "auto":
+        print(f"attnmt: {threads.line()}", file=sys.stderr)
 
 
 def load_attnmt(args: argparse.Namespace, path: str) -> Translator:

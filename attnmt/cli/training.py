@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import typing
 from pathlib import Path
 
 from ..errors import AttnmtError
 from ..files import check_parent_dir
 from .parsing import Commands
+
+if typing.TYPE_CHECKING:
+    from ..config import TrainConfig
 
 
 def add_demo(commands: Commands) -> None:
@@ -37,11 +41,13 @@ def add_train(commands: Commands) -> None:
 def _train(args: argparse.Namespace) -> None:
     """`attnmt train`, in one process or in each of the processes torchrun starts."""
     from ..config import load_config
+
+    config = load_config(args.config, args.overrides)      # its errors answer before torch loads
     from ..distributed import start_ranks
     from ..fast.process import set_up_training_process
     from ..train import train
 
-    config = load_config(args.config, args.overrides)
+    _use_training_threads(config.train, resume=args.resume)
     if config.train.fast_paths:
         set_up_training_process()
     ranks = start_ranks(config.train)
@@ -53,6 +59,19 @@ def _train(args: argparse.Namespace) -> None:
         raise AttnmtError(f"rank {ranks.rank} of {ranks.world_size}: {err}") from None
     finally:
         ranks.close()
+
+
+def _use_training_threads(tc: TrainConfig, resume: bool) -> None:
+    """Set this process's threads as train.threads asks (a resumed run's own count under auto), and say so."""
+    from ..fast.process import use_threads
+    from ..modelfile import read_metadata
+    from ..precision import resolve_device
+    from ..train import CHECKPOINT_FILE
+
+    checkpoint = Path(tc.out_dir) / CHECKPOINT_FILE
+    recorded = read_metadata(checkpoint)["progress"].get("threads") if resume and checkpoint.is_file() else None
+    threads = use_threads(tc.threads, resolve_device(tc.device), "train.threads", recorded)
+    print(f"{threads.line()}; kept for the whole run, as another count rounds its sums differently")
 
 
 def add_prepare(commands: Commands) -> None:
@@ -67,9 +86,10 @@ def add_prepare(commands: Commands) -> None:
 def _prepare(args: argparse.Namespace) -> None:
     """`attnmt prepare`: the training data as `attnmt train` would prepare them, and the report."""
     from ..config import load_config
+
+    config = load_config(args.config, args.overrides)      # its errors answer before torch loads
     from ..prepare import find_corpus, prepare_corpus, report_lines
 
-    config = load_config(args.config, args.overrides)
     found = None if args.rebuild else find_corpus(config)
     corpus = found or prepare_corpus(config, rebuild=args.rebuild)
     print("\n".join(report_lines(corpus)))

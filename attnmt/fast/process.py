@@ -1,5 +1,5 @@
-"""Process-wide settings that training and decoding run best with: replace glibc malloc's and
-oneDNN's kernel cache's defaults.
+"""Process-wide settings that training and decoding run best with: the thread count (threads.py
+decides it), glibc malloc's and oneDNN's kernel cache's defaults.
 
 They change the whole process, so entry points make them (`attnmt train`, `attnmt demo`, the
 commands that translate, bench/), never library functions such as `train.train`.
@@ -11,7 +11,13 @@ import ctypes
 import os
 import platform
 
+import torch
+
+from ..threads import Threads, choose_threads, parse_setting
+
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
+# torch's thread count before any entry point set one: one per core, or OMP_NUM_THREADS.
+DEFAULT_THREADS = torch.get_num_threads()
 
 
 def bound_kernel_caches(shapes: int = 64) -> None:
@@ -46,6 +52,14 @@ def keep_freed_blocks(limit_mb: int = 1024) -> bool:
         return False
     libc, limit = ctypes.CDLL(None), limit_mb << 20
     return bool(libc.mallopt(M_MMAP_THRESHOLD, limit)) and bool(libc.mallopt(M_TRIM_THRESHOLD, limit))
+
+
+def use_threads(setting: str | int, device: torch.device, key: str, recorded: int | None = None) -> Threads:
+    """Compute with the threads `setting` asks for from now on (auto: as threads.choose_threads
+    decides for `device`; `recorded`: the count of the run being resumed); what was chosen, and why."""
+    threads = choose_threads(parse_setting(setting, key), DEFAULT_THREADS, device.type, key, recorded)
+    torch.set_num_threads(threads.count)
+    return threads
 
 
 def set_up_training_process() -> None:
