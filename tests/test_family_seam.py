@@ -15,7 +15,7 @@ import torch
 from conftest import tiny_dates_config
 from torch import nn
 
-from attnmt.config import Config, ModelConfig, config_from_dict, ranged
+from attnmt.config import MODEL_CONFIGS, Config, ModelConfig, config_from_dict, ranged
 from attnmt.errors import AttnmtError
 from attnmt.families import Family, register, unregister
 from attnmt.families.seam import AttentionView, Probe, SourceMemory
@@ -190,3 +190,10 @@ def test_a_model_file_of_an_unknown_family_is_refused_in_one_line(toy_family, tm
             Translator.load(path, device="cpu")
     finally:
         register("toy", Family(ToyConfig, ToyNetwork))  # type: ignore[arg-type]
+
+
+def test_register_refuses_an_arch_taken(toy_family):
+    for arch in ("toy", "rnn"):
+        with pytest.raises(ValueError, match=f"model.arch '{arch}' is registered already"):
+            register(arch, Family(ToyConfig, ToyNetwork))  # type: ignore[arg-type]
+    assert MODEL_CONFIGS["rnn"] is not ToyConfig                        # nothing was replaced

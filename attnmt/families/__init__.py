@@ -1,37 +1,47 @@
 """The model families by model.arch: the registry. A family is a folder beside this one holding its
 network (implementing seam.Model) and its config (a ModelConfig subclass); registering it here is all
-the rest of attnmt needs (DEVELOPERS.md, "Model families")."""
+the rest of attnmt needs (DEVELOPERS.md, "Model families"). The configs are registered at once, the
+networks by where they live, imported when a model is built: reading and checking a config (the
+`attnmt` command's errors, `--help`) never loads torch."""
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
-from typing import Callable
-
-from torch import nn
+from typing import TYPE_CHECKING, Callable, Union, cast
 
 from ..config import MODEL_CONFIGS, ModelConfig
-from ..fast import use_fast_paths
 from .rnn.config import RNNConfig
-from .rnn.network import RNNEncoderDecoder
-from .seam import Model
 from .transformer.config import TransformerConfig
-from .transformer.network import Transformer
+
+if TYPE_CHECKING:
+    from .seam import Model
+
+Network = Callable[[ModelConfig, int, int], "Model"]
 
 
 @dataclass(frozen=True)
 class Family:
     """A model family: its config class and its network, built from (config, source vocabulary size,
-    target vocabulary size)."""
+    target vocabulary size): the class itself, or where it lives ("package.module:Class")."""
 
     config: type[ModelConfig]
-    network: Callable[[ModelConfig, int, int], Model]
+    network: Union[Network, str]
+
+    def network_class(self) -> Network:
+        if not isinstance(self.network, str):
+            return self.network
+        module, _, name = self.network.partition(":")
+        return cast(Network, getattr(importlib.import_module(module), name))
 
 
 FAMILIES: dict[str, Family] = {}
 
 
 def register(arch: str, family: Family) -> None:
-    """Make `family` the one model.arch `arch` builds."""
+    """Make `family` the one model.arch `arch` builds; refuses an arch already registered."""
+    if arch in FAMILIES:
+        raise ValueError(f"model.arch {arch!r} is registered already (unregister it first)")
     FAMILIES[arch] = family
     MODEL_CONFIGS[arch] = family.config
 
@@ -40,12 +50,16 @@ def unregister(arch: str) -> None:
     del FAMILIES[arch], MODEL_CONFIGS[arch]
 
 
-register("rnn", Family(RNNConfig, RNNEncoderDecoder))            # type: ignore[arg-type]  # takes its own config
-register("transformer", Family(TransformerConfig, Transformer))  # type: ignore[arg-type]  # takes its own config
+register("rnn", Family(RNNConfig, "attnmt.families.rnn.network:RNNEncoderDecoder"))
+register("transformer", Family(TransformerConfig, "attnmt.families.transformer.network:Transformer"))
 
 
 def build_model(config: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, fast_paths: bool = True) -> Model:
     """The network of the family `config.arch`, with its fast paths (fast/) or the reference modules only."""
-    network = FAMILIES[config.arch].network(config, src_vocab_size, tgt_vocab_size)
+    from torch import nn
+
+    from ..fast import use_fast_paths
+
+    network = FAMILIES[config.arch].network_class()(config, src_vocab_size, tgt_vocab_size)
     assert isinstance(network, nn.Module), "a family's network is an nn.Module"
     return use_fast_paths(network, fast_paths, network.fast_classes)
