@@ -45,6 +45,7 @@ import torch
 
 from .aligner import piece_tensors
 from .batch import pad
+from .choices import ALIGN_METHODS, ALIGN_STEPS, AVERAGE, SYMMETRIZATIONS
 from .errors import AttnmtError
 from .families.seam import AttentionView
 from .translate import Translator
@@ -52,13 +53,6 @@ from .vocab import SOS_ID
 
 Link = tuple[int, int]                      # (source word, target word), from 0
 WordPosterior = tuple[np.ndarray, np.ndarray]   # [written words, given words], and NULL's share [written words]
-# How attention becomes links, and how the links of two directions combine (the module's docstring).
-ALIGN_METHODS = ("argmax", "threshold", "aligner")
-SYMMETRIZATIONS = ("intersect", "union", "grow-diag", "grow-diag-final")      # of the two directions' links
-AVERAGE = "average"                                                             # of their weights (averaged)
-# Which decoding step's attention aligns a target token: the step that writes it, or the next one,
-# which reads it.
-ALIGN_STEPS = ("output", "input")
 
 
 @dataclass

@@ -48,6 +48,7 @@ from tqdm import tqdm
 
 from .align import chosen_map, to_words
 from .batch import pad
+from .choices import IG_STEPS, METHODS
 from .errors import AttnmtError
 from .explain import Explanation, check_step_number, explain, kept_step, opening_steps
 from .families.seam import AttentionView, Model
@@ -55,8 +56,6 @@ from .fast import use_fast_paths
 from .translate import TextTranslator, Translator
 from .vocab import EOS_ID, SOS_ID
 
-METHODS = ("grad", "ig", "occlusion")
-IG_STEPS = 50
 # ig's completeness holds when the attributions add up to f's change within this share of the
 # change (or of 1 nat, for a change under 1).
 COMPLETENESS = 0.01

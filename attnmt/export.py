@@ -18,15 +18,13 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
+from .choices import CTRANSLATE2_QUANTIZATIONS
 from .errors import AttnmtError
 from .families.transformer.network import Transformer, sinusoids
 from .files import check_parent_dir
 from .modelfile import CTRANSLATE2_ENGINE_FILE
 from .translate import Translator
 from .vocab import EOS, SOS, UNK
-
-# How the weights may be stored (CTranslate2's quantization names; None: float32).
-CTRANSLATE2_QUANTIZATIONS = ("int8", "int8_float32", "int16", "float16", "bfloat16")
 
 
 def ctranslate2_package() -> Any:

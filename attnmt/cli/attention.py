@@ -6,11 +6,9 @@ import argparse
 import sys
 import typing
 
-from ..align import ALIGN_METHODS, ALIGN_STEPS, AVERAGE, SYMMETRIZATIONS
-from ..attribution import IG_STEPS, METHODS
+from ..choices import ALIGN_METHODS, ALIGN_STEPS, AVERAGE, IG_STEPS, METHODS, SYMMETRIZATIONS
 from ..config import Range
 from ..errors import AttnmtError
-from ..families.seam import AttentionView
 from ..files import check_parent_dir
 from .decoding import add_engine, add_model, engine_of, load_attnmt, load_translator, say_precision
 from .lines import output, read_pairs
@@ -53,6 +51,7 @@ def add_plot(commands: Commands) -> None:
 
 
 def _plot(args: argparse.Namespace) -> None:
+    from ..families.seam import AttentionView
     from ..plot import missing_glyphs, plot_attention, plot_attention_grid
 
     check_parent_dir(args.out)
@@ -244,6 +243,7 @@ def _explain(args: argparse.Namespace) -> None:
 
     from ..attribution import Attribution, explain_or_attribute, render
     from ..explain import render as render_explanation
+    from ..families.seam import AttentionView
     from ..translate import Translator
 
     translator = Translator.load(args.model, args.device)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..export import CTRANSLATE2_QUANTIZATIONS
+from ..choices import CTRANSLATE2_QUANTIZATIONS
 from .parsing import Commands
 
 

@@ -1,0 +1,19 @@
+"""The named choices of the flags whose code needs torch: how attention becomes word alignments
+(align.py), the attribution methods (attribution.py), CTranslate2's quantizations (export.py). They
+live here, beside no tensor, so that the `attnmt` command builds its flags, and answers `--help` or a
+wrong choice, without loading torch; those modules check against the same names."""
+
+# How attention becomes links, and how the links of two directions combine (align.py's docstring).
+ALIGN_METHODS = ("argmax", "threshold", "aligner")
+SYMMETRIZATIONS = ("intersect", "union", "grow-diag", "grow-diag-final")      # of the two directions' links
+AVERAGE = "average"                                                             # of their weights (averaged)
+# Which decoding step's attention aligns a target token: the step that writes it, or the next one,
+# which reads it.
+ALIGN_STEPS = ("output", "input")
+
+# attribution.py's methods beside attention, and integrated gradients' steps by default.
+METHODS = ("grad", "ig", "occlusion")
+IG_STEPS = 50
+
+# How an exported model's weights may be stored (CTranslate2's quantization names; None: float32).
+CTRANSLATE2_QUANTIZATIONS = ("int8", "int8_float32", "int16", "float16", "bfloat16")
