@@ -2,22 +2,27 @@
 
 CPUs multiply bfloat16 natively with AVX512-BF16 or AMX; without them oneDNN converts to float32
 and back around every product, so bf16 runs slower than fp32, and some of its bf16 kernels (the
-LSTM's under autocast) do not exist at all. GPUs from Ampere on compute bf16 natively.
+LSTM's under autocast) do not exist at all: such an LSTM runs in fp32 (`run_rnn`). GPUs from Ampere
+on compute bf16 natively.
 """
 
 from __future__ import annotations
 
 import functools
 import os
-from typing import Optional
+from typing import Optional, TypeVar
 
 import torch
 from torch import nn
+from torch.func import functional_call
+from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
 
 from .errors import AttnmtError
 
 # An RNN's state as nn.GRU (h) and nn.LSTM ((h, c)) take and return it.
 TorchRNNState = torch.Tensor | tuple[torch.Tensor, torch.Tensor]
+# What an RNN reads: a batch [B, T, I] or a packed one.
+RNNInput = TypeVar("RNNInput", torch.Tensor, PackedSequence)
 
 # oneDNN's instruction set caps (ONEDNN_MAX_CPU_ISA) below AVX512_CORE_BF16: under them oneDNN
 # multiplies bf16 without the native instructions, whatever the CPU has.
@@ -57,17 +62,22 @@ def _device_words(device: torch.device) -> str:
 
 def precision_note(settings: dict[str, str], device: torch.device, lstm: bool = False) -> Optional[str]:
     """One line on the precision chosen for each part named in `settings` (e.g. {"decode.precision":
-    "auto"}) when any is `auto`, or a warning when bf16 is asked of a device without native bf16;
-    None when there is nothing to say. `lstm`: the model trains an LSTM (see `cpu_autocast_lstm`)."""
+    "auto"}) when any is `auto`, or a warning when bf16 is asked of a device without native bf16
+    (with what `auto` chose beside it); None when there is nothing to say. `lstm`: the model has an
+    LSTM, which runs in fp32 where oneDNN refuses it in bf16 (`lstm_in_fp32`)."""
     resolved = {name: resolve(value, device) for name, value in settings.items()}
     chosen = ", ".join(f"{name} {value}" for name, value in resolved.items())
+    asked = [name for name, value in settings.items() if value == "bf16"]
+    if asked and not native_bf16(device):
+        kinds = {"autocast" if name.startswith("train.") else "bf16" for name in asked}
+        fallback = ("; its LSTMs run in fp32 (oneDNN has no bf16 LSTM kernel for this CPU)"
+                    if lstm and device.type == "cpu" and any(lstm_in_fp32(kind) for kind in kinds) else "")
+        auto = ", ".join(f"{name} {resolved[name]}" for name, value in settings.items() if value == "auto")
+        return (f"warning: bf16 asked for ({', '.join(f'{name} bf16' for name in asked)}), but "
+                f"{_device_words(device)}: bf16 is emulated and slower than fp32 here{fallback}; "
+                f"precision auto picks fp32 on such a device{f' (it chose {auto})' if auto else ''}")
     if "auto" in settings.values():
         return f"precision: {chosen} ({_device_words(device)})"
-    if "bf16" in settings.values() and not native_bf16(device):
-        fallback = ("; its LSTM decoder trains in fp32 (oneDNN has no bf16 LSTM kernel for this CPU)"
-                    if lstm and device.type == "cpu" and not cpu_autocast_lstm() else "")
-        return (f"warning: bf16 asked for ({chosen}), but {_device_words(device)}: bf16 is emulated and slower "
-                f"than fp32 here{fallback}; precision auto picks fp32 on such a device")
     return None
 
 
@@ -77,27 +87,73 @@ def autocast(precision: str, device: torch.device) -> torch.autocast:
     return torch.autocast(device.type, dtype=torch.bfloat16, enabled=resolve(precision, device) == "bf16")
 
 
+# The start of oneDNN's message when it has no kernel for a call (torch raises it as a RuntimeError).
+ONEDNN_REFUSAL = "could not create a primitive descriptor"
+
+# The kinds of bf16 LSTM call ("autocast": under CPU autocast, training; "bf16": bfloat16 weights,
+# decoding's copy) that oneDNN refused at a call although `cpu_bf16_lstm` passed: the next ones run
+# in fp32 at once.
+_refused_at_call: set[str] = set()
+
+
 @functools.cache
-def cpu_autocast_lstm() -> bool:
-    """True if nn.LSTM runs under CPU autocast here; oneDNN has no such kernel on CPUs without
-    AVX-512 (packed input, as the encoder gives it, takes another path that works)."""
-    lstm = nn.LSTM(4, 4, batch_first=True)
+def cpu_bf16_lstm(kind: str) -> bool:
+    """True if a bf16 nn.LSTM of `kind` ("autocast" or "bf16", as in `_refused_at_call`) runs on this
+    CPU, for each input torch may hand to oneDNN: unpacked (the decoder's), a packed batch (the
+    encoder's) and a packed batch whose sentences are all of one length, which torch gives oneDNN's
+    kernel whole. Without AVX-512, oneDNN has no such kernel under autocast: the unpacked call fails
+    (issue 20), and so does the packed batch of one length (issue 58: found on a real AVX2-only AMD
+    EPYC; ONEDNN_MAX_CPU_ISA=AVX2 on an AVX-512 CPU did not reproduce it)."""
+    lstm = nn.LSTM(4, 4, batch_first=True, bidirectional=True)
+    x = torch.zeros(2, 3, 4, requires_grad=kind == "autocast")
+    if kind == "bf16":
+        lstm, x = lstm.bfloat16(), x.bfloat16()
     try:
-        with torch.autocast("cpu", dtype=torch.bfloat16), torch.no_grad():
-            lstm(torch.zeros(1, 1, 4))
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=kind == "autocast"), torch.enable_grad():
+            for inputs in (x, *(pack_padded_sequence(x, torch.tensor(n), batch_first=True) for n in ([3, 3], [3, 2]))):
+                output, _ = lstm(inputs)
+                if kind == "autocast":  # training: the backward too
+                    (output.data if isinstance(output, PackedSequence) else output).float().sum().backward()
     except RuntimeError:
         return False
     return True
 
 
-def run_rnn(rnn: nn.Module, inputs: torch.Tensor, state: TorchRNNState) -> tuple[torch.Tensor, TorchRNNState]:
-    """`rnn(inputs, state)`, with an LSTM under CPU autocast run in fp32 where oneDNN has no bf16
-    LSTM kernel (cpu_autocast_lstm) instead of failing."""
-    if (isinstance(rnn, nn.LSTM) and inputs.device.type == "cpu" and torch.is_autocast_enabled("cpu")
-            and not cpu_autocast_lstm()):
-        with torch.autocast("cpu", enabled=False):
-            return rnn(inputs.float(), tuple(s.float() for s in state))
-    return rnn(inputs, state)
+def lstm_in_fp32(kind: str) -> bool:
+    """True where a bf16 LSTM of `kind` ("autocast" or "bf16") runs in fp32 on this CPU (`run_rnn`)."""
+    return kind in _refused_at_call or not cpu_bf16_lstm(kind)
+
+
+def run_rnn(rnn: nn.Module, inputs: RNNInput, state: Optional[TorchRNNState] = None) -> tuple[RNNInput, TorchRNNState]:
+    """`rnn(inputs, state)`, with a bf16 LSTM on a CPU, under autocast or with bfloat16 weights, run in
+    fp32 where oneDNN has no kernel for it (`cpu_bf16_lstm`, or a refusal at this call, remembered)
+    instead of failing; its outputs then in fp32 under autocast, in bf16 for bf16 weights."""
+    kind = _bf16_lstm_kind(rnn, inputs)
+    if kind is None:
+        return rnn(inputs, state)
+    if not lstm_in_fp32(kind):
+        try:
+            return rnn(inputs, state)
+        except RuntimeError as err:
+            if ONEDNN_REFUSAL not in str(err):
+                raise
+            _refused_at_call.add(kind)
+    fp32_state = None if state is None else tuple(s.float() for s in state)
+    with torch.autocast("cpu", enabled=False):
+        if kind == "autocast":
+            return rnn(inputs.float(), fp32_state)
+        weights = {name: weight.float() for name, weight in rnn.named_parameters()}
+        output, (h, c) = functional_call(rnn, weights, (inputs.float(), fp32_state))
+    return output.to(torch.bfloat16), (h.bfloat16(), c.bfloat16())
+
+
+def _bf16_lstm_kind(rnn: nn.Module, inputs: RNNInput) -> Optional[str]:
+    """"autocast" or "bf16" for an LSTM on a CPU under bf16 autocast or with bfloat16 weights, else None."""
+    if not isinstance(rnn, nn.LSTM) or inputs.data.device.type != "cpu":
+        return None
+    if torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16:
+        return "autocast"
+    return "bf16" if rnn.weight_ih_l0.dtype == torch.bfloat16 else None
 
 
 def resolve_device(name: str = "auto") -> torch.device:

@@ -216,7 +216,8 @@ class Translator(TextTranslator):
 
     def precision_note(self) -> Optional[str]:
         """One line on the precision chosen (for `auto`) or a warning (bf16 without native bf16), or None."""
-        return precision_note({"decode.precision": self.config.decode.precision}, self.device)
+        return precision_note({"decode.precision": self.config.decode.precision}, self.device,
+                              lstm=any(isinstance(module, torch.nn.LSTM) for module in self.model.modules()))
 
     def _search(self, sources: list[list[str]], n_best: int, beam_size: int, alpha: float,
                 batch_size: int) -> list[list[Translation]]:

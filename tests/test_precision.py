@@ -364,21 +364,120 @@ def test_translator_resolves_auto(dates_model):
     assert [t.text for t in translator.translate(sources)] == [t.text for t in explicit.translate(sources)]
 
 
-def test_lstm_decoder_trains_in_fp32_under_bf16_where_onednn_has_no_kernel(monkeypatch, tmp_path):
-    """On CPUs without AVX-512, oneDNN has no bf16 LSTM kernel under autocast: the LSTM runs in fp32
-    there (forced here, so the fallback is tested on every CPU), the rest of the step in bf16."""
-    monkeypatch.setattr(precision, "cpu_autocast_lstm", lambda: False)
+def test_lstms_train_in_fp32_under_bf16_where_onednn_has_no_kernel(monkeypatch, tmp_path, fresh_probes):
+    """On CPUs without AVX-512, oneDNN has no bf16 LSTM kernel under autocast: the encoder's and the
+    decoder's LSTMs run in fp32 there (forced here, so the fallback is tested on every CPU), the rest
+    of the step in bf16."""
+    monkeypatch.setattr(precision, "cpu_bf16_lstm", lambda kind: kind != "autocast")
     model_settings = {"attention": "general", "decoder": "luong", "rnn": "lstm"}
     config = config_from_dict({**tiny_dates_config(tmp_path, **model_settings), "train": {"precision": "bf16"}})
     model = RNNEncoderDecoder(config.model, 40, 30)
     batch = random_batch(40, 30)
     seen = []
-    model.decoder.rnn.register_forward_hook(lambda module, inputs, output: seen.append(output[0].dtype))
+    for rnn in (model.encoder.rnn, model.decoder.rnn):
+        rnn.register_forward_hook(lambda module, inputs, output: seen.append(output[0].data.dtype))
     loss = train_step(model, make_optimizer(model, config.train), [Part(batch)], config, step=1)
-    assert seen == [torch.float32] and loss > 0
+    assert seen == [torch.float32, torch.float32] and loss > 0
     monkeypatch.setattr(precision, "cpu_bf16_features", lambda: ())
     warning = precision.precision_note({"train.precision": "bf16"}, torch.device("cpu"), lstm=True)
-    assert "LSTM decoder trains in fp32" in warning
+    assert "LSTMs run in fp32" in warning
+    assert "LSTMs" not in precision.precision_note({"decode.precision": "bf16"}, torch.device("cpu"), lstm=True)
+
+
+ONEDNN_REFUSAL = ("could not create a primitive descriptor for the LSTM forward propagation primitive. Run workload "
+                  "with environment variable ONEDNN_VERBOSE=all to get additional diagnostic information.")
+
+
+@pytest.fixture
+def fresh_probes(monkeypatch):
+    """precision's probes asked anew (their functools caches cleared, before and after), no refusal remembered."""
+    def clear():
+        for value in list(vars(precision).values()):
+            if callable(getattr(value, "cache_clear", None)):
+                value.cache_clear()
+    clear()
+    monkeypatch.setattr(precision, "_refused_at_call", set(), raising=False)
+    yield
+    clear()
+
+
+@pytest.fixture
+def onednn_refuses_bf16_lstms(monkeypatch, fresh_probes):
+    """torch's LSTM refusing bf16 as oneDNN does on a real AVX2-only CPU (issue 58), on any CPU: under
+    CPU autocast or with bfloat16 inputs, unpacked and packed (the real CPU refuses a packed batch whose
+    sentences are all of one length, which torch gives oneDNN whole; every packed one here, so that every
+    batch meets it), with oneDNN's message. On a CPU without native bf16, as there. Counts the refusals."""
+    real = torch._VF.lstm
+    refusals = []
+
+    def lstm(*args):
+        data, packed = args[0], isinstance(args[1], torch.Tensor)  # packed: (data, batch_sizes, hx, ...), else (input, hx, ...)
+        if data.device.type == "cpu" and (torch.is_autocast_enabled("cpu") or data.dtype == torch.bfloat16):
+            refusals.append("packed" if packed else "unpacked")
+            raise RuntimeError(ONEDNN_REFUSAL)
+        return real(*args)
+
+    monkeypatch.setattr(torch._VF, "lstm", lstm)
+    monkeypatch.setattr(precision, "cpu_bf16_features", lambda: ())
+    return refusals
+
+
+def test_the_probe_meets_the_refusal_of_a_packed_batch_of_one_length(monkeypatch, fresh_probes):
+    """On the real AVX2-only EPYC of issue 58, under autocast oneDNN refused a packed batch whose
+    sentences are all of one length and ran the other packed ones: the probe must meet that case alone
+    (simulated, the rest run in fp32, so on every CPU)."""
+    real = torch._VF.lstm
+
+    def lstm(*args):
+        batch_sizes = args[1]  # packed: (data, batch_sizes, hx, ...)
+        if torch.is_autocast_enabled("cpu") and isinstance(batch_sizes, torch.Tensor) and batch_sizes.unique().numel() == 1:
+            raise RuntimeError(ONEDNN_REFUSAL)
+        with torch.autocast("cpu", enabled=False):  # the probe's tensors are fp32
+            return real(*args)
+
+    monkeypatch.setattr(torch._VF, "lstm", lstm)
+    assert not precision.cpu_bf16_lstm("autocast") and precision.lstm_in_fp32("autocast")
+    assert precision.cpu_bf16_lstm("bf16")
+
+
+def train_and_decode_a_bf16_lstm(tmp_path, fast_paths: bool, **model) -> tuple[list[str], Translator]:
+    """The log of a tiny LSTM model trained in bf16 (validated in bf16), and a bf16 translator of it
+    that has translated (greedy and beam)."""
+    settings = tiny_dates_config(tmp_path, rnn="lstm", **model)
+    settings["data"].update(num_pairs=300, valid_size=20, test_size=0)
+    settings["train"].update(epochs=1, precision="bf16", fast_paths=fast_paths, device="cpu")
+    settings["decode"] = {"precision": "bf16", "fast_paths": fast_paths}
+    lines: list[str] = []
+    result = train(config_from_dict(settings), log=lines.append)
+    translator = Translator.load(result.model_path, "cpu", precision="bf16", fast_paths=fast_paths)
+    sources = ["june 3, 2004", "12/25/1999", "5 may 1871"]
+    for beam in (1, 3):
+        assert len(translator.translate(sources, beam_size=beam)) == len(sources)
+    return lines, translator
+
+
+@pytest.mark.parametrize("fast_paths", [True, False])
+@pytest.mark.parametrize("model", [{"decoder": "bahdanau"}, {"attention": "general", "decoder": "luong", "enc_layers": 2}])
+def test_a_bf16_lstm_trains_and_decodes_in_fp32_where_onednn_refuses_it(tmp_path, onednn_refuses_bf16_lstms,
+                                                                       fast_paths, model):
+    """Issue 58: on a real AVX2-only CPU, an explicit bf16 LSTM ended in oneDNN's traceback in the
+    encoder's packed LSTM. Wherever oneDNN refuses (simulated), the encoder's and decoder's LSTMs, packed
+    and unpacked, train and decode in fp32, and the warnings say so."""
+    lines, translator = train_and_decode_a_bf16_lstm(tmp_path, fast_paths, **model)
+    assert onednn_refuses_bf16_lstms  # the probes met the refusals
+    warnings = [line for line in lines if line.startswith("warning: bf16 asked for")]
+    assert len(warnings) == 1 and "its LSTMs run in fp32" in warnings[0]
+    assert "its LSTMs run in fp32" in translator.precision_note()
+
+
+def test_a_refusal_at_the_call_is_remembered(tmp_path, monkeypatch, onednn_refuses_bf16_lstms):
+    """Where the probe passes but oneDNN refuses a real call, that call and the later ones of its kind
+    run in fp32 (one refusal per kind), and the warnings say so from then on."""
+    monkeypatch.setattr(precision, "cpu_bf16_lstm", lambda kind: True)
+    _, translator = train_and_decode_a_bf16_lstm(tmp_path, True)
+    assert sorted(onednn_refuses_bf16_lstms) == ["packed", "packed"]  # the encoder's first call, training's and decoding's
+    assert precision._refused_at_call == {"autocast", "bf16"}
+    assert "its LSTMs run in fp32" in translator.precision_note()
 
 
 def test_train_from_python_leaves_the_callers_process_alone(tmp_path):

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from ...precision import TorchRNNState
+from ...precision import TorchRNNState, run_rnn
 from ...vocab import PAD_ID
 
 # GRU: (h,); LSTM: (h, c); each [layers, B, H].
@@ -67,7 +67,7 @@ class Encoder(nn.Module):
         (h, c), each [layers x directions, B, H]."""
         # Packing keeps pads out of the states; the backward direction starts at the real end.
         packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
-        packed_out, final = self.rnn(packed)
+        packed_out, final = run_rnn(self.rnn, packed)                    # an LSTM in fp32 where oneDNN has no bf16 kernel
         outputs, _ = pad_packed_sequence(packed_out, batch_first=True, total_length=x.shape[1])
         return outputs, as_state(final)
 
