@@ -10,6 +10,7 @@ import sys
 import threading
 import traceback
 
+from .. import __version__
 from ..errors import AttnmtError
 from . import attention, model_files, training, translating
 from .parsing import Number, Parser
@@ -25,6 +26,7 @@ COMMANDS = (training.add_demo, training.add_train, training.add_prepare, transla
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="attnmt", description="Attention-based neural machine translation.")
     parser.add_argument("--debug", action="store_true", help="show the full traceback of errors")
+    parser.add_argument("--version", action="version", version=f"attnmt {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in COMMANDS:
         add(commands)
