@@ -103,6 +103,16 @@ def decode_rate(model: Path, sources: Path, variant: str, args: argparse.Namespa
     return args.sentences / (time.monotonic() - started)
 
 
+def demo_minutes(variant: str, out: Path, args: argparse.Namespace, env: dict[str, str]) -> float:
+    """Minutes of a whole `attnmt demo`, from start to end (its exact match must stay above 99 %)."""
+    checkout, _, _ = variant_setup(variant, args)
+    started = time.monotonic()
+    finished = attnmt_command(checkout, ["demo", "--out", str(out), "--overwrite"], env)
+    minutes = (time.monotonic() - started) / 60
+    print(next(line for line in finished.stdout.splitlines() if "exact match" in line), flush=True)
+    return minutes
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", required=True, help="the Multi30k folder (train.de.gz, val.de.gz, ...)")
@@ -112,6 +122,7 @@ def main() -> None:
     parser.add_argument("--loads", default="0,1,2", help="numbers of busy loops")
     parser.add_argument("--variants", default="before,auto,one")
     parser.add_argument("--sentences", type=int, default=300, help="test sentences each decoding translates")
+    parser.add_argument("--demo", action="store_true", help="also time attnmt demo idle and with two busy loops")
     parser.add_argument("--work", help="a folder for the data, models and outputs (default: a temporary one)")
     args = parser.parse_args()
     work = Path(args.work or tempfile.mkdtemp(prefix="attnmt-busy-"))
@@ -137,6 +148,13 @@ def main() -> None:
                     rates[family, what, load, variant] = rate
                     unit = "updates/min" if what == "train" else "sentences/s"
                     print(f"{family} {what} busy_loops={load} {variant}: {rate:.1f} {unit}", flush=True)
+    if args.demo:
+        for load in (0, 2):
+            for variant in [v for v in variants if v != "one"]:
+                with busy_loops(load):
+                    minutes = demo_minutes(variant, work / f"demo-{variant}-{load}", args, env)
+                rates["demo", "minutes", load, variant] = minutes
+                print(f"demo busy_loops={load} {variant}: {minutes:.2f} min", flush=True)
     print("\nagainst the idle one-thread rate (issue 58's yardstick):")
     print("| family | what | busy loops | " + " | ".join(variants) + " |")
     print("|---|---|---:|" + "---:|" * len(variants))
