@@ -24,11 +24,16 @@ import itertools
 import json
 import multiprocessing
 import os
+import pickle
 import random
 import shutil
+import signal
 import time
-from collections import Counter, deque
+import traceback
+from collections import Counter
 from dataclasses import dataclass, field
+from functools import partial
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterator, Optional
 
@@ -331,43 +336,152 @@ def _flat(sequences: list[list[int]]) -> np.ndarray:
     return np.fromiter(itertools.chain.from_iterable(sequences), dtype=np.uint32, count=sum(map(len, sequences)))
 
 
-_worker_encoder: Optional[ChunkEncoder] = None
+class WorkerError(Exception):
+    """The traceback of an error raised in a tokenizing worker, set as the cause of the error the
+    main process raises again (shown with --debug, or when the error is a bug)."""
 
 
-def _start_worker(src_tokenizer: dict, tgt_tokenizer: dict, data: DataConfig) -> None:
-    global _worker_encoder
-    _worker_encoder = ChunkEncoder(src_tokenizer, tgt_tokenizer, data)
+def _worker(make_encoder: Callable[[], Callable[[RawChunk], EncodedChunk]], connection: Connection) -> None:
+    """A tokenizing worker: encodes the chunks it is sent, one at a time, until told to stop (None)
+    or its connection closes. Ctrl-C reaches the whole process group: the main process decides,
+    so the worker ignores it (it was started with SIGINT blocked, so none arrives before this)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    try:
+        encoder = make_encoder()
+        while (chunk := connection.recv()) is not None:
+            connection.send(("done", encoder(chunk)))
+    except (EOFError, BrokenPipeError):  # the main process is gone or stopped listening
+        return
+    except BaseException as err:
+        text = traceback.format_exc()
+        try:
+            pickle.loads(pickle.dumps(err))
+        except Exception:  # an error that does not pickle travels as its type's name and its message
+            err = RuntimeError(f"{type(err).__name__}: {err}")
+        try:
+            connection.send(("error", err, text))
+        except OSError:
+            pass
 
 
-def _encode_in_worker(chunk: RawChunk) -> EncodedChunk:
-    assert _worker_encoder is not None, "_start_worker ran"
-    return _worker_encoder(chunk)
+class Workers:
+    """`count` tokenizing processes, each with its own pipe and at most one chunk at a time, so that
+    nothing they share can be left locked: a worker that dies is seen at once (its end of the pipe
+    closes) and named with how it ended, an error it raises comes back as that error, and closing
+    ends every worker, whatever ended preparation. They are spawned, not forked: a fresh
+    interpreter inherits none of this process's threads' locks (torch's, tqdm's) nor its signal
+    handlers."""
+
+    def __init__(self, make_encoder: Callable[[], Callable[[RawChunk], EncodedChunk]], count: int, where: str) -> None:
+        self.where = where
+        self.processes: list[multiprocessing.process.BaseProcess] = []
+        self.connections: list[Connection] = []
+        context = multiprocessing.get_context("spawn")
+        # Started with SIGINT blocked (a child inherits the mask): a Ctrl-C while a worker starts up
+        # stays pending here and is discarded there, where _worker ignores it.
+        masks = hasattr(signal, "pthread_sigmask")  # not on Windows
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if masks else set()
+        try:
+            for _ in range(count):
+                mine, theirs = context.Pipe()
+                process = context.Process(target=_worker, args=(make_encoder, theirs), daemon=True,
+                                          name="attnmt-prepare-worker")
+                self.processes.append(process)
+                self.connections.append(mine)
+                process.start()
+                theirs.close()  # only the worker holds its end: its death closes the pipe
+        except BaseException:
+            self.close()
+            raise
+        finally:
+            if masks:
+                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+    def send(self, worker: int, chunk: RawChunk) -> None:
+        try:
+            self.connections[worker].send(chunk)
+        except (BrokenPipeError, ConnectionResetError):
+            if self.connections[worker].poll():  # it said why before it ended (an error in starting up)
+                self.receive(worker)
+            raise self._died(worker) from None
+
+    def receive(self, worker: int) -> EncodedChunk:
+        """The result of the chunk `worker` holds; its error raised again here, its death as one line."""
+        try:
+            answer = self.connections[worker].recv()
+        except (EOFError, ConnectionResetError):
+            raise self._died(worker) from None
+        if answer[0] == "done":
+            return answer[1]
+        _, err, text = answer
+        if isinstance(err, AttnmtError):
+            raise err from None
+        raise err from WorkerError(text)
+
+    def _died(self, worker: int) -> AttnmtError:
+        process = self.processes[worker]
+        process.join()
+        code = process.exitcode
+        how = (f"killed by signal {-code}" + (", out of memory? fewer data.workers need less" if code == -signal.SIGKILL
+                                               else "") if code is not None and code < 0 else f"exit status {code}")
+        return AttnmtError(f"preparing {self.where}: a tokenizing worker died ({how}); nothing was kept")
+
+    def close(self) -> None:
+        """End every worker: those idle are told to stop, then any still running is terminated."""
+        for connection in self.connections:
+            try:
+                connection.send(None)
+            except (OSError, ValueError):
+                pass
+        for process in self.processes:
+            if process.is_alive() and process.pid is not None:
+                process.terminate()  # SIGTERM: a worker has no handler of its own
+        for process in self.processes:
+            if process.pid is not None:
+                process.join()
+        for connection in self.connections:
+            connection.close()
 
 
-def encoded_chunks(encoder_args: tuple, chunks: Iterator[RawChunk], workers: int) -> Iterator[EncodedChunk]:
+def encoded_chunks(make_encoder: Callable[[], Callable[[RawChunk], EncodedChunk]], chunks: Iterator[RawChunk],
+                   workers: int, where: str = "the corpus") -> Iterator[EncodedChunk]:
     """The chunks encoded in order: a small corpus (one chunk) in this process, a larger one by
-    `workers` processes, with at most two chunks per worker in flight, so memory stays bounded."""
+    `workers` processes (`Workers`), each holding one chunk while the next waits here, so memory
+    stays bounded. Whatever stops the reading early (an error, Ctrl-C, SIGTERM, a worker that dies)
+    ends the workers before it goes on."""
     first = next(chunks, None)
     if first is None:
         return
     second = next(chunks, None)
     if second is None or workers <= 1:
-        encoder = ChunkEncoder(*encoder_args)
+        encoder = make_encoder()
         yield encoder(first)
         if second is not None:
             yield encoder(second)
             yield from map(encoder, chunks)
         return
-    methods = multiprocessing.get_all_start_methods()
-    context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-    with context.Pool(workers, initializer=_start_worker, initargs=encoder_args) as pool:
-        pending: deque = deque()
-        for chunk in itertools.chain((first, second), chunks):
-            pending.append(pool.apply_async(_encode_in_worker, (chunk,)))
-            if len(pending) >= 2 * workers:
-                yield pending.popleft().get()
-        while pending:
-            yield pending.popleft().get()
+    pool = Workers(make_encoder, workers, where)
+    try:
+        given = itertools.chain((first, second), chunks)
+        held = 0  # chunk i is with worker i % workers; chunks 0 .. held - 1 are out
+        for chunk in itertools.islice(given, workers):
+            pool.send(held, chunk)
+            held += 1
+        waiting = next(given, None)  # read while the workers tokenize
+        done = 0
+        while done < held:
+            worker = done % workers
+            result = pool.receive(worker)
+            if waiting is not None:
+                pool.send(worker, waiting)
+                held += 1
+            done += 1
+            yield result
+            waiting = next(given, None) if waiting is not None else None
+    finally:
+        pool.close()
 
 
 def load_split(config: DataConfig, split: str, path: str = "") -> list[Pair]:
@@ -604,7 +718,7 @@ def _stream(data: DataConfig, source: CorpusSource, src_tokenizer: Tokenizer, tg
     append each side's ids and lengths and the pairs' positions to files in `work`."""
     workers = data.workers or _cpu_count()
     problems, reading = Problems(), Problems()  # pairs left out by the workers; lines the reader could not split
-    encoder_args = (src_tokenizer.to_dict(), tgt_tokenizer.to_dict(), data)
+    make_encoder = partial(ChunkEncoder, src_tokenizer.to_dict(), tgt_tokenizer.to_dict(), data)
     pieces = (src_tokenizer.pieces(), tgt_tokenizer.pieces())
     index_of: dict[str, int] = {}  # open tokenizers: each token's id while preparing (both sides)
     counts = [np.zeros(len(p) if p else 0, dtype=np.int64) for p in pieces]
@@ -613,7 +727,7 @@ def _stream(data: DataConfig, source: CorpusSource, src_tokenizer: Tokenizer, tg
     out = {name: open(work / name, "wb") for name in ("src.raw", "tgt.raw", "src.len", "tgt.len", "positions")}
     try:
         bar = tqdm(desc="preparing", unit=" pairs", unit_scale=True, disable=None, leave=False)
-        for chunk in encoded_chunks(encoder_args, source.chunks(reading), workers):
+        for chunk in encoded_chunks(make_encoder, source.chunks(reading), workers, data.path or data.format):
             read += len(chunk.positions) + sum(chunk.problems.counts.values())
             problems.merge(chunk.problems)
             keep = _new_pairs(chunk, seen_hashes, problems) if chunk.hashes is not None else None
@@ -661,8 +775,7 @@ def _write_order(work: Path, source: CorpusSource) -> list[int]:
 
 
 def _learn_tokenizers(config: Config, source: CorpusSource, log: Callable[[str], None]) -> tuple[Tokenizer, Tokenizer]:
-    """New tokenizers; subword ones learn from a sample, freed before the workers start (a forked
-    worker would otherwise carry it)."""
+    """New tokenizers; subword ones learn from a sample, freed before the workers start."""
     sample: list[Pair] = []
     if config.tokenizer.level in ("bpe", "unigram"):
         sample = sample_pairs(source, config.tokenizer.sample_pairs, config.data.seed)

@@ -1,0 +1,168 @@
+"""Preparing never hangs (issue 59): a tokenizing worker that dies, an error raised in one, SIGTERM
+or Ctrl-C while the workers run each end `attnmt prepare` and `attnmt train` with one line, no
+worker process left and no store half-written.
+
+Each test runs the command in a subprocess whose ChunkEncoder is replaced by `Planted` (a module
+written beside the test data and put on the path, so that the workers import it too): it prints
+each worker's process id, and at a planted line either raises an error or says so and blocks,
+reading a FIFO nobody writes to, until the test has done what it does to it. The tests wait on
+those lines, never on the clock; the timeout of `finish` only turns a hang into a failure."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from conftest import write_dates_files
+
+PLANTED = textwrap.dedent(r'''
+    import os
+    import signal
+
+    from attnmt import prepare
+    from attnmt.errors import AttnmtError
+
+
+    class Planted(prepare.ChunkEncoder):
+        def __init__(self, *args):
+            handlers = [signal.getsignal(n) for n in (signal.SIGTERM, signal.SIGINT)]
+            said = " ".join("default" if h == signal.SIG_DFL else "ignored" if h == signal.SIG_IGN else "handler"
+                            for h in handlers)
+            os.write(2, f"worker {os.getpid()} {said}\n".encode())  # one write: workers share the pipe
+            if os.environ["PLANTED"] == "fail-start":
+                raise AttnmtError("planted: this worker cannot start")
+            super().__init__(*args)
+
+        def __call__(self, chunk):
+            line = int(os.environ["PLANTED_LINE"])
+            if line in chunk.lines:
+                if os.environ["PLANTED"] == "raise":
+                    raise AttnmtError(f"{chunk.names[0]}:{line}: planted problem")
+                if os.environ["PLANTED"] == "block":
+                    os.write(2, f"blocked {os.getpid()}\n".encode())
+                    with open(os.environ["PLANTED_FIFO"]) as fifo:  # nobody writes: blocks
+                        fifo.read()
+            return super().__call__(chunk)
+''')
+
+# The command with chunks of 50 pairs (400 training pairs: 8 chunks) and the planted encoder.
+RUN = ("import sys; sys.path.insert(0, sys.argv[1]); import planted; from attnmt import prepare; "
+       "prepare.CHUNK_PAIRS = 50; prepare.ChunkEncoder = planted.Planted; from attnmt.cli import main; "
+       "sys.exit(main(sys.argv[2:]))")
+LINE = 120  # in the third chunk, so that the workers have already given chunks back
+
+
+def start(tmp_path: Path, command: str, plan: str) -> subprocess.Popen:
+    (tmp_path / "planted.py").write_text(PLANTED)
+    fifo = tmp_path / "fifo"
+    if not fifo.exists():
+        os.mkfifo(fifo)
+    data = tmp_path / "data"
+    write_dates_files(data, {"train": 400, "val": 20, "test_2016_flickr": 20})
+    config = tmp_path / "config.yaml"
+    config.write_text(f"data: {{format: parallel, path: {data}, prepared_dir: {tmp_path / 'prepared'}, workers: 2}}\n"
+                      f"tokenizer: {{level: word}}\n"
+                      f"model: {{arch: rnn, emb_dim: 8, enc_hidden: 8, dec_hidden: 8}}\n"
+                      f"train: {{out_dir: {tmp_path / 'run'}, epochs: 1, threads: 1}}\n")
+    env = {**os.environ, "PLANTED": plan, "PLANTED_LINE": str(LINE), "PLANTED_FIFO": str(fifo),
+           "PYTHONIOENCODING": "utf-8"}
+    return subprocess.Popen([sys.executable, "-c", RUN, str(tmp_path), command, str(config)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+
+
+def read_until(process: subprocess.Popen, prefix: str) -> tuple[str, list[str]]:
+    """The first stderr line that starts with `prefix`, once both workers have said they started,
+    and every line read."""
+    assert process.stderr is not None
+    lines, found = [], ""
+    for line in process.stderr:
+        lines.append(line)
+        found = found or (line if line.startswith(prefix) else "")
+        if found and sum(line.startswith("worker ") for line in lines) == 2:
+            return found, lines
+    process.wait()
+    raise AssertionError(f"the command ended (status {process.returncode}) before printing {prefix!r}:\n" + "".join(lines))
+
+
+def finish(process: subprocess.Popen, tmp_path: Path, read: list[str]) -> tuple[int, list[str]]:
+    """Its exit status and its stderr lines but the planted ones, once it has ended (a hang fails);
+    checks that no worker is left and that no store or part of one is."""
+    try:
+        _, rest = process.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        pytest.fail("preparing hung")
+    lines = read + rest.splitlines(keepends=True)
+    workers = [int(line.split()[1]) for line in lines if line.startswith("worker ")]
+    assert workers, "the workers ran"
+    assert not [pid for pid in workers if alive(pid)], "a worker process is left"
+    prepared = tmp_path / "prepared"
+    assert not prepared.exists() or not list(prepared.iterdir()), "a store or part of one is left"
+    said = [line.rstrip("\n") for line in lines if not line.startswith(("worker ", "blocked "))]
+    return process.returncode, said
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")
+
+
+@pytest.mark.parametrize("command", ["prepare", "train"])
+def test_a_worker_killed_ends_the_run_with_one_line(tmp_path, command):
+    process = start(tmp_path, command, "block")
+    line, read = read_until(process, "blocked ")
+    os.kill(int(line.split()[1]), signal.SIGKILL)  # as the kernel's OOM killer does
+    status, said = finish(process, tmp_path, read)
+    assert status == 2
+    assert re.fullmatch(r"attnmt: error: preparing \S+: a tokenizing worker died \(killed by signal 9\b[^()]*\); "
+                        r"nothing was kept", said[-1]), said
+    assert not any("Traceback" in line for line in said), said
+
+
+def test_an_error_raised_in_a_worker_is_its_one_line(tmp_path):
+    process = start(tmp_path, "prepare", "raise")
+    status, said = finish(process, tmp_path, [])
+    assert status == 2
+    assert said[-1] == f"attnmt: error: {tmp_path / 'data' / 'train.de'}:{LINE}: planted problem"
+    assert not any("Traceback" in line for line in said), said
+
+
+def test_a_worker_that_cannot_start_ends_the_run_with_its_one_line(tmp_path):
+    process = start(tmp_path, "prepare", "fail-start")
+    status, said = finish(process, tmp_path, [])
+    assert status == 2
+    assert said[-1] == "attnmt: error: planted: this worker cannot start"
+    assert not any("Traceback" in line for line in said), said
+
+
+@pytest.mark.parametrize(("signum", "group", "status", "last"), [
+    (signal.SIGTERM, False, 128 + signal.SIGTERM, None),  # `kill PID`, `timeout`: the process alone
+    (signal.SIGINT, True, 130, "attnmt: interrupted"),   # Ctrl-C: the terminal's whole process group
+], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_while_workers_tokenize_ends_train_leaving_nothing(tmp_path, signum, group, status, last):
+    process = start(tmp_path, "train", "block")
+    _, read = read_until(process, "blocked ")
+    if group:
+        os.killpg(process.pid, signum)
+    else:
+        process.send_signal(signum)
+    # The cause of issue 59's hang: forked workers ran this process's SIGTERM handler, which only
+    # raises at the next bytecode, so a SIGTERM landing as a worker went to sleep on the pool's
+    # queue lock was never acted on. Workers now keep the default (SIGTERM ends them) and ignore
+    # Ctrl-C, which the main process answers.
+    assert [line.split()[2:] for line in read if line.startswith("worker ")] == [["default", "ignored"]] * 2
+    got, said = finish(process, tmp_path, read)
+    assert got == status, said
+    assert not any("Traceback" in line for line in said), said
+    if last:
+        assert said[-1] == last
