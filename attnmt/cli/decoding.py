@@ -71,13 +71,11 @@ def load_translator(args: argparse.Namespace, path: str) -> TextTranslator:
 
 
 def use_decoding_threads(args: argparse.Namespace) -> None:
-    """Set this process's threads as --threads asks; say so on stderr when auto leaves busy cores to other programs."""
-    from ..fast.process import DEFAULT_THREADS, use_threads
+    """Set this process's threads as --threads asks; `args.threads_chosen` says how many and why (serve logs it)."""
+    from ..fast.process import use_threads
     from ..precision import resolve_device
 
-    threads = use_threads(args.threads, resolve_device(args.device), "--threads")
-    if threads.count < DEFAULT_THREADS and args.threads == "auto":
-        print(f"attnmt: {threads.line()}", file=sys.stderr)
+    args.threads_chosen = use_threads(args.threads, resolve_device(args.device), "--threads")
 
 
 def load_attnmt(args: argparse.Namespace, path: str) -> Translator:

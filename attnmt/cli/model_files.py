@@ -58,7 +58,8 @@ def _info(args: argparse.Namespace) -> None:
         averaged = (f", the average of the last {training['average_of_last']} epochs" if "average_of_last" in training
                     else "")
         print(f"training: {training['training_pairs']:,} pairs, data sha256 {training['data_sha256']}; "
-              f"kept at epoch {training['epoch']}, step {training['step']}{averaged}")
+              f"kept at epoch {training['epoch']}, step {training['step']}{averaged}"
+              + (f"; {training['threads']} threads" if "threads" in training else ""))
         print("validation: " + " | ".join(f"{k} {v}" for k, v in training["validation"].items()))
     if info["aligner"] is not None:
         aligner = info["aligner"]
