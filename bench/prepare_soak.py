@@ -54,6 +54,7 @@ def main() -> None:
     config.write_text(f"data: {{format: parallel, path: {work / 'data'}, prepared_dir: {work / 'prepared'}, workers: 2}}\n"
                       "tokenizer: {level: bpe, vocab_size: 300}\n"
                       f"train: {{out_dir: {work / 'run'}, epochs: 1}}\n")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # `kill` too ends the busy loops below
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
     hung, failed, seconds = 0, 0, []
     try:
