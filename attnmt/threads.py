@@ -26,7 +26,7 @@ from typing import Optional
 from .errors import AttnmtError
 
 MAX_THREADS = 1024
-LOOK_S = 0.25  # how long `auto` watches the other programs' use of the cores
+LOOK_S = 0.1  # how long `auto` watches the other programs' use of the cores
 
 
 @dataclass(frozen=True)
@@ -111,5 +111,4 @@ def choose_threads(setting: Optional[int], default: int, device_type: str = "cpu
     free = max(1, min(default, usable_cpus() - round(load)))
     if free == default:
         return Threads(free, f"{key} auto: one per core, all free")
-    return Threads(free, f"{key} auto: {default} cores, other programs kept {load:.1f} of them busy; "
-                         f"{key}={default} computes the same faster on an idle machine")
+    return Threads(free, f"{key} auto: {default} cores, other programs kept {load:.1f} of them busy")

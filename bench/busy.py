@@ -18,7 +18,8 @@ included). The variants:
 
 The data: Multi30k's training pairs with the first 100 validation and test pairs (validation and
 the test decoding after each run then cost seconds, not minutes); prepared once before the runs.
-Decoding uses the model the idle `auto` run of the same family trained. Prints one line per
+Decoding uses the model the idle `before` run of the same family trained (the old checkout reads
+no model file that records train.threads). Prints one line per
 measurement and a table of each variant's rates against the idle one-thread rate. Nothing else may
 run on the machine meanwhile.
 """
@@ -122,6 +123,8 @@ def main() -> None:
     parser.add_argument("--loads", default="0,1,2", help="numbers of busy loops")
     parser.add_argument("--variants", default="before,auto,one")
     parser.add_argument("--sentences", type=int, default=300, help="test sentences each decoding translates")
+    parser.add_argument("--parts", default="train,decode", help="train, decode or both (decode reads the models "
+                                                                     "of an earlier train in the same --work)")
     parser.add_argument("--demo", action="store_true", help="also time attnmt demo idle and with two busy loops")
     parser.add_argument("--work", help="a folder for the data, models and outputs (default: a temporary one)")
     args = parser.parse_args()
@@ -133,11 +136,13 @@ def main() -> None:
         sources = work / "sources.de"
         sources.write_text("".join(line for _, line in zip(range(args.sentences), lines)), encoding="utf-8")
     families, loads, variants = args.families.split(","), [int(n) for n in args.loads.split(",")], args.variants.split(",")
+    parts = [part for part in args.parts.split(",") if part]
     rates: dict[tuple[str, str, int, str], float] = {}
     for family in families:
         attnmt_command(ROOT, ["prepare", str(CONFIGS[family]), f"data.path={data}"], env)
-        model = work / family / "auto-0" / "model.safetensors"
-        for what in ("train", "decode"):
+        # The old checkout reads no model file with train.threads in it: decode the one its idle run trained.
+        model = work / family / f"{'before' if 'before' in variants else 'auto'}-0" / "model.safetensors"
+        for what in parts:
             for load in loads:
                 for variant in variants:
                     with busy_loops(load):
@@ -159,7 +164,7 @@ def main() -> None:
     print("| family | what | busy loops | " + " | ".join(variants) + " |")
     print("|---|---|---:|" + "---:|" * len(variants))
     for family in families:
-        for what in ("train", "decode"):
+        for what in parts:
             base = rates.get((family, what, 0, "one"))
             for load in loads:
                 cells = [f"{rates[family, what, load, v]:.1f}" + (f" ({rates[family, what, load, v] / base:.2f}x)"

@@ -23,8 +23,10 @@ def add_demo(commands: Commands) -> None:
 
 def _demo(args: argparse.Namespace) -> None:
     from ..demo import run_demo
-    from ..fast.process import set_up_training_process
+    from ..fast.process import set_up_training_process, use_threads
+    from ..precision import resolve_device
 
+    print(use_threads("auto", resolve_device("auto"), "threads").line())
     set_up_training_process()
     run_demo(args.out, overwrite=args.overwrite)
 
