@@ -7,7 +7,7 @@ import io
 import re
 import unicodedata
 from abc import ABC, abstractmethod
-from typing import Iterable, Optional
+from typing import Iterable, Iterator, Optional
 
 import sentencepiece
 
@@ -176,15 +176,26 @@ class SubwordTokenizer(BaseTokenizer):
         """Learn `vocab_size` pieces (a soft limit for small corpora) from raw sentences."""
         texts = [normalize(s).lower() if lowercase else normalize(s) for s in sentences]
         model = io.BytesIO()
+        stopped: list[BaseException] = []  # by a signal's handler (Ctrl-C, SIGTERM) while sentencepiece read
+
+        def feed() -> Iterator[str]:
+            try:
+                yield from (t for t in texts if t)
+            except (KeyboardInterrupt, SystemExit) as stop:  # sentencepiece reports it as a RuntimeError, traceback and all
+                stopped.append(stop)
+                raise
+
         try:
             sentencepiece.SentencePieceTrainer.train(
-                sentence_iterator=iter(t for t in texts if t), model_writer=model, vocab_size=vocab_size,
+                sentence_iterator=feed(), model_writer=model, vocab_size=vocab_size,
                 model_type=level, character_coverage=1.0, hard_vocab_limit=False,
                 # We normalize before sentencepiece sees the text, and add BOS/EOS ourselves.
                 normalization_rule_name="identity", bos_id=-1, eos_id=-1, num_threads=1, minloglevel=2,
             )
         except RuntimeError as err:
-            raise AttnmtError(f"cannot train the {level} subword model: {err}") from None
+            if stopped:
+                raise stopped[0] from None
+            raise AttnmtError(f"cannot train the {level} subword model: {str(err).splitlines()[0]}") from None
         return cls(level, model.getvalue(), lowercase)
 
     def tokenize(self, text: str) -> list[str]:

@@ -442,3 +442,21 @@ def test_collate_empty_target():
     assert batch.tgt_in.tolist() == [[SOS_ID]]
     assert batch.tgt_out.tolist() == [[EOS_ID]]
     assert batch.num_target_tokens == 1
+
+
+class _StopHere(str):
+    """A sentence whose truth test raises what a signal's handler raises (Ctrl-C) mid-reading."""
+
+    def __bool__(self) -> bool:
+        raise KeyboardInterrupt
+
+
+def test_a_signal_while_sentencepiece_reads_ends_as_that_signal(monkeypatch):
+    # sentencepiece turns an exception raised in the sentences it reads into a RuntimeError holding
+    # a traceback, which became a many-line "cannot train" error instead of the interruption.
+    import attnmt.tokenize as tokenize_module
+
+    monkeypatch.setattr(tokenize_module, "normalize", lambda s: _StopHere(s) if s == "stop" else s)
+    sentences = [f"ein satz {i} mit worten" for i in range(200)] + ["stop"] + ["noch ein satz"] * 10
+    with pytest.raises(KeyboardInterrupt):
+        tokenize_module.SubwordTokenizer.train("bpe", sentences, vocab_size=60)
