@@ -129,7 +129,9 @@ def server_process(model: Path, *flags: str) -> Iterator[tuple[str, subprocess.P
     try:
         line = process.stdout.readline()
         url = re.search(r"http://\S+:\d+/", line)
-        assert url, line + process.stderr.read()
+        if not url:  # stop it first: reading a running server's stderr would wait for ever
+            process.terminate()
+            raise AssertionError(f"the first line is not the address: {line!r}; stderr: {process.communicate(timeout=30)[1]}")
         yield url.group(), process
     finally:
         process.terminate()

@@ -71,11 +71,11 @@ def load_translator(args: argparse.Namespace, path: str) -> TextTranslator:
 
 
 def use_decoding_threads(args: argparse.Namespace) -> None:
-    """Set this process's threads as --threads asks; `args.threads_chosen` says how many and why (serve logs it)."""
+    """Set this process's threads as --threads asks (said nowhere: a decoding command's output is its translations)."""
     from ..fast.process import use_threads
     from ..precision import resolve_device
 
-    args.threads_chosen = use_threads(args.threads, resolve_device(args.device), "--threads")
+    use_threads(args.threads, resolve_device(args.device), "--threads")
 
 
 def load_attnmt(args: argparse.Namespace, path: str) -> Translator:

@@ -138,6 +138,5 @@ def _serve(args: argparse.Namespace) -> None:
     limits = ServeConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(ServeConfig)})
     validate_serve(limits)  # the flags, and the key file below, are refused before the model loads
     keys = KeyFile(args.api_keys, log) if args.api_keys else None
-    translator = load_translator(args, args.model)
-    log(f"attnmt serve: {args.threads_chosen.line()}")
-    serve(translator, args.host, args.port, limits, log=log, name=args.model, keys=keys, access_log=args.access_log)
+    serve(load_translator(args, args.model), args.host, args.port, limits, log=log, name=args.model, keys=keys,
+          access_log=args.access_log)
