@@ -1,6 +1,7 @@
 """attnmt export --to ctranslate2: CTranslate2 translates an exported Transformer as attnmt does."""
 
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -35,6 +36,19 @@ def test_ctranslate2_decodes_what_attnmt_decodes(transformer_dates_model, tmp_pa
 
 
 @needs_exact_int8  # CTranslate2's int8 products go through the same oneDNN kernels (wrong under ONEDNN_MAX_CPU_ISA=AVX2)
+def cpu_has_vnni() -> bool:
+    """Whether this CPU multiplies int8 with VNNI (or AMX); True where /proc/cpuinfo cannot say."""
+    try:
+        flags = set(Path("/proc/cpuinfo").read_text().split())
+    except OSError:
+        return True
+    return bool(flags & {"avx512_vnni", "avx_vnni", "amx_int8"})
+
+
+# On an AVX2-only AMD EPYC (no VNNI), CTranslate2's int8 agreed with fp32 on 1 of the 10 dates, on the
+# code before and after issue 58 alike: its int8 products there are not the close calls this test allows.
+@pytest.mark.skipif(not cpu_has_vnni(), reason="CTranslate2's int8 without VNNI (an AVX2-only CPU) changes more "
+                                               "than close calls")
 def test_int8_export_translates(transformer_dates_model, tmp_path, capsys):
     assert main(["export", str(transformer_dates_model), str(tmp_path / "int8"), "--to", "ctranslate2",
                  "--quantization", "int8"]) == 0
