@@ -1,6 +1,8 @@
-# attnmt serve in a container, on CPUs (docs/serving.md, "Running as a service").
+# attnmt serve in a container, on CPUs (docs/serving.md, "Running as a service"). In the checkout,
+# after `attnmt demo` has written attnmt-demo/model.safetensors there:
 #   docker build -t attnmt .
-#   docker run --rm -p 8000:8000 -v "$PWD/runs/demo/model.safetensors:/models/model.safetensors:ro" attnmt
+#   docker run --rm -p 8000:8000 -v "$PWD/attnmt-demo/model.safetensors:/models/model.safetensors:ro" attnmt
+# The mounted path must be an existing file: for a missing one docker makes an empty folder there.
 # Flags after the image name go to `attnmt serve` (e.g. --api-keys /keys/keys.txt --precision auto).
 FROM python:3.11-slim
 
