@@ -99,9 +99,11 @@ class DataConfig:
     # training corpora: their prefixes separated by spaces, each with an optional whole weight, how
     # many times its pairs are seen per epoch ("europarl commoncrawl news:4"; default 1).
     train_prefix: str = "train"
+    # parallel format: "" cuts that split from the training pairs instead of reading files
+    # (valid_size / test_size pairs, seeded by seed, as tsv does; from all training corpora together).
     valid_prefix: str = "val"
     test_prefix: str = "test_2016_flickr"
-    # tsv and dates formats: held-out sizes of the seeded split.
+    # Held-out sizes of the seeded split: tsv and dates formats, and parallel with an empty prefix.
     valid_size: int = ranged(1000, "[1, 10000000]")
     test_size: int = ranged(1000, "[0, 10000000]")
     # Read only the first N pairs of the file (0 = all); manythings files are sorted by length.
@@ -121,7 +123,8 @@ class DataConfig:
     # Where prepared corpora are kept, each in a folder named by its raw data and settings
     # ("" = $ATTNMT_CACHE/prepared, default ~/.cache/attnmt/prepared); attnmt prepare writes it.
     prepared_dir: str = ""
-    # Seed of the split into train, valid and test (tsv, dates) and of the generated dates.
+    # Seed of the split into train, valid and test (tsv, dates, parallel with an empty prefix) and of
+    # the generated dates.
     seed: int = ranged(1, f"[0, {MAX_SEED}]")
 
 

@@ -1,7 +1,9 @@
-"""Reading parallel corpora: manythings TSV files, line-aligned files, and the built-in dates corpus."""
+"""Reading parallel corpora: manythings TSV files, line-aligned files, and the built-in dates corpus;
+which data.format fits a data.path; the seeded split into train, valid and test."""
 
 from __future__ import annotations
 
+import bisect
 import gzip
 import hashlib
 import random
@@ -10,7 +12,7 @@ from array import array
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Iterator, Optional, Protocol
+from typing import BinaryIO, Iterator, Optional, Protocol, Sequence
 
 from .config import DataConfig, training_corpora
 from .corpora import is_corpus_name, resolve
@@ -169,15 +171,33 @@ class Corpus:
     test: list[Pair]
 
 
-def split_pairs(pairs: list[Pair], valid_size: int, test_size: int, seed: int) -> Corpus:
-    """Shuffle with `seed`, then cut off test and valid; the rest trains."""
-    if valid_size + test_size >= len(pairs):
-        raise AttnmtError(
-            f"only {len(pairs)} pairs, too few for data.valid_size={valid_size} and data.test_size={test_size}"
-        )
-    shuffled = [pairs[i] for i in shuffled_order(len(pairs), seed)]
-    test, valid = shuffled[:test_size], shuffled[test_size : test_size + valid_size]
-    return Corpus(train=shuffled[test_size + valid_size :], valid=valid, test=test)
+def split_pairs(pairs: list[Pair], valid_size: int, test_size: int, seed: int, starts: Sequence[int] = (0,)) -> Corpus:
+    """Shuffle with `seed`, then cut off test and valid; the rest trains, in the shuffled order
+    within each training corpus (`starts`: each one's first index in `pairs`), corpus after corpus.
+    Nothing to cut: the pairs in their order. prepare.CorpusSource.pairs streams the same split."""
+    check_split(len(pairs), valid_size, test_size)
+    if not valid_size + test_size:
+        return Corpus(train=list(pairs), valid=[], test=[])
+    order = shuffled_order(len(pairs), seed)
+    held = test_size + valid_size
+    train = sorted(order[held:], key=lambda i: bisect.bisect_right(starts, i))  # stable: shuffled within a corpus
+    return Corpus(train=[pairs[i] for i in train], valid=[pairs[i] for i in order[test_size:held]],
+                  test=[pairs[i] for i in order[:test_size]])
+
+
+def check_split(count: int, valid_size: int, test_size: int) -> None:
+    """Refuse a split that would leave no training pair."""
+    if valid_size + test_size >= count:
+        raise AttnmtError(f"only {count} pairs, too few for data.valid_size={valid_size} and "
+                          f"data.test_size={test_size}")
+
+
+def held_out_sizes(data: DataConfig) -> tuple[int, int]:
+    """How many validation and test pairs the seeded split cuts from the training pairs: tsv and
+    dates cut both; line-aligned files only a split whose prefix is empty (the others have files)."""
+    if data.format != "parallel":
+        return data.valid_size, data.test_size
+    return 0 if data.valid_prefix else data.valid_size, 0 if data.test_prefix else data.test_size
 
 
 def shuffled_order(count: int, seed: int) -> array:
@@ -188,22 +208,95 @@ def shuffled_order(count: int, seed: int) -> array:
     return order
 
 
+@dataclass
+class ParallelFiles:
+    """The line-aligned files data.path holds, each a (source, target) pair of paths."""
+
+    train: list[tuple[Path, Path]]      # each training corpus's, in data.train_prefix's order
+    valid: Optional[tuple[Path, Path]]  # None: cut from the training pairs (data.valid_prefix "")
+    test: Optional[tuple[Path, Path]]
+
+
+def parallel_files(data: DataConfig, folder: Path) -> ParallelFiles:
+    """The files of each split in `folder`; a missing one is one line naming the setting to change."""
+    def files(prefix: str, hint: str) -> tuple[Path, Path]:
+        try:
+            return find_split_file(folder, prefix, data.src_lang), find_split_file(folder, prefix, data.tgt_lang)
+        except AttnmtError as err:
+            raise AttnmtError(f"{err}{hint}{_prefixes_note(data, folder)}") from None
+
+    def held_out(split: str, name: str) -> Optional[tuple[Path, Path]]:
+        prefix, size = getattr(data, f"{split}_prefix"), getattr(data, f"{split}_size")
+        return files(prefix, f"; data.{split}_prefix={prefix} names the {name} files, and data.{split}_prefix=\"\" cuts "
+                             f"data.{split}_size={size} {name} pairs from the training pairs instead") if prefix else None
+
+    train = [files(prefix, "; data.train_prefix names the training files") for prefix, _ in training_corpora(data)]
+    return ParallelFiles(train, held_out("valid", "validation"), held_out("test", "test"))
+
+
+def _prefixes_note(data: DataConfig, folder: Path) -> str:
+    """Which line-aligned pairs of files `folder` does hold, for an error about one it lacks."""
+    def prefixes(lang: str) -> set[str]:
+        return {p.name.removesuffix(".gz")[: -len(lang) - 1] for pattern in (f"*.{lang}", f"*.{lang}.gz")
+                for p in folder.glob(pattern)}
+
+    pairs = sorted(prefixes(data.src_lang) & prefixes(data.tgt_lang))
+    return (f" (the folder holds PREFIX.{data.src_lang} and PREFIX.{data.tgt_lang} for the prefixes {', '.join(pairs)})"
+            if pairs else f" (the folder holds no PREFIX.{data.src_lang} and PREFIX.{data.tgt_lang} files)")
+
+
+def _format_reads(data: DataConfig, form: str) -> str:
+    """What a data.format reads, in words a user recognizes."""
+    if form == "tsv":
+        return "a file of TAB-separated pairs, English first (a manythings/Tatoeba file such as deu.txt.gz)"
+    return f"a folder of line-aligned files PREFIX.{data.src_lang} and PREFIX.{data.tgt_lang} (e.g. train.{data.src_lang})"
+
+
+def corpus_path(data: DataConfig) -> Path:
+    """data.path (a known corpus's name: its files, downloaded once), if data.format can read it;
+    else one line naming both keys and the format that fits what data.path is. prepare.py and
+    load_corpus both start here, before reading anything."""
+    path = Path(data.path)
+    if data.path and not path.exists() and is_corpus_name(data.path):
+        path = resolve(data.path)
+    if path.is_dir() if data.format == "parallel" else path.is_file():
+        return path
+    raise AttnmtError(f"data.path: {path}: {_what_fits(data, path)}")
+
+
+def _what_fits(data: DataConfig, path: Path) -> str:
+    """Why data.format cannot read `path`, and what would: the other format, or (for one of the
+    line-aligned files) its folder."""
+    folder = data.format == "parallel"
+    reads = f"data.format={data.format} reads {_format_reads(data, data.format)}"
+    if not path.exists():
+        return f"{'folder' if folder else 'file'} not found; {reads}"
+    if path.is_dir():
+        return f"a folder, not a regular file; {reads}; for {_format_reads(data, 'parallel')} set data.format=parallel"
+    if not path.is_file():
+        return f"{'not a folder' if folder else 'not a regular file'}; {reads}"
+    if path.name.removesuffix(".gz").endswith((f".{data.src_lang}", f".{data.tgt_lang}")):
+        return (f"a file, not a folder; {reads}: for line-aligned files like this one, set data.path to their folder, "
+                f"{path.parent}")
+    return f"a file, not a folder; {reads}; for {_format_reads(data, 'tsv')} set data.format=tsv"
+
+
 def load_corpus(config: DataConfig) -> Corpus:
     """The corpus the config names, as (source, target) pairs."""
-    path = config.path
-    if path and not Path(path).exists() and is_corpus_name(path):
-        path = str(resolve(path))
-    if config.format == "dates":
-        pairs = generate_dates(config.num_pairs or 24000, seed=config.seed)
+    if config.format != "parallel":
+        if config.format == "tsv":
+            english_first = read_tsv(corpus_path(config), config.max_pairs)
+            pairs = english_first if config.src_lang == "en" else [(o, e) for e, o in english_first]
+        else:
+            pairs = generate_dates(config.num_pairs or 24000, seed=config.seed)
         return split_pairs(pairs, config.valid_size, config.test_size, config.seed)
-    if config.format == "tsv":
-        english_first = read_tsv(path, config.max_pairs)
-        pairs = english_first if config.src_lang == "en" else [(o, e) for e, o in english_first]
-        return split_pairs(pairs, config.valid_size, config.test_size, config.seed)
-    splits = []
-    for prefixes in ([p for p, _ in training_corpora(config)], [config.valid_prefix], [config.test_prefix]):
-        splits.append([pair for prefix in prefixes for pair in read_parallel(
-            find_split_file(path, prefix, config.src_lang), find_split_file(path, prefix, config.tgt_lang))])
-    if config.max_pairs:
-        splits[0] = splits[0][: config.max_pairs]
-    return Corpus(*splits)
+    files = parallel_files(config, corpus_path(config))
+    train: list[Pair] = []
+    starts: list[int] = []  # each training corpus's first pair
+    for src, tgt in files.train:
+        starts.append(len(train))
+        train += read_parallel(src, tgt)
+    corpus = split_pairs(train[: config.max_pairs or None], *held_out_sizes(config), config.seed, starts)
+    corpus.valid = read_parallel(*files.valid) if files.valid else corpus.valid
+    corpus.test = read_parallel(*files.test) if files.test else corpus.test
+    return corpus

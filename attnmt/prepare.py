@@ -42,13 +42,16 @@ from tqdm import tqdm
 
 from . import __version__
 from .config import Config, DataConfig, TokenizerConfig, training_corpora
-from .corpora import is_corpus_name, resolve
 from .data import (
     LONG_LINE,
     Pair,
+    ParallelFiles,
+    check_split,
+    corpus_path,
     decode_line,
-    find_split_file,
+    held_out_sizes,
     load_corpus,
+    parallel_files,
     raw_lines,
     read_parallel,
     shuffled_order,
@@ -67,6 +70,8 @@ SHOWN_PROBLEMS = 5    # unreadable lines quoted in the report
 # bad lines among millions: preparing stops there, naming the first.
 MAX_UNREADABLE_SHARE = 0.001
 REASONS = ("unreadable", "empty", "too_long", "ratio", "duplicate")  # why a training pair is left out
+# What a run that finds its corpus prepared says of it.
+REUSED = "prepared earlier from the same raw files and settings; attnmt prepare --rebuild prepares it anew"
 
 
 @dataclass
@@ -113,37 +118,44 @@ class EncodedChunk:
     hashes: Optional[np.ndarray]  # uint64 [kept], with data.dedup
 
 
+@dataclass
+class Split:
+    """Where the seeded split puts each pair, by its index among the pairs read: held out, or at a
+    position in training order."""
+
+    held: dict[int, tuple[str, int]]  # index -> ("valid" or "test", its place there)
+    positions: Optional[np.ndarray]   # int64 [pairs]: each training pair's position; None: the pairs' own order
+
+    def position(self, index: int) -> int:
+        return index if self.positions is None else int(self.positions[index])
+
+
 class CorpusSource:
     """Where a corpus's pairs come from, as a stream: the training pairs in chunks of raw lines,
     the held-out pairs as text (valid and test)."""
 
     def __init__(self, data: DataConfig) -> None:
         self.data = data
-        path = data.path
-        if path and not Path(path).exists() and is_corpus_name(path):
-            path = str(resolve(path))
         self.valid: list[Pair] = []
         self.test: list[Pair] = []
         self._dates: list[Pair] = []
-        self._count = 0  # tsv, dates: the pairs the split shuffles
+        self._files: Optional[ParallelFiles] = None
+        self._counts: Optional[list[int]] = None  # each training corpus's pairs, once a split has counted them
         self.weights = [1]  # how often each training corpus's pairs are seen per epoch
         self.starts = [0]   # each training corpus's first position
+        self.heldout_files: list[Path] = []
         if data.format == "parallel":
-            corpora = training_corpora(data)
-            self.corpora = [tuple(find_split_file(path, prefix, lang) for lang in (data.src_lang, data.tgt_lang))
-                            for prefix, _ in corpora]
-            self.weights, self.starts = [weight for _, weight in corpora], [0] * len(corpora)
+            self._files = parallel_files(data, corpus_path(data))
+            self.corpora = self._files.train
+            self.weights = [weight for _, weight in training_corpora(data)]
             self.train_files = [file for files in self.corpora for file in files]
-            self.heldout_files = [find_split_file(path, prefix, lang) for prefix in (data.valid_prefix, data.test_prefix)
-                                  for lang in (data.src_lang, data.tgt_lang)]
+            self.heldout_files = [file for files in (self._files.valid, self._files.test) if files for file in files]
         elif data.format == "tsv":
-            self.train_files, self.heldout_files = [Path(path)], []
-            if not self.train_files[0].is_file():
-                raise AttnmtError(f"{path}: file not found" if not Path(path).exists() else f"{path}: not a regular file")
+            self.train_files = [corpus_path(data)]
         else:
-            self.train_files, self.heldout_files = [], []
+            self.train_files = []
             self._dates = generate_dates(data.num_pairs or 24000, seed=data.seed)
-            self._count = len(self._dates)
+            self._counts = [len(self._dates)]
 
     @property
     def files(self) -> list[Path]:
@@ -155,58 +167,89 @@ class CorpusSource:
         return hashlib.sha256("".join(f"{s}\t{t}\n" for s, t in self._dates).encode()).hexdigest()
 
     def heldout(self) -> tuple[list[Pair], list[Pair]]:
-        """The valid and test pairs: their own files, or (tsv, dates) those the split sets aside,
-        found by reading the corpus through without keeping the rest."""
-        if self.data.format == "parallel":
-            return read_parallel(*self.heldout_files[:2]), read_parallel(*self.heldout_files[2:])
+        """The valid and test pairs: their own files, and those the seeded split sets aside, found by
+        reading the corpus through without keeping the rest."""
+        if not sum(held_out_sizes(self.data)):
+            return self._heldout_files()
         for _ in self.pairs(Problems()):
             pass
         return self.valid, self.test
 
+    def _heldout_files(self) -> tuple[list[Pair], list[Pair]]:
+        """The valid and test pairs of their own files (parallel format); none for a split cut from
+        the training pairs."""
+        files = self._files
+        if files is None:
+            return [], []
+        return (read_parallel(*files.valid) if files.valid else []), (read_parallel(*files.test) if files.test else [])
+
     def pairs(self, problems: Problems) -> Iterator[tuple[int, int, int, bytes, bytes]]:
         """The training pairs: (corpus, line number, position in training order, source bytes, target
-        bytes); reading problems go to `problems`. Sets aside the valid and test pairs on the way."""
-        data = self.data
-        if data.format == "parallel":
-            self.valid, self.test = self.heldout()
-            yield from self._parallel_pairs(problems)
-            return
-        # tsv and dates: the seeded split of all pairs; train keeps the shuffled order.
-        if data.format == "tsv" and not self._count:
-            self._count = sum(1 for _ in self._tsv_rows(Problems()))
-        held = data.valid_size + data.test_size
-        if held >= self._count:
-            raise AttnmtError(f"only {self._count} pairs, too few for data.valid_size={data.valid_size} and "
-                              f"data.test_size={data.test_size}")
-        order = np.frombuffer(shuffled_order(self._count, data.seed), dtype=np.int64)
-        position = np.empty(self._count, dtype=np.int64)
-        position[order] = np.arange(self._count)
-        test = {int(i): n for n, i in enumerate(order[: data.test_size])}
-        valid = {int(i): n for n, i in enumerate(order[data.test_size:held])}
-        valid_pairs: list[Optional[Pair]] = [None] * data.valid_size
-        test_pairs: list[Optional[Pair]] = [None] * data.test_size
-        rows = self._tsv_rows(problems) if data.format == "tsv" else (
-            (n, s.encode(), t.encode()) for n, (s, t) in enumerate(self._dates, 1))
-        for index, (line, src, tgt) in enumerate(rows):
-            if index in test or index in valid:
+        bytes); reading problems go to `problems`. Sets aside the valid and test pairs on the way:
+        those of their own files, and those the seeded split cuts."""
+        valid_size, test_size = held_out_sizes(self.data)
+        self.valid, self.test = self._heldout_files()
+        split = self._split(valid_size, test_size)
+        held: dict[str, list[Optional[Pair]]] = {"valid": [None] * valid_size, "test": [None] * test_size}
+        trained = [0] * len(self.weights)
+        for index, (corpus, line, src, tgt) in enumerate(self._rows(problems)):
+            if index in split.held:
+                name, slot = split.held[index]
                 try:
-                    pair = (decode_line(src), decode_line(tgt))
+                    held[name][slot] = (decode_line(src), decode_line(tgt))
                 except ValueError:  # counted by the encoder for training pairs only; a held-out one is dropped
-                    continue
-                if index in test:
-                    test_pairs[test[index]] = pair
-                else:
-                    valid_pairs[valid[index]] = pair
+                    pass
                 continue
-            yield 0, line, int(position[index]) - held, src, tgt
-        self.valid = [p for p in valid_pairs if p is not None]
-        self.test = [p for p in test_pairs if p is not None]
+            trained[corpus] += 1
+            yield corpus, line, split.position(index), src, tgt
+        self.starts = list(itertools.accumulate(trained[:-1], initial=0))  # positions run on across corpora
+        if valid_size:
+            self.valid = [pair for pair in held["valid"] if pair is not None]
+        if test_size:
+            self.test = [pair for pair in held["test"] if pair is not None]
 
-    def _parallel_pairs(self, problems: Problems) -> Iterator[tuple[int, int, int, bytes, bytes]]:
-        """The training corpora one after the other; positions run on across them."""
+    def _split(self, valid_size: int, test_size: int) -> Split:
+        """data.split_pairs, streamed: the pairs shuffled by data.seed, the first test_size held out
+        for test, the next valid_size for validation; the rest train in that order within each
+        corpus, corpus after corpus. Nothing to cut: every pair trains, in its own order."""
+        if not valid_size + test_size:
+            return Split({}, None)
+        counts = self._row_counts()
+        total, held = sum(counts), test_size + valid_size
+        check_split(total, valid_size, test_size)
+        order = np.frombuffer(shuffled_order(total, self.data.seed), dtype=np.int64)
+        rest = order[held:]
+        if len(counts) > 1:  # each corpus's positions together (_write_order finds its pairs by them)
+            corpus_of = np.repeat(np.arange(len(counts), dtype=np.int32), counts)
+            rest = rest[np.argsort(corpus_of[rest], kind="stable")]
+        positions = np.empty(total, dtype=np.int64)
+        positions[rest] = np.arange(len(rest))
+        cut = {int(i): ("test", n) for n, i in enumerate(order[:test_size])}
+        cut.update({int(i): ("valid", n) for n, i in enumerate(order[test_size:held])})
+        return Split(cut, positions)
+
+    def _row_counts(self) -> list[int]:
+        """Each training corpus's pairs, as the split counts them (read through once, then remembered)."""
+        if self._counts is None:
+            counts = [0] * len(self.weights)
+            for corpus, *_ in self._rows(Problems()):
+                counts[corpus] += 1
+            self._counts = counts
+        return self._counts
+
+    def _rows(self, problems: Problems) -> Iterator[tuple[int, int, bytes, bytes]]:
+        """Every pair read: (corpus, line number, source bytes, target bytes), as far as data.max_pairs."""
+        if self.data.format == "parallel":
+            yield from self._parallel_rows(problems)
+        elif self.data.format == "tsv":
+            yield from ((0, line, src, tgt) for line, src, tgt in self._tsv_rows(problems))
+        else:
+            yield from ((0, n, s.encode(), t.encode()) for n, (s, t) in enumerate(self._dates, 1))
+
+    def _parallel_rows(self, problems: Problems) -> Iterator[tuple[int, int, bytes, bytes]]:
+        """The training corpora's lines, one corpus after the other."""
         read = 0
         for corpus, (src_path, tgt_path) in enumerate(self.corpora):
-            self.starts[corpus] = read
             line = 0
             # b"" marks the end of the shorter file: raw_lines yields each line with its line end.
             for src, tgt in itertools.zip_longest(raw_lines(src_path), raw_lines(tgt_path), fillvalue=b""):
@@ -221,7 +264,7 @@ class CorpusSource:
                 if src is None or tgt is None:
                     problems.add("unreadable", f"{src_path if src is None else tgt_path}:{line}: {LONG_LINE}")
                     continue
-                yield corpus, line, read - 1, src, tgt
+                yield corpus, line, src, tgt
             if not line:
                 raise AttnmtError(f"{src_path}: no lines in file")
 
@@ -557,15 +600,17 @@ def store_root(data: DataConfig) -> Path:
 
 def open_corpus(config: Config, given: Optional[Tokenization] = None, log: Callable[[str], None] = print
                 ) -> PreparedCorpus:
-    """The prepared corpus of a training run: made now if missing or stale. `given`, the tokenization
-    of the checkpoint or model file a run continues from, is kept: the store prepared without it
-    serves when it has the same one (a resumed run), else one is prepared with it (fine-tuning)."""
-    if given is not None:
-        found = find_corpus(config, log=log)
-        if found and found.meta["tokenization"] == given.to_dict():
-            return found
-        return prepare_corpus(config, given, log)
-    return prepare_corpus(config, log=log)
+    """The prepared corpus of a training run: made now if missing or stale, else reused, saying so.
+    `given`, the tokenization of the checkpoint or model file a run continues from, is kept: the
+    store prepared without it serves when it has the same one (a resumed run), else one is
+    prepared with it (fine-tuning)."""
+    found = find_corpus(config, log=log)
+    if given is not None and (found is None or found.meta["tokenization"] != given.to_dict()):
+        found = find_corpus(config, given, log)
+    if found is None:
+        return _prepare(config, given, log)
+    log(f"prepared corpus: {found.directory} ({REUSED})")
+    return found
 
 
 def find_corpus(config: Config, given: Optional[Tokenization] = None, log: Callable[[str], None] = print
@@ -590,8 +635,10 @@ def prepare_corpus(config: Config, given: Optional[Tokenization] = None, log: Ca
     """The store of this corpus and these settings: reused when its raw files are unchanged (unless
     `rebuild`), else prepared (with `given` tokenizers and vocabularies, if any)."""
     found = None if rebuild else find_corpus(config, given, log)
-    if found:
-        return found
+    return found or _prepare(config, given, log)
+
+
+def _prepare(config: Config, given: Optional[Tokenization], log: Callable[[str], None]) -> PreparedCorpus:
     source = CorpusSource(config.data)
     root = store_root(config.data)
     return PreparedCorpus.open(_build(config, source, given, root, root / store_key(config, source, given), log))

@@ -13,13 +13,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import SHARED_DATA, write_dates_files
+from conftest import SHARED_DATA, write_dates_files, write_dates_tsv, write_line_aligned
 
 from attnmt import prepare
 from attnmt.config import config_from_dict
 from attnmt.data import load_corpus
 from attnmt.errors import AttnmtError
-from attnmt.prepare import find_corpus, load_split, prepare_corpus
+from attnmt.prepare import find_corpus, load_split, open_corpus, prepare_corpus
+from attnmt.resume import find_start
 from attnmt.store import META_FILE, PreparedCorpus
 from attnmt.tokenize import SubwordTokenizer, make_tokenizer
 from attnmt.vocab import Tokenization, Vocabulary
@@ -309,3 +310,89 @@ def test_several_training_corpora_with_weights(tmp_path):
         values["data"]["train_prefix"] = bad
         with pytest.raises(AttnmtError, match="data.train_prefix"):
             config_from_dict(values)
+
+
+# --- issue 60: the seeded split of line-aligned files; a reused store says so ------------------------
+
+def split_values(path: Path, tmp_path: Path, **data) -> dict:
+    """Line-aligned files without held-out files: both splits cut from the training pairs."""
+    return config_for(path, tmp_path, **{"valid_prefix": "", "test_prefix": "", "valid_size": 30, "test_size": 20,
+                                         "seed": 7, "max_ratio": 0, **data})
+
+
+def test_empty_prefixes_cut_the_held_out_pairs_from_the_training_files_as_tsv_does(tmp_path):
+    pairs = write_dates_tsv(tmp_path / "dates.tsv", 300)
+    write_line_aligned(tmp_path / "files", {"train": pairs})
+    values = split_values(tmp_path / "files", tmp_path)
+    split = assert_same_as_in_memory(values)
+    assert (split.report["pairs_read"], len(split.valid_pairs), len(split.test_pairs)) == (250, 30, 20)
+    # The same pairs as a TSV file give the same split, held-out pairs and training order.
+    tsv = config_for(tmp_path / "dates.tsv", tmp_path, format="tsv", valid_size=30, test_size=20, seed=7)
+    assert load_corpus(config_from_dict(values).data) == load_corpus(config_from_dict(tsv).data)
+    from_tsv = prepare_corpus(config_from_dict(tsv), log=lambda _: None)
+    assert [split.example(i) for i in range(len(split))] == [from_tsv.example(i) for i in range(len(from_tsv))]
+    assert (split.valid_pairs, split.test_pairs) == (from_tsv.valid_pairs, from_tsv.test_pairs)
+    data = config_from_dict(values).data  # evaluate --split: the same pairs, without the training pairs
+    assert (load_split(data, "valid"), load_split(data, "test")) == (split.valid_pairs, split.test_pairs)
+    values["data"]["seed"] = 8
+    assert prepare_corpus(config_from_dict(values), log=lambda _: None).test_pairs != split.test_pairs
+
+
+def test_an_empty_valid_prefix_cuts_validation_pairs_beside_the_test_files(tmp_path):
+    data = small_corpus(tmp_path / "data")
+    values = config_for(data, tmp_path, valid_prefix="", valid_size=25, max_pairs=200, max_ratio=0)
+    corpus = assert_same_as_in_memory(values)
+    assert len(corpus.valid_pairs) == 25 and corpus.report["pairs_read"] == 175
+    assert len(corpus.test_pairs) == 20  # test_2016_flickr.*, read as ever
+    values["data"]["valid_size"] = 200
+    with pytest.raises(AttnmtError, match=r"^only 200 pairs, too few for data.valid_size=200"):
+        prepare_corpus(config_from_dict(values), log=lambda _: None)
+
+
+def test_empty_prefixes_cut_from_all_training_corpora_together(tmp_path):
+    """Several training corpora: the held-out pairs are drawn from all of them as one, whatever
+    their weights; each corpus's remaining pairs train, weight times an epoch."""
+    data = tmp_path / "data"
+    write_parallel(data, [(f"europa {i}", f"europe {i}") for i in range(60)], "europarl")
+    write_parallel(data, [(f"nachricht {i}", f"news {i}") for i in range(40)], "news")
+    values = split_values(data, tmp_path, train_prefix="europarl news", valid_size=10, test_size=10, seed=3)
+    plain = assert_same_as_in_memory(values)  # weight 1: the in-memory split, corpus after corpus
+    held = plain.valid_pairs + plain.test_pairs
+    assert len(set(held)) == 20 and {source.split()[0] for source, _ in held} == {"europa", "nachricht"}
+    values["data"]["train_prefix"] = "europarl news:3"
+    weighted = prepare_corpus(config_from_dict(values), log=lambda _: None)
+    assert (weighted.valid_pairs, weighted.test_pairs) == (plain.valid_pairs, plain.test_pairs)
+    kept = [c["pairs_kept"] for c in weighted.report["corpora"]]
+    assert sum(kept) == 80 and len(weighted) == kept[0] + 3 * kept[1]
+    vocab = weighted.tokenization.src_vocab
+    words = [vocab.itos[weighted.example(i)[0][0]] for i in range(len(weighted))]
+    assert words.count("europa") == kept[0] and words.count("nachricht") == 3 * kept[1]
+    def examples(corpus: PreparedCorpus) -> set:
+        return {(tuple(src), tuple(tgt)) for src, tgt in map(corpus.example, range(len(corpus)))}
+
+    assert examples(weighted) == examples(plain)
+
+
+def test_a_store_prepared_with_held_out_files_is_not_reused_for_the_split(tmp_path):
+    data = small_corpus(tmp_path / "data")
+    with_files = config_from_dict(config_for(data, tmp_path))
+    first = prepare_corpus(with_files, log=lambda _: None)
+    split = config_from_dict(split_values(data, tmp_path))
+    assert find_corpus(split) is None
+    second = prepare_corpus(split, log=lambda _: None)
+    assert second.directory != first.directory and second.fingerprint != first.fingerprint
+    assert find_corpus(with_files).directory == first.directory
+    assert find_corpus(split).directory == second.directory
+
+
+def test_a_training_run_says_when_it_reuses_a_prepared_corpus(tmp_path):
+    config = config_from_dict(config_for(small_corpus(tmp_path / "data"), tmp_path))
+    first: list[str] = []
+    made = find_start(config, None, first.append).corpus  # where attnmt train finds its corpus
+    assert not any(prepare.REUSED in line for line in first)
+    reused = [f"prepared corpus: {made} ({prepare.REUSED})"]
+    again: list[str] = []
+    assert find_start(config, None, again.append).corpus == made and again == reused
+    resumed: list[str] = []  # a resumed run gives its checkpoint's tokenization, the store's
+    assert open_corpus(config, PreparedCorpus.open(made).tokenization, resumed.append).directory == made
+    assert resumed == reused

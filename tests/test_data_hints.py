@@ -1,0 +1,95 @@
+"""Issue 60: a data.path that data.format cannot read, or held-out files that are missing, answer
+with one line that says what to set: the same line from the in-memory reader (load_corpus) and
+from preparing (CorpusSource), before anything is read or written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import write_dates_tsv, write_line_aligned
+
+from attnmt import cli
+from attnmt.config import DataConfig
+from attnmt.data import load_corpus
+from attnmt.errors import AttnmtError
+from attnmt.prepare import CorpusSource
+
+PAIRS = [(f"Satz {i}", f"sentence {i}") for i in range(40)]
+
+
+def refusal(data: DataConfig) -> str:
+    """The one line both readers give."""
+    messages = []
+    for read in (load_corpus, CorpusSource):
+        with pytest.raises(AttnmtError) as info:
+            read(data)
+        messages.append(str(info.value))
+    assert messages[0] == messages[1] and "\n" not in messages[0]
+    return messages[0]
+
+
+def test_a_tsv_file_given_to_the_parallel_format_says_to_set_data_format_tsv(tmp_path):
+    tatoeba = tmp_path / "deu.txt.gz"
+    write_dates_tsv(tatoeba, 50)
+    message = refusal(DataConfig(format="parallel", path=str(tatoeba)))
+    assert message.startswith(f"data.path: {tatoeba}: a file, not a folder; data.format=parallel reads a folder of "
+                              "line-aligned files PREFIX.de and PREFIX.en")
+    assert "TAB-separated pairs" in message and message.count("set data.format=tsv") == 1
+    assert "train.de: file not found" not in message  # the old answer, which named a file inside a file
+
+
+def test_a_folder_given_to_the_tsv_format_says_to_set_data_format_parallel(tmp_path):
+    write_line_aligned(tmp_path / "corpus", {"train": PAIRS})
+    message = refusal(DataConfig(format="tsv", path=str(tmp_path / "corpus")))
+    assert message.startswith(f"data.path: {tmp_path / 'corpus'}: a folder, not a regular file; data.format=tsv reads "
+                              "a file of TAB-separated pairs")
+    assert "line-aligned files PREFIX.de and PREFIX.en" in message and message.endswith("set data.format=parallel")
+
+
+def test_one_of_the_line_aligned_files_as_data_path_says_to_name_their_folder(tmp_path):
+    write_line_aligned(tmp_path, {"train": PAIRS}, gz=True)
+    message = refusal(DataConfig(format="parallel", path=str(tmp_path / "train.en.gz")))
+    assert message.endswith(f"for line-aligned files like this one, set data.path to their folder, {tmp_path}")
+    assert "data.format=tsv" not in message
+
+
+@pytest.mark.parametrize("form, what", [("tsv", "file not found"), ("parallel", "folder not found")])
+def test_a_missing_data_path_names_the_key_and_what_the_format_reads(tmp_path, form, what):
+    message = refusal(DataConfig(format=form, path=str(tmp_path / "nope")))
+    assert message.startswith(f"data.path: {tmp_path / 'nope'}: {what}; data.format={form} reads ")
+
+
+def test_missing_validation_files_name_the_setting_that_cuts_them_from_the_training_pairs(tmp_path):
+    write_line_aligned(tmp_path, {"train": PAIRS, "dev": PAIRS[:5], "test": PAIRS[5:10]})
+    message = refusal(DataConfig(format="parallel", path=str(tmp_path), test_prefix="test"))
+    assert message.startswith(f"{tmp_path / 'val.de'}: file not found (nor val.de.gz); data.valid_prefix=val names "
+                              'the validation files, and data.valid_prefix="" cuts data.valid_size=1000 validation '
+                              "pairs from the training pairs instead")
+    assert message.endswith("(the folder holds PREFIX.de and PREFIX.en for the prefixes dev, test, train)")
+
+
+def test_missing_test_and_training_files_name_their_settings(tmp_path):
+    write_line_aligned(tmp_path, {"train": PAIRS, "val": PAIRS[:5]})
+    assert 'data.test_prefix="" cuts data.test_size=1000 test pairs' in refusal(
+        DataConfig(format="parallel", path=str(tmp_path)))
+    message = refusal(DataConfig(format="parallel", path=str(tmp_path), train_prefix="europarl"))
+    assert message.startswith(f"{tmp_path / 'europarl.de'}: file not found (nor europarl.de.gz); data.train_prefix "
+                              "names the training files (the folder holds PREFIX.de and PREFIX.en for the prefixes "
+                              "train, val)")
+
+
+@pytest.mark.parametrize("command", ["prepare", "train"])
+def test_the_commands_answer_in_one_line_before_preparing_anything(tmp_path, capsys, command):
+    tatoeba = tmp_path / "deu.txt.gz"
+    write_dates_tsv(tatoeba, 50)
+    config = tmp_path / "c.yaml"
+    config.write_text(json.dumps({"data": {"format": "parallel", "path": str(tatoeba),
+                                           "prepared_dir": str(tmp_path / "prepared")},
+                                  "train": {"out_dir": str(tmp_path / "run")}}))
+    assert cli.main([command, str(config)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"attnmt: error: data.path: {tatoeba}: a file, not a folder")
+    assert "set data.format=tsv" in lines[0]
+    assert not Path(tmp_path / "prepared").exists()
