@@ -45,10 +45,11 @@ from attnmt.data import find_split_file, read_lines
 from attnmt.families import build_model
 from attnmt.families.rnn.network import RNNEncoderDecoder
 from attnmt.families.seam import Model
-from attnmt.fast.process import set_up_decoding_process, set_up_training_process
+from attnmt.fast.process import DEFAULT_THREADS, set_up_decoding_process, set_up_training_process, use_threads
 from attnmt.precision import resolve
 from attnmt.prepare import prepare_corpus
 from attnmt.step import make_optimizer, train_step
+from attnmt.threads import parse_setting
 from attnmt.training_data import Part, epoch_batches
 from attnmt.translate import Translation, Translator
 from attnmt.vocab import PAD_ID
@@ -153,7 +154,7 @@ def sync(device: str) -> None:
 def train_phase(args: argparse.Namespace) -> None:
     """In the child process: train `--steps` updates, print a JSON record of the timing."""
     set_up_training_process()  # as `attnmt train` does
-    torch.set_num_threads(args.threads)
+    threads = use_threads(args.threads, torch.device(args.device), "--threads")
     config = bench_config(args)
     torch.manual_seed(config.train.seed)
     corpus = prepare_corpus(config)
@@ -184,6 +185,7 @@ def train_phase(args: argparse.Namespace) -> None:
         # Training = forward + backward, about 3 forward passes.
         "flops_per_word": 3 * FORWARD_FLOPS[args.arch](model, lengths) / words,
         "params": sum(p.numel() for p in model.parameters()),
+        "threads": threads.count,
     }))
 
 
@@ -201,7 +203,8 @@ def main() -> None:
     parser.add_argument("--out", default="runs/speed", help="working directory (tokenized data, model)")
     parser.add_argument("--steps", type=int, default=300, help="training updates, as the peers' budget")
     parser.add_argument("--warmup", type=int, default=20, help="updates left out of the throughput")
-    parser.add_argument("--threads", type=int, default=2, help="torch threads, as the peers' OMP_NUM_THREADS")
+    parser.add_argument("--threads", default="2", help="torch threads, as the peers' OMP_NUM_THREADS, or auto "
+                                                        "(as attnmt's train.threads and --threads: the free cores)")
     parser.add_argument("--arch", default="rnn", choices=list(CONFIGS), help="the peers' RNN or Transformer model")
     parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "auto"],
                         help="training and decoding precision (auto: bf16 where this CPU computes it natively)")
@@ -216,31 +219,35 @@ def main() -> None:
                         help="peak: only measure the fp32 matmul peak (compare_peers.sh does, around the peers' run)")
     parser.add_argument("overrides", nargs="*", help="config key=value overrides")
     args = parser.parse_args()
+    # The matmul peak is one per core; auto's count is the training's and decoding's to choose.
+    peak_threads = parse_setting(args.threads, "--threads") or DEFAULT_THREADS
     global PEER
     PEER = args.name
     if args.phase == "train":
         train_phase(args)
         return
     if args.phase == "peak":
-        emit("matmul_peak_fp32_gflops", matmul_peak_gflops(args.threads, device=args.device), "GFLOP/s")
+        emit("matmul_peak_fp32_gflops", matmul_peak_gflops(peak_threads, device=args.device), "GFLOP/s")
         return
 
     out = Path(args.out)
     prepare_tokens(Path(args.data), out / "data")
-    peak_before = matmul_peak_gflops(args.threads, device=args.device)
+    peak_before = matmul_peak_gflops(peak_threads, device=args.device)
     emit("matmul_peak_fp32_gflops", peak_before, "GFLOP/s")
     gpu = torch.device(args.device).type == "cuda"
     with GpuMemoryWatch() if gpu else contextlib.nullcontext() as watch:
+        fixed = {} if args.threads == "auto" else {"OMP_NUM_THREADS": args.threads}
         child = subprocess.run([sys.executable, __file__, *sys.argv[1:], "--phase", "train"], capture_output=True,
-                               text=True, env={**os.environ, "OMP_NUM_THREADS": str(args.threads)})
+                               text=True, env={**os.environ, **fixed})
     if child.returncode != 0:
         sys.exit(f"training failed:\n{child.stderr}")
     record = json.loads(child.stdout.strip().splitlines()[-1])
-    peak_after = matmul_peak_gflops(args.threads, device=args.device)
+    peak_after = matmul_peak_gflops(peak_threads, device=args.device)
     emit("matmul_peak_fp32_gflops", peak_after, "GFLOP/s")
     # A busy neighbour on the machine can only slow a measurement down: the higher one is the peak.
     peak = max(peak_before, peak_after)
     emit("train_steps", args.steps, "steps")
+    emit("train_threads", record["threads"], "threads")
     emit("train_tgt_tok_per_s", record["tok_per_s"], "tok/s")
     emit("train_tgt_tok_per_s_steady", record["tok_per_s_steady"], "tok/s")
     emit("train_sent_per_s", record["sent_per_s"], "sent/s")
@@ -254,11 +261,11 @@ def main() -> None:
     if resolve(args.precision, torch.device(args.device)) == "bf16":
         # bf16 products run over twice as fast as fp32 ones on CPUs with AVX512-BF16: against the
         # fp32 peak a bf16 run can pass 100 %, so its fraction of the bf16 peak is printed too.
-        bf16_peak = max(matmul_peak_gflops(args.threads, torch.bfloat16, args.device) for _ in range(2))
+        bf16_peak = max(matmul_peak_gflops(peak_threads, torch.bfloat16, args.device) for _ in range(2))
         emit("matmul_peak_bf16_gflops", bf16_peak, "GFLOP/s")
         emit("train_mfu_bf16_pct", 100 * achieved / bf16_peak, "%")
 
-    torch.set_num_threads(args.threads)
+    emit("decode_threads", use_threads(args.threads, torch.device(args.device), "--threads").count, "threads")
     set_up_decoding_process()  # as attnmt translate does
     sources = list(read_lines(out / "data" / "test.de"))[: args.test_n]
     references = list(read_lines(out / "data" / "test.en"))[: args.test_n]
