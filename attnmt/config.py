@@ -204,7 +204,9 @@ class TrainConfig:
     # Passes over the training data at most.
     epochs: int = ranged(10, "[1, 1000000]")
     # A wall-clock budget (0 = no limit): training stops after the update during which this many
-    # minutes have passed, mid-epoch if need be, then validates once more and keeps the best model.
+    # minutes have passed, mid-epoch if need be, then validates once more, keeps the best model and
+    # translates the test split (those last two on top of the budget). It counts the whole run: a
+    # run resumed with --resume has the minutes its earlier sessions left (raise it to train on).
     # How many updates fit depends on the machine's speed and load, so a time-limited run does not
     # reproduce; a fixed number of epochs without a budget is what reproduces a run exactly.
     max_minutes: float = ranged(0.0, "[0, inf)")
@@ -259,8 +261,10 @@ class TrainConfig:
     # count rounds sums differently: the log and metrics.jsonl record it, --resume takes it over.
     threads: str = "auto"
     # fp32; bf16 mixed precision (matrix products in bfloat16; weights and loss in fp32), fast on
-    # CPUs with AVX512-BF16 or AMX and on recent GPUs, slower than fp32 elsewhere; or auto, which
-    # picks bf16 where the device computes it natively and fp32 elsewhere.
+    # CPUs with AVX512-BF16 or AMX and on recent GPUs, slower than fp32 elsewhere; or auto: fp32
+    # where the device has no native bf16, bf16 on a GPU that has it, and on a CPU that has it
+    # whichever trains the first batch faster (timed in both; bf16 when at least 10 % faster).
+    # The run keeps its format to the end: the log and the model file record it, --resume keeps it.
     precision: TrainPrecision = "fp32"
     # Train with the fast paths (attnmt/fast: the fused loops with hand-written backwards, the
     # sigmoid form of additive attention, ...); false runs the plain reference modules (slower, the same model).

@@ -3,14 +3,17 @@
 CPUs multiply bfloat16 natively with AVX512-BF16 or AMX; without them oneDNN converts to float32
 and back around every product, so bf16 runs slower than fp32, and some of its bf16 kernels (the
 LSTM's under autocast) do not exist at all: such an LSTM runs in fp32 (`run_rnn`). GPUs from Ampere
-on compute bf16 natively.
+on compute bf16 natively. Native is not always faster: some CPUs' bf16 units train slower than
+fp32 (docs/speed.md), so training under `auto` on a CPU times both (`faster_precision`).
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import os
-from typing import Optional, TypeVar
+import time
+from typing import Callable, Literal, Mapping, Optional, TypeVar
 
 import torch
 from torch import nn
@@ -53,6 +56,30 @@ def resolve(precision: str, device: torch.device) -> str:
     return "bf16" if native_bf16(device) else "fp32"
 
 
+# bf16 is taken only when it is at least this much faster: its coarser rounding is a cost, and a
+# smaller gain is within what two short timings on a busy machine can tell apart.
+BF16_AT_MOST = 0.9
+
+
+def faster_precision(run: Callable[[str], None], repeats: int = 3,
+                     clock: Callable[[], float] = time.perf_counter) -> tuple[Literal["fp32", "bf16"], dict[str, float]]:
+    """fp32 or bf16, whichever runs `run(precision)` faster, and each one's best seconds.
+
+    Each format runs once untimed (kernels built, memory mapped), then `repeats` times, the two
+    alternating so that a program starting or stopping beside this one slows both alike. The best
+    time counts, not the mean: another program can only add time to a run, so each format's fastest
+    run is the nearest to its own speed."""
+    best = {"fp32": math.inf, "bf16": math.inf}
+    for precision in best:
+        run(precision)
+    for _ in range(repeats):
+        for precision in best:
+            started = clock()
+            run(precision)
+            best[precision] = min(best[precision], clock() - started)
+    return ("bf16" if best["bf16"] < BF16_AT_MOST * best["fp32"] else "fp32"), best
+
+
 def _device_words(device: torch.device) -> str:
     if device.type == "cpu":
         features = cpu_bf16_features()
@@ -60,7 +87,7 @@ def _device_words(device: torch.device) -> str:
     return f"{device} computes bf16 {'natively' if native_bf16(device) else 'only by emulation'}"
 
 
-def precision_note(settings: dict[str, str], device: torch.device, lstm: bool = False) -> Optional[str]:
+def precision_note(settings: Mapping[str, str], device: torch.device, lstm: bool = False) -> Optional[str]:
     """One line on the precision chosen for each part named in `settings` (e.g. {"decode.precision":
     "auto"}) when any is `auto`, or a warning when bf16 is asked of a device without native bf16
     (with what `auto` chose beside it); None when there is nothing to say. `lstm`: the model has an

@@ -32,6 +32,7 @@ class Progress:
     elapsed_s: float = 0.0
     history: list[dict] = field(default_factory=list)
     threads: int = 0  # torch's threads the run computes with (threads.py); 0: not recorded (older checkpoints)
+    precision: str = ""  # fp32 or bf16: the format the run computes in (train.precision resolved); "": not recorded
 
 
 @dataclass

@@ -31,6 +31,14 @@ def _draw_seed(seed: int, step: int, part: int) -> int:
     return random.Random(f"{seed}:{step}:{part}").getrandbits(63)
 
 
+def part_loss(model: torch.nn.Module, part: Part, tc: TrainConfig, precision: Optional[str] = None) -> torch.Tensor:
+    """The summed loss of one part of a batch, times its weight, computed in `precision` (default: train.precision)."""
+    batch, at = part.batch, part.batch.target_mask
+    with autocast(precision or tc.precision, batch.src.device):
+        logits, _ = model(batch.src, batch.src_lengths, batch.tgt_in, tc.teacher_forcing, classify_at=at)
+    return sequence_loss(logits.float(), batch.tgt_out[at], tc.label_smoothing) * part.weight
+
+
 def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, parts: list[Part], config: Config,
                step: int, model_path: Optional[Path] = None, ranks: Optional[Ranks] = None,
                tokens: Optional[int] = None) -> float:
@@ -48,11 +56,8 @@ def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, parts: 
     try:
         for number, part in enumerate(parts, 1):
             torch.manual_seed(_draw_seed(tc.seed, step, part.index))
-            batch, at = part.batch, part.batch.target_mask
             with ranks.exchanging(model, last=number == len(parts)):
-                with autocast(tc.precision, batch.src.device):
-                    logits, _ = model(batch.src, batch.src_lengths, batch.tgt_in, tc.teacher_forcing, classify_at=at)
-                loss = sequence_loss(logits.float(), batch.tgt_out[at], tc.label_smoothing) * part.weight
+                loss = part_loss(model, part, tc)
                 (loss * scale).backward()
             total += loss.item()
     except RuntimeError as err:  # torch.OutOfMemoryError is a RuntimeError too

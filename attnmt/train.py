@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+import typing
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -15,24 +16,24 @@ from tqdm import tqdm
 
 from .average import average_weights, keep_epoch_model
 from .batch import batch_indices, collate
-from .config import Config, TrainConfig
+from .config import Config, TrainConfig, TrainPrecision
 from .distributed import Ranks
 from .errors import AttnmtError
 from .evaluate import score_translations
 from .families import build_model
 from .families.seam import Model
+from .files import MODEL_FILE
 from .loss import sequence_loss
 from .metrics import MetricsWriter
 from .modelfile import Checkpoint, save_checkpoint
-from .precision import precision_note, resolve_device
+from .precision import BF16_AT_MOST, faster_precision, native_bf16, precision_note, resolve_device
 from .resume import Progress, find_start
-from .step import make_optimizer, train_step
+from .step import make_optimizer, part_loss, train_step
 from .store import PreparedCorpus
 from .training_data import TrainingData, epoch_batches
 from .translate import Translator
 from .vocab import Example
 
-MODEL_FILE = "model.safetensors"
 CHECKPOINT_FILE = "checkpoint.safetensors"
 
 
@@ -92,33 +93,49 @@ def train(config: Config, resume: bool = False, overwrite: bool = False,
     log(f"data: {len(corpus)} training pairs ({left_out or 'none'} left out), {len(data.valid)} valid, "
         f"{len(corpus.test_pairs)} test; vocab {len(text.src_vocab)} source, {len(text.tgt_vocab)} target")
     model = build_model(config.model, len(text.src_vocab), len(text.tgt_vocab), tc.fast_paths).to(device)
-    note = precision_note({"train.precision": tc.precision, "decode.precision": config.decode.precision}, device,
-                          lstm=any(isinstance(module, torch.nn.LSTM) for module in model.modules()))
+    progress = start.progress or Progress()
+    timed = tc.precision == "auto" and not progress.precision and device.type == "cpu" and native_bf16(device)
+    # The user's setting goes in the note, unless auto is to be timed, which says its own line.
+    settings = {**({} if timed else {"train.precision": tc.precision}), "decode.precision": config.decode.precision}
+    note = precision_note(settings, device, lstm=any(isinstance(module, torch.nn.LSTM) for module in model.modules()))
     if note:
         log(note)
+    if start.weights is not None:
+        model.load_state_dict(start.weights)
+    # The run computes in one format from start to end, resumed or not; under torchrun rank 0 times it.
+    network = typing.cast(torch.nn.Module, model)  # every family's network is an nn.Module
+    chosen = ranks.share(_training_precision(tc, progress, network, data, device, log) if ranks.is_main else None)
+    assert chosen is not None, "rank 0 shares the format"
+    progress.precision = chosen
+    config = replace(config, train=replace(tc, precision=chosen))
+    tc = config.train
     optimizer = make_optimizer(model, tc)
     translator = Translator(model, config, text)
     if start.weights is not None:
-        model.load_state_dict(start.weights)
         if start.optimizer is not None:
             optimizer.load_state_dict(start.optimizer)
         else:
             log(f"starting from {tc.init_from}: its weights, tokenizers and vocabularies")
-    progress = start.progress or Progress()
     if progress.threads and progress.threads != torch.get_num_threads():
         log(f"warning: the run being resumed trained with {progress.threads} threads, this process has "
             f"{torch.get_num_threads()}: the sums round differently, so it continues up to float rounding, not "
             f"bit-exactly (train.threads={progress.threads} resumes it exactly)")
     progress.threads = torch.get_num_threads()
     where = f" on {ranks.world_size} ranks" if ranks.world_size > 1 else ""
+    budget = f", {progress.elapsed_s / 60:.1f} of train.max_minutes={tc.max_minutes:g} used" if tc.max_minutes else ""
     log(f"model: {sum(p.numel() for p in model.parameters()):,} parameters on {device}{where}"
-        + (f"; resuming at epoch {progress.epoch}, step {progress.step}" if resume else ""))
+        + (f"; resuming at epoch {progress.epoch}, step {progress.step}{budget}" if resume else ""))
     parts_per_batch = ranks.world_size * tc.accumulate
     if start.parts_per_batch not in (None, parts_per_batch):
         log(f"the checkpoint's batches were cut into {start.parts_per_batch} parts (ranks x train.accumulate), "
             f"these into {parts_per_batch}: the same batches and gradients up to float rounding, but other dropout "
             f"draws than an uninterrupted run's")
 
+    earlier_min = progress.elapsed_s / 60
+    if tc.max_minutes and earlier_min >= tc.max_minutes:
+        raise AttnmtError(f"train.max_minutes: the run being resumed has trained {earlier_min:.1f} minutes already, and "
+                          f"the budget counts the whole run, its earlier sessions too; raise train.max_minutes above "
+                          f"{earlier_min:.1f} to train on")
     started = time.monotonic() - progress.elapsed_s
     metrics = MetricsWriter(out_dir, progress.step if resume else None, tc.tensorboard) if ranks.is_main else None
     run = Run(config, data, translator, ranks.wrap(model), optimizer, progress, device, ranks, metrics, started, log)
@@ -138,7 +155,41 @@ def train(config: Config, resume: bool = False, overwrite: bool = False,
     test_scores = score_translations(best, corpus.test_pairs) if corpus.test_pairs else {}
     if test_scores:
         log("test: " + " | ".join(f"{k} {v}" for k, v in test_scores.items() if "signature" not in k))
+    log(f"saved: {run.model_path}, the model kept by validation {tc.select_by} (try: attnmt translate {out_dir} "
+        f"\"a sentence\"); its checkpoint and metrics.jsonl are beside it")
     return TrainResult(run.model_path, progress.best_metric, test_scores, epochs, minutes)
+
+
+def _training_precision(tc: TrainConfig, progress: Progress, model: torch.nn.Module, data: TrainingData,
+                        device: torch.device, log: Callable[[str], None]) -> TrainPrecision:
+    """train.precision as the run computes it: auto takes a resumed run's format; on a CPU with native
+    bf16 it times the first batch's forward and backward in both formats (`faster_precision`)."""
+    if tc.precision != "auto":
+        if progress.precision not in ("", tc.precision):
+            log(f"warning: the run being resumed trained in {progress.precision}, this one in {tc.precision}: it "
+                f"continues in another format, not bit-exactly (train.precision=auto or {progress.precision} resumes "
+                f"it exactly)")
+        return tc.precision
+    if progress.precision:
+        log(f"precision: train {progress.precision} (train.precision auto: the resumed run's format)")
+        return typing.cast(TrainPrecision, progress.precision)
+    if device.type != "cpu" or not native_bf16(device):
+        return "bf16" if native_bf16(device) else "fp32"
+    ids = epoch_batches(data.corpus.lengths, tc, progress.epoch)[0].tolist()
+    part = data.parts(ids, Ranks(), 1, device)[0]
+    model.train()
+
+    def forward_backward(precision: str) -> None:
+        # No trace left: the gradients are dropped, and each update seeds its own random draws.
+        part_loss(model, part, tc, precision).backward()
+        model.zero_grad(set_to_none=True)
+
+    repeats = 3
+    chosen, best = faster_precision(forward_backward, repeats)
+    log(f"precision: train {chosen} (train.precision auto: this CPU computes bf16 natively, and the first batch's "
+        f"forward and backward took {best['fp32'] * 1000:.0f} ms in fp32, {best['bf16'] * 1000:.0f} ms in bf16, the "
+        f"best of {repeats}; bf16 only when at least {1 - BF16_AT_MOST:.0%} faster)")
+    return chosen
 
 
 def _silent(line: str) -> None:
@@ -221,7 +272,8 @@ class Run:
                 # Every rank's clock has a say, so that all stop at the same step.
                 over_budget = float(bool(tc.max_minutes) and time.monotonic() - self.started > tc.max_minutes * 60)
                 if ranks.sum([over_budget])[0]:
-                    stop = f"time budget of {tc.max_minutes} minutes used up"
+                    stop = (f"time budget of {tc.max_minutes} minutes used up (train.max_minutes: the whole run's "
+                            f"training; the last validation and the test translations come after it)")
                     break
                 if (ranks.is_main and tc.checkpoint_every and progress.step % tc.checkpoint_every == 0
                         and progress.batch_in_epoch < len(order)):
@@ -237,6 +289,7 @@ class Run:
                 # label_smoothing: what train_loss includes and valid_loss does not (curves.png says so).
                 self.metrics.write({**record, "lr": progress.lr, "target_tokens_per_s": round(tokens_per_s, 1),
                                     "elapsed_min": round(progress.elapsed_s / 60, 2), "threads": progress.threads,
+                                    "precision": progress.precision,
                                     "label_smoothing": tc.label_smoothing})
                 # Always: a budget that runs out in the first epoch must still keep its model.
                 verdict = self.after_validation(record)
@@ -321,7 +374,8 @@ class Run:
         """What a model file says of its training (attnmt info): data digest, step, epoch, validation figures."""
         corpus = self.data.corpus
         return {"data_sha256": corpus.fingerprint, "training_pairs": len(corpus), "epoch": record["epoch"],
-                "step": record["step"], "threads": self.progress.threads, **extra,
+                "step": record["step"], "threads": self.progress.threads,
+                "precision": self.progress.precision, **extra,
                 "validation": {k: v for k, v in record.items() if k.startswith("valid")}}
 
 

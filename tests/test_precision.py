@@ -498,3 +498,58 @@ print(sorted(k for k in os.environ if k in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                           env={**env, "PYTHONPATH": tests + os.pathsep + env.get("PYTHONPATH", "")})
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_faster_precision_alternates_the_formats_and_goes_by_each_ones_best_run():
+    runs, now = [], [0.0]
+    seconds = {"fp32": iter([1.0, 1.0, 9.0, 1.0]), "bf16": iter([0.5, 0.8, 0.8, 0.8])}
+
+    def run(precision):  # the clock moves by the planted seconds of each run
+        runs.append(precision)
+        now[0] += next(seconds[precision])
+
+    chosen, best = precision.faster_precision(run, repeats=3, clock=lambda: now[0])
+    assert runs == ["fp32", "bf16"] * 4  # one untimed run each, then alternating
+    assert best == pytest.approx({"fp32": 1.0, "bf16": 0.8})  # fp32's one slow run (a busy neighbour) does not count
+    assert chosen == "bf16"
+    # bf16 must be at least 10 % faster to be taken.
+    seconds = {"fp32": iter([1.0] * 4), "bf16": iter([0.95] * 4)}
+    assert precision.faster_precision(run, repeats=3, clock=lambda: now[0])[0] == "fp32"
+
+
+@pytest.mark.parametrize("planted", ["fp32", "bf16"])
+def test_training_under_auto_times_both_formats_and_trains_as_the_faster_alone(planted, tmp_path, monkeypatch):
+    """On a CPU with native bf16, auto times the first batch in both formats; the run then trains
+    bit for bit as one set to the chosen format, records it, and a resumed run keeps it."""
+    import attnmt.train as training
+    from attnmt.modelfile import read_metadata
+
+    timed = []
+
+    def planted_timing(run, repeats):
+        for format in ("fp32", "bf16"):  # the real forward and backward, which must leave no trace
+            run(format)
+            timed.append(format)
+        return planted, {"fp32": 0.002, "bf16": 0.001 if planted == "bf16" else 0.003}
+
+    monkeypatch.setattr(training, "native_bf16", lambda device: True)
+    monkeypatch.setattr(training, "faster_precision", planted_timing)
+    weights, lines = {}, []
+    for setting in ("auto", planted):
+        settings = tiny_dates_config(tmp_path / setting, dropout=0.3)
+        settings["data"]["num_pairs"] = 600
+        settings["train"].update(precision=setting, epochs=1, checkpoint_every=3)
+        result = train(config_from_dict(settings), log=lines.append)
+        weights[setting] = Translator.load(result.model_path).model.state_dict()
+    assert timed == ["fp32", "bf16"]  # auto alone timed
+    assert any(line.startswith(f"precision: train {planted} (train.precision auto") for line in lines)
+    assert all(torch.equal(weights["auto"][name], weights[planted][name]) for name in weights[planted])
+    assert read_metadata(tmp_path / "auto" / "model.safetensors")["training"]["precision"] == planted
+    # Resumed under auto: the recorded format, not timed again.
+    settings = tiny_dates_config(tmp_path / "auto", dropout=0.3)
+    settings["data"]["num_pairs"] = 600
+    settings["train"].update(precision="auto", epochs=2)
+    lines.clear()
+    train(config_from_dict(settings), resume=True, log=lines.append)
+    assert timed == ["fp32", "bf16"]
+    assert f"precision: train {planted} (train.precision auto: the resumed run's format)" in lines

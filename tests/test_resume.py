@@ -228,6 +228,12 @@ def test_a_run_cut_by_its_budget_and_resumed_counts_each_epoch_once_and_says_why
     values = tiny_dates_config(tmp_path)
     values["train"].update(epochs=2, max_minutes=1.5)
     assert train(config_from_dict(values), log=lambda _: None).epochs == 1  # cut in epoch 1
+    # The budget counts the whole run: resumed with the same budget, it refuses before any update.
+    checkpoint = (tmp_path / "checkpoint.safetensors").read_bytes()
+    with pytest.raises(AttnmtError, match=r"train.max_minutes: the run being resumed has trained \d+\.\d minutes "
+                                          r"already, .* raise train.max_minutes above"):
+        train(config_from_dict(values), resume=True, log=lambda _: None)
+    assert (tmp_path / "checkpoint.safetensors").read_bytes() == checkpoint
     values["train"].update(max_minutes=0)  # no budget
     lines: list[str] = []
     result = train(config_from_dict(values), resume=True, log=lines.append)
