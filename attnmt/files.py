@@ -10,6 +10,14 @@ from typing import BinaryIO, Iterator
 
 from .errors import AttnmtError
 
+MODEL_FILE = "model.safetensors"  # the model a training run keeps in its train.out_dir
+
+
+def model_file(path: str | Path) -> Path:
+    """`path`, or the model file in it when it is a training run's folder (train.out_dir)."""
+    path = Path(path)
+    return path / MODEL_FILE if path.is_dir() and (path / MODEL_FILE).is_file() else path
+
 
 def check_parent_dir(path: str | Path) -> None:
     """Refuse a file to be written into a directory that does not exist (before any work, if called early)."""

@@ -29,7 +29,7 @@ from safetensors.torch import save as save_safetensors_bytes
 
 from .config import Config, saved_config
 from .errors import AttnmtError
-from .files import atomic_write
+from .files import MODEL_FILE, atomic_write
 from .vocab import Tokenization
 
 MAGIC = "attnmt"
@@ -67,6 +67,9 @@ def load_file(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]
     if (path / CTRANSLATE2_ENGINE_FILE).is_file():
         raise AttnmtError(f"{path}: a CTranslate2 model (attnmt export), which only translate, evaluate, plot and "
                           f"serve decode (--engine ctranslate2); give this command the attnmt model file it came from")
+    if path.is_dir():
+        raise AttnmtError(f"{path}: a folder without {MODEL_FILE}; give the model file (a training run writes its "
+                          f"model to train.out_dir/{MODEL_FILE})")
     if not path.is_file():
         raise AttnmtError(f"{path}: model file not found" if not path.exists() else f"{path}: not a regular file")
     try:

@@ -31,7 +31,8 @@ from attnmt.data import find_split_file, read_lines, read_parallel
 from attnmt.errors import AttnmtError
 from attnmt.evaluate import score_translations
 from attnmt.fast.process import set_up_training_process
-from attnmt.train import MODEL_FILE, train
+from attnmt.files import MODEL_FILE
+from attnmt.train import train
 from attnmt.translate import Translator
 
 REPO = Path(__file__).resolve().parents[1]

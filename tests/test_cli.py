@@ -63,6 +63,7 @@ def recipe_model(request, tmp_path_factory) -> RecipeModel:
     first, last = (float(e.split("valid_ppl ")[1].split()[0]) for e in (epochs[0], epochs[-1]))
     assert last < first, result.stdout  # it learned something
     assert "test: exact" in result.stdout
+    assert f"saved: {out / 'model.safetensors'}, the model kept by validation loss" in result.stdout  # where it went
     return RecipeModel(out / "model.safetensors", pairs)
 
 
@@ -83,8 +84,29 @@ def test_translate_stdin_to_stdout(recipe_model):
     out = result.stdout.split("\n")
     assert len(out) == len(lines) + 1 and out[-1] == ""  # one line out per line in
     assert out[1] == "" and out[0] and out[2]
-    # The recipe decodes with precision auto: what it chose, said once, after the work.
-    assert result.stderr.startswith("attnmt: precision: decode.precision ") and result.stderr.count("\n") == 1
+    assert result.stderr == ""  # the recipe decodes with precision auto, which only --verbose reports
+    # A training run's folder stands for its model; sentences may come as arguments; --verbose says
+    # the threads and the precision chosen, on stderr, after the work.
+    given = attnmt("translate", str(recipe_model.path.parent), first, second, "--verbose")
+    assert given.returncode == 0, given.stderr
+    assert given.stdout.splitlines() == [out[0], out[2]]
+    said = given.stderr.splitlines()
+    assert len(said) == 2 and said[0].startswith("attnmt: threads: "), given.stderr
+    assert said[1].startswith("attnmt: precision: decode.precision "), given.stderr
+
+
+def test_sentences_as_arguments_and_input_file_are_refused_together(recipe_model, tmp_path):
+    source = tmp_path / "in.de"
+    source.write_text("Hallo.\n", encoding="utf-8")
+    result = attnmt("translate", str(recipe_model.path), "Hallo.", "--input", str(source))
+    assert_one_line_error(result, "sentences as arguments or --input FILE, not both")
+
+
+def test_a_folder_without_a_model_is_one_line(tmp_path):
+    for command in (["translate"], ["info"], ["explain"]):
+        result = attnmt(*command, str(tmp_path), *(["a sentence"] if command == ["explain"] else []))
+        assert_one_line_error(result, f"{tmp_path}: a folder without model.safetensors",
+                              "train.out_dir/model.safetensors")
 
 
 def test_translate_files(recipe_model, tmp_path):
@@ -126,9 +148,11 @@ def test_evaluate_cli(recipe_model, tmp_path):
         assert key in result.stdout, result.stdout
 
 
-def test_train_refuses_to_overwrite_a_model(recipe_model):
+def test_train_refuses_to_overwrite_a_model(recipe_model, tmp_path):
     before = recipe_model.path.read_bytes()
-    result = attnmt("train", "configs/tatoeba_de_en.yaml", f"train.out_dir={recipe_model.path.parent}", "data.path=x")
+    write_dates_tsv(tmp_path / "pairs.txt", 300)
+    result = attnmt("train", "configs/tatoeba_de_en.yaml", f"train.out_dir={recipe_model.path.parent}",
+                    f"data.path={tmp_path / 'pairs.txt'}")
     assert_one_line_error(result, "already holds a model", "--overwrite")
     assert recipe_model.path.read_bytes() == before
 

@@ -10,9 +10,18 @@ from ..choices import ALIGN_METHODS, ALIGN_STEPS, AVERAGE, IG_STEPS, METHODS, SY
 from ..config import Range
 from ..errors import AttnmtError
 from ..files import check_parent_dir
-from .decoding import add_engine, add_model, engine_of, load_attnmt, load_translator, say_precision
+from .decoding import (
+    add_compute,
+    add_engine,
+    add_model,
+    engine_of,
+    load_attnmt,
+    load_translator,
+    say_precision,
+    use_decoding_threads,
+)
 from .lines import output, read_pairs
-from .parsing import Commands, Number
+from .parsing import Commands, Number, model_argument
 
 if typing.TYPE_CHECKING:
     from ..translate import Translator
@@ -90,7 +99,7 @@ def _plot(args: argparse.Namespace) -> None:
         weights = layer.mean(0) if head is None else layer[head - 1]
         plot_attention(weights, keys, queries, args.out, title=title, axes=MAP_AXES[args.attention])
     print(f"{result.text}\nheatmap written to {args.out}")
-    say_precision(translator.precision_note())
+    say_precision(args, translator.precision_note())
 
 
 def _plot_alignment(args: argparse.Namespace, translator: Translator) -> None:
@@ -124,7 +133,8 @@ def _gold_base(args: argparse.Namespace) -> int:
 def add_align(commands: Commands) -> None:
     align = commands.add_parser("align", help="word alignments from the model's attention (Pharaoh i-j), and AER "
                                               "against gold links")
-    align.add_argument("model", help="model file (model.safetensors) translating --src into --tgt")
+    align.add_argument("model", type=model_argument,
+                       help="model file (or a training run's folder) translating --src into --tgt")
     align.add_argument("--src", required=True, help="source sentences, one per line, words separated by spaces")
     align.add_argument("--tgt", required=True, help="their translations, line by line, words separated by spaces")
     align.add_argument("--output", "-o", help="where the links go, one line per pair (default: stdout)")
@@ -140,8 +150,9 @@ def add_align(commands: Commands) -> None:
     align.add_argument("--head", type=FROM_1, default=None,
                        help="Transformer: one head, from 1 (default: the mean of the layer's heads)")
     align.add_argument("--step", choices=ALIGN_STEPS, default="output", help=STEP_HELP)
-    align.add_argument("--reverse", metavar="MODEL", help="a model translating --tgt into --src: the links of both "
-                                                          "directions are combined by --symmetrize")
+    align.add_argument("--reverse", metavar="MODEL", type=model_argument,
+                       help="a model translating --tgt into --src: the links of both directions are combined by "
+                            "--symmetrize")
     align.add_argument("--symmetrize", choices=[*SYMMETRIZATIONS, AVERAGE], default=None,
                        help="with --reverse or --method aligner: how the two directions combine, by their links "
                             "or by their weights averaged (default: average with --method aligner, grow-diag-final "
@@ -150,7 +161,7 @@ def add_align(commands: Commands) -> None:
                                       "and recall on stderr")
     align.add_argument("--gold-base", type=int, choices=[0, 1], default=None,
                        help="whether --gold numbers words from 0 (Pharaoh) or 1 (default: 1 for .talp files, else 0)")
-    align.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 ... (default: GPU if there is one)")
+    add_compute(align)
     align.set_defaults(run=_align)
 
 
@@ -163,6 +174,7 @@ def _align(args: argparse.Namespace) -> None:
     gold = None
     if args.gold:
         gold = read_gold(args.gold, _gold_base(args), [(len(s.split()), len(t.split())) for s, t in pairs])
+    use_decoding_threads(args)
     reverse = Translator.load(args.reverse, args.device) if args.reverse else None
     alignments = align(Translator.load(args.model, args.device), sources, targets, args.method, args.threshold,
                        args.layer, args.head, reverse, args.symmetrize, args.step)
@@ -176,7 +188,8 @@ def add_train_aligner(commands: Commands) -> None:
     trainer = commands.add_parser("train-aligner", help="train a word aligner for a model (attnmt align --method "
                                                         "aligner) on sentence pairs, the model unchanged; a model "
                                                         "file with an aligner has it trained further")
-    trainer.add_argument("model", help="model file (model.safetensors) translating --src into --tgt")
+    trainer.add_argument("model", type=model_argument,
+                         help="model file (or a training run's folder) translating --src into --tgt")
     trainer.add_argument("--src", required=True, help="source sentences, one per line (plain text, .gz too)")
     trainer.add_argument("--tgt", required=True, help="their translations, line by line")
     trainer.add_argument("--out", required=True, help="the model file with the aligner, written atomically (may be "
@@ -186,7 +199,7 @@ def add_train_aligner(commands: Commands) -> None:
     trainer.add_argument("--window", type=Number(int, Range("[0, 5]")), default=0,
                          help="neighbours of each piece on each side its lexical model reads (default: %(default)s, "
                               "the piece alone); an aligner trained further keeps its own")
-    trainer.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 ... (default: GPU if there is one)")
+    add_compute(trainer)
     trainer.set_defaults(run=_train_aligner)
 
 
@@ -198,6 +211,7 @@ def _train_aligner(args: argparse.Namespace) -> None:
 
     check_parent_dir(args.out)
     pairs = read_pairs(("--src", args.src), ("--tgt", args.tgt))
+    use_decoding_threads(args)
     translator = Translator.load(args.model, args.device)
     started = time.monotonic()
     before = model_info(args.model)["aligner"] or {"epochs": 0, "minutes": 0.0}
@@ -212,9 +226,9 @@ def _train_aligner(args: argparse.Namespace) -> None:
 def add_explain(commands: Commands) -> None:
     explain = commands.add_parser("explain", help="every number of each decoding step of one sentence: scores, "
                                                   "weights, context shares, the next-token probabilities")
-    explain.add_argument("model", help="model file (model.safetensors)")
+    explain.add_argument("model", type=model_argument, help="model file, or a training run's folder")
     explain.add_argument("sentence", help="the sentence to translate (greedily) and explain")
-    explain.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 ... (default: GPU if there is one)")
+    add_compute(explain)
     explain.add_argument("--step", type=Number(int, Range("[1, 100000]")), default=None,
                          help="show every number of this output step (from 1); default: every step, compactly")
     explain.add_argument("--attention", choices=["cross", "decoder"], default="cross",
@@ -246,6 +260,7 @@ def _explain(args: argparse.Namespace) -> None:
     from ..families.seam import AttentionView
     from ..translate import Translator
 
+    use_decoding_threads(args)
     translator = Translator.load(args.model, args.device)
     result = explain_or_attribute(translator, args.sentence, AttentionView(args.attention, args.layer, args.head),
                                   args.step, args.attribution, args.target, args.contrast, args.ig_steps, progress=True)

@@ -11,14 +11,25 @@ from typing import Optional
 from ..config import PRECISIONS, DecodeConfig, Range
 from ..errors import AttnmtError
 from ..threads import MAX_THREADS
-from .parsing import Number, number_flag
+from .parsing import Number, model_argument, number_flag
 
 if typing.TYPE_CHECKING:
     from ..translate import TextTranslator, Translator
 
 
-def add_device(sub: argparse.ArgumentParser) -> None:
+def add_compute(sub: argparse.ArgumentParser) -> None:
+    """--device, --threads and --verbose: where a command computes, with how many threads."""
     sub.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 ... (default: GPU if there is one)")
+    sub.add_argument("--threads", default="auto", type=Number(int, Range(f"[1, {MAX_THREADS}]"), words=("auto",)),
+                     help="threads to compute with: a number, or auto, the cores other programs leave free when "
+                          "the command starts (default: %(default)s)")
+    sub.add_argument("--verbose", "-v", action="store_true",
+                     help="also say on stderr which threads and precision the command computes with")
+
+
+def add_device(sub: argparse.ArgumentParser) -> None:
+    """add_compute's flags, and how attnmt's engine decodes: --precision, --compile, --reference."""
+    add_compute(sub)
     sub.add_argument("--precision", choices=PRECISIONS, default=None,
                      help="decode in fp32, bf16 (faster on CPUs with AVX512-BF16/AMX, slower elsewhere), int8 (bf16 "
                           "with the decoder's per-step products in int8, CPUs only) or auto (bf16 where the device "
@@ -26,16 +37,13 @@ def add_device(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("--compile", action="store_true",
                      help="decode with a step compiled for this CPU (int8 greedy about 1.3x as fast); the first use "
                           "per model takes 10-60 s and a C++ compiler, later ones load it from the cache in 2-3 s")
-    sub.add_argument("--threads", default="auto", type=Number(int, Range(f"[1, {MAX_THREADS}]"), words=("auto",)),
-                     help="threads to compute with: a number, or auto, the cores other programs leave free when "
-                          "the command starts (default: %(default)s)")
     sub.add_argument("--reference", action="store_true",
                      help="decode with the plain reference modules instead of the fast paths (attnmt/fast): "
                           "slower, the same translations up to rounding")
 
 
 def add_model(sub: argparse.ArgumentParser) -> None:
-    sub.add_argument("model", help="model file (model.safetensors)")
+    sub.add_argument("model", type=model_argument, help="model file, or a training run's folder (its model.safetensors)")
     add_device(sub)
 
 
@@ -71,11 +79,13 @@ def load_translator(args: argparse.Namespace, path: str) -> TextTranslator:
 
 
 def use_decoding_threads(args: argparse.Namespace) -> None:
-    """Set this process's threads as --threads asks (said nowhere: a decoding command's output is its translations)."""
+    """Set this process's threads as --threads asks; said on stderr with --verbose (stdout is the translations')."""
     from ..fast.process import use_threads
     from ..precision import resolve_device
 
-    use_threads(args.threads, resolve_device(args.device), "--threads")
+    threads = use_threads(args.threads, resolve_device(args.device), "--threads")
+    if args.verbose:
+        print(f"attnmt: {threads.line()}", file=sys.stderr)
 
 
 def load_attnmt(args: argparse.Namespace, path: str) -> Translator:
@@ -92,8 +102,9 @@ def engine_of(args: argparse.Namespace, path: str) -> str:
     return args.engine if args.engine != "auto" else "ctranslate2" if is_ctranslate2_model(path) else "attnmt"
 
 
-def say_precision(*notes: Optional[str]) -> None:
-    """What `auto` chose, or a warning (Translator.precision_note), on stderr; said at the end of a
-    run that went well, so that a bad input found on the way still gets exactly one line."""
-    for note in filter(None, notes):
-        print(f"attnmt: {note}", file=sys.stderr)
+def say_precision(args: argparse.Namespace, *notes: Optional[str]) -> None:
+    """A warning (Translator.precision_note), and with --verbose what `auto` chose, on stderr; said at
+    the end of a run that went well, so that a bad input found on the way still gets exactly one line."""
+    for note in filter(None, dict.fromkeys(notes)):
+        if args.verbose or note.startswith("warning:"):
+            print(f"attnmt: {note}", file=sys.stderr)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 
 from ..choices import CTRANSLATE2_QUANTIZATIONS
-from .parsing import Commands
+from .parsing import Commands, model_argument
 
 
 def add_export(commands: Commands) -> None:
     export = commands.add_parser("export", help="write a Transformer model for another engine (CTranslate2)")
-    export.add_argument("model", help="model file (model.safetensors) of a Transformer")
+    export.add_argument("model", type=model_argument, help="model file (or a training run's folder) of a Transformer")
     export.add_argument("out", help="the directory to write")
     export.add_argument("--to", choices=["ctranslate2"], required=True, help="the engine: ctranslate2")
     export.add_argument("--quantization", choices=CTRANSLATE2_QUANTIZATIONS,
@@ -28,7 +28,7 @@ def _export(args: argparse.Namespace) -> None:
 
 def add_info(commands: Commands) -> None:
     info = commands.add_parser("info", help="what a model file holds: family, sizes, vocabularies, training")
-    info.add_argument("model", help="model file (.safetensors)")
+    info.add_argument("model", type=model_argument, help="model file, or a training run's folder")
     info.add_argument("--json", action="store_true", help="print one JSON document")
     info.set_defaults(run=_info)
 
@@ -59,7 +59,8 @@ def _info(args: argparse.Namespace) -> None:
                     else "")
         print(f"training: {training['training_pairs']:,} pairs, data sha256 {training['data_sha256']}; "
               f"kept at epoch {training['epoch']}, step {training['step']}{averaged}"
-              + (f"; {training['threads']} threads" if "threads" in training else ""))
+              + (f"; {training['threads']} threads" if "threads" in training else "")
+              + (f", {training['precision']}" if "precision" in training else ""))
         print("validation: " + " | ".join(f"{k} {v}" for k, v in training["validation"].items()))
     if info["aligner"] is not None:
         aligner = info["aligner"]

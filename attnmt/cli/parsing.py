@@ -7,6 +7,7 @@ import difflib
 import typing
 
 from ..config import Range, field_range
+from ..files import model_file
 
 # What build_parser adds the commands to; each command's module adds its own (`add_<command>`).
 Commands = argparse._SubParsersAction
@@ -52,3 +53,8 @@ class Number:
 def number_flag(cls: type, name: str) -> Number:
     """The argparse type of a flag that sets the config field `cls.name`."""
     return Number(typing.get_type_hints(cls)[name], field_range(cls, name))
+
+
+def model_argument(text: str) -> str:
+    """An argparse type: a model file, or a training run's folder standing for the model file in it."""
+    return str(model_file(text))

@@ -45,6 +45,9 @@ def _train(args: argparse.Namespace) -> None:
     from ..config import load_config
 
     config = load_config(args.config, args.overrides)      # its errors answer before torch loads
+    from ..prepare import CorpusSource
+
+    CorpusSource(config.data)  # and so do those of data.path and data.format
     from ..distributed import start_ranks
     from ..fast.process import set_up_training_process
     from ..train import train
@@ -90,13 +93,13 @@ def _prepare(args: argparse.Namespace) -> None:
     from ..config import load_config
 
     config = load_config(args.config, args.overrides)      # its errors answer before torch loads
-    from ..prepare import find_corpus, prepare_corpus, report_lines
+    from ..prepare import REUSED, find_corpus, prepare_corpus, report_lines
 
     found = None if args.rebuild else find_corpus(config)
     corpus = found or prepare_corpus(config, rebuild=args.rebuild)
     print("\n".join(report_lines(corpus)))
     if found:
-        print("  (prepared earlier from the same raw files and settings; attnmt prepare --rebuild prepares it anew)")
+        print(f"  ({REUSED})")
 
 
 def add_plot_curves(commands: Commands) -> None:

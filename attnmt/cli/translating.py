@@ -12,13 +12,15 @@ from ..errors import AttnmtError
 from ..files import check_parent_dir
 from .decoding import add_device, add_engine, add_model, add_search, load_translator, say_precision
 from .lines import input_lines, output, read_pairs
-from .parsing import Commands, Number, number_flag
+from .parsing import Commands, Number, model_argument, number_flag
 
 
 def add_translate(commands: Commands) -> None:
     translate = commands.add_parser("translate", help="translate lines from stdin or a file")
     add_model(translate)
     add_engine(translate)
+    translate.add_argument("sentences", nargs="*", metavar="SENTENCE",
+                           help="sentences to translate, each one argument (quoted); without any, --input or stdin")
     translate.add_argument("--input", "-i", help="one sentence per line (default: stdin)")
     translate.add_argument("--output", "-o", help="where translations go (default: stdout)")
     translate.add_argument("--batch-size", type=number_flag(DecodeConfig, "batch_size"), default=None,
@@ -30,11 +32,13 @@ def add_translate(commands: Commands) -> None:
 
 
 def _translate(args: argparse.Namespace) -> None:
+    if args.sentences and args.input:
+        raise AttnmtError("translate takes sentences as arguments or --input FILE, not both")
     translator = load_translator(args, args.model)
     beam = args.beam or translator.config.decode.beam_size
     if args.n_best > beam:
         raise AttnmtError(f"--n-best {args.n_best} is more than the beam size {beam}; add --beam {args.n_best} or more")
-    lines = input_lines(args.input)
+    lines = iter(args.sentences) if args.sentences else input_lines(args.input)
     first = list(itertools.islice(lines, 1))  # a missing or unreadable input fails here, before any output
     chunks = translator.translate_stream(itertools.chain(first, lines), args.n_best, args.beam, args.alpha,
                                          args.batch_size)
@@ -47,13 +51,14 @@ def _translate(args: argparse.Namespace) -> None:
                 outputs = [f"{number + i} ||| {h.text} ||| {h.log_prob:.4f}" for i, hyps in enumerate(nbest) for h in hyps]
             write("".join(line + "\n" for line in outputs))
             number += len(nbest)
-    say_precision(translator.precision_note())
+    say_precision(args, translator.precision_note())
 
 
 def add_evaluate(commands: Commands) -> None:
     evaluate = commands.add_parser(
         "evaluate", help="translate and score against references (exact match, BLEU, chrF; by source length)")
-    evaluate.add_argument("models", nargs="+", metavar="MODEL", help="model file(s); several are scored side by side")
+    evaluate.add_argument("models", nargs="+", metavar="MODEL", type=model_argument,
+                          help="model file(s) or training runs' folders; several are scored side by side")
     add_device(evaluate)
     add_engine(evaluate)
     evaluate.add_argument("--src", help="source sentences, one per line")
@@ -97,7 +102,7 @@ def _evaluate(args: argparse.Namespace) -> None:
     if args.chart:
         chart_by_length(evaluations, args.chart, args.lc_tok)
         print(f"chart written to {args.chart}")
-    say_precision(*notes)
+    say_precision(args, *notes)
 
 
 def _model_label(model_path: str, taken: dict) -> str:
