@@ -25,11 +25,13 @@ pieces, and the target prefix <sos> y_1 .. y_{N-1}; positions and the rest of th
                run again. The simple, model-agnostic reference; the source words only.
 
 grad and ig attribute the source and the target prefix together: the source share Σ|source| /
-(Σ|source| + Σ|prefix|) says how much of the prediction comes from the source rather than from the
-translation so far. Source pieces are merged into words as attnmt align merges attention
-(align.to_words: a word's pieces summed, a character model's spaces left out); the attention row
-beside is the step's cross-attention as attnmt align reads it (a Transformer's penultimate layer,
-the mean of its heads, unless a layer or head is given).
+(Σ|source| + Σ|prefix|), over the pieces, says how much of the prediction comes from the source
+rather than from the translation so far. Source pieces are merged into words as attnmt align merges
+attention (align.to_words: a word's pieces summed); the pieces of no word (a character model's
+spaces) are summed apart, as `between_words`, so that what a step shows adds up to what
+completeness counts: Σ source + between_words + Σ prefix = total. The attention row beside is the
+step's cross-attention as attnmt align reads it (a Transformer's penultimate layer, the mean of its
+heads, unless a layer or head is given), the spaces' left out.
 
 The gradients come from a float32 copy of the network with its reference modules, as explain.py's
 numbers do; the embeddings are replaced through the family's token_embeddings (seam.Model), so
@@ -50,7 +52,7 @@ from .align import chosen_map, to_words
 from .batch import pad
 from .choices import IG_STEPS, METHODS
 from .errors import AttnmtError
-from .explain import Explanation, check_step_number, explain, kept_step, opening_steps
+from .explain import FLAGS, Explanation, Naming, check_step_number, explain, kept_step, opening_steps
 from .families.seam import AttentionView, Model
 from .fast import use_fast_paths
 from .translate import TextTranslator, Translator
@@ -67,7 +69,7 @@ class Completeness:
     """Integrated gradients' check: Σ of the attributions over every input piece (source and prefix)
     against f(input) − f(baseline)."""
 
-    total: float
+    total: float                              # Σ source + between_words + Σ prefix: every share the step shows
     change: float
     holds: bool                               # |total − change| ≤ COMPLETENESS × max(1, |change|)
 
@@ -79,6 +81,8 @@ class AttributedStep:
     contrast: Optional[str]                   # why `token` rather than this one (None: f = log p(token))
     output: float                             # f
     source: list[float]                       # the attribution of each source word
+    between_words: Optional[float]            # grad and ig: that of the source pieces of no word (a character
+                                              # model's spaces), counted in the total; None: there are none, or occlusion
     attention: Optional[list[float]]          # the step's attention on each source word; None: the model has none
     prefix: Optional[list[float]]             # the attribution of each target input (<sos> first); None: occlusion
     source_share: Optional[float]             # Σ|source| / (Σ|source| + Σ|prefix|); None: occlusion
@@ -274,6 +278,7 @@ def attribute_steps(network: Model, pair: Pair, outputs: Outputs, method: str, v
     positions = outputs.positions.tolist()
     completeness: list[Optional[Completeness]] = [None] * rows
     shares: list[Optional[float]] = [None] * rows
+    between: list[Optional[float]] = [None] * rows
     without: Optional[torch.Tensor] = None
     prefix: Optional[torch.Tensor] = None
     if method == "occlusion":
@@ -290,6 +295,9 @@ def attribute_steps(network: Model, pair: Pair, outputs: Outputs, method: str, v
         from_source, from_prefix = pieces.abs().sum(-1), prefix.abs().sum(-1)
         shares = (from_source / (from_source + from_prefix).clamp_min(1e-30)).tolist()
         source = to_words(pieces.cpu().numpy(), pair.owners, list(range(rows)), words, rows)  # [R, W]
+        of_no_word = [j for j, owner in enumerate(pair.owners) if owner < 0]
+        if of_no_word:                                                     # left out of the words, not of the total
+            between = [round(float(a), 6) for a in pieces[:, of_no_word].sum(-1).tolist()]
     with torch.no_grad():
         maps = network.attention_maps(pair.src, torch.tensor([pair.src.shape[1]]), pair.tgt_in)
     attention = None
@@ -301,7 +309,8 @@ def attribute_steps(network: Model, pair: Pair, outputs: Outputs, method: str, v
     for r, (position, token, share) in enumerate(zip(positions, outputs.tokens.tolist(), shares)):
         steps.append(AttributedStep(
             position + 1, vocab_itos[token], None if contrasts is None else vocab_itos[contrasts[r]],
-            round(float(f[r]), 6), _rounded(source[r]), None if attention is None else _rounded(attention[r]),
+            round(float(f[r]), 6), _rounded(source[r]), between[r],
+            None if attention is None else _rounded(attention[r]),
             None if prefix is None else _rounded(prefix[r, : position + 1].cpu().numpy()),
             None if share is None else round(share, 6), completeness[r],
             None if without is None else _rounded(without[r].cpu().numpy())))
@@ -319,32 +328,34 @@ def _rounded(values: np.ndarray) -> list[float]:
 def attribute(translator: Translator, sentence: str, method: str = "ig", step: Optional[int] = None,
               target: Optional[str] = None, contrast: Optional[str] = None, ig_steps: int = IG_STEPS,
               layer: Optional[int] = None, head: Optional[int] = None, progress: bool = False,
-              afford: Optional[Callable[[Work], None]] = None) -> Attribution:
+              afford: Optional[Callable[[Work], None]] = None, naming: Naming = FLAGS) -> Attribution:
     """The attribution of every step of the forced decoding of `sentence` (or of step `step` alone,
     from 1) over its source words, beside the attention: the decoding of the model's own greedy
     translation, or of `target`. `contrast`, a token of the target vocabulary, asks why the step
     wrote its token rather than this one (with `step`). `progress`: a progress bar for ig.
-    `afford` sees the work before it runs, and may refuse it by raising."""
+    `afford` sees the work before it runs, and may refuse it by raising. `naming`: how a refusal
+    names the options (the CLI's flags, or the HTTP API's fields)."""
     _check_method(method, ig_steps)
     words = sentence.split()
     if not words:
         raise AttnmtError("nothing to attribute: the sentence is empty")
     if contrast is not None and step is None:
-        raise AttnmtError("--contrast needs --step: it asks why one step wrote its token rather than another")
+        raise AttnmtError(f"{naming('contrast')} needs {naming('step')}: it asks why one step wrote its token rather "
+                          f"than another")
     vocab = translator.tokenization.tgt_vocab
-    other = None if contrast is None else _target_token(translator, contrast)
+    other = None if contrast is None else _target_token(translator, contrast, naming)
     if target is None:
         tokens = translator.translate([sentence], beam_size=1)[0].tokens
     else:
         tokens = translator.tgt_tokenizer.tokenize(target)
         if not tokens:
-            raise AttnmtError("--target is empty: give the translation to attribute, or leave it out to attribute "
-                              "the model's own")
+            raise AttnmtError(f"{naming('target')} is empty: give the translation to attribute, or leave it out to "
+                              f"attribute the model's own")
     pair = make_pair(translator, words, vocab.encode(tokens), method == "occlusion")
     if step is not None:
-        check_step_number(step, len(pair.outputs))
+        check_step_number(step, len(pair.outputs), naming)
         if other == pair.outputs[step - 1]:
-            raise AttnmtError(f"--contrast {contrast}: step {step} writes {vocab.itos[other]!r} itself; contrast it "
+            raise AttnmtError(f"{naming('contrast')} {contrast}: step {step} writes {vocab.itos[other]!r} itself; contrast it "
                               f"with another token")
     device = translator.device
     positions = torch.arange(len(pair.outputs), device=device) if step is None else torch.tensor([step - 1], device=device)
@@ -361,22 +372,26 @@ def attribute(translator: Translator, sentence: str, method: str = "ig", step: O
 def explain_or_attribute(translator: TextTranslator, sentence: str, view: AttentionView = AttentionView(),
                          step: Optional[int] = None, method: Optional[str] = None, target: Optional[str] = None,
                          contrast: Optional[str] = None, ig_steps: Optional[int] = None, progress: bool = False,
-                         afford: Optional[Callable[[Work], None]] = None) -> Union[Explanation, Attribution]:
+                         afford: Optional[Callable[[Work], None]] = None,
+                         naming: Naming = FLAGS) -> Union[Explanation, Attribution]:
     """What `attnmt explain` and POST /explain answer for one sentence: every number of each greedy
     decoding step for the attention `view` (explain.explain) or, with an attribution `method`, how
     much each source word decides each step's output beside its cross-attention (attribute: `target`,
-    `contrast`, `ig_steps` (default IG_STEPS), `afford`); with `step` (from 1), that step alone."""
+    `contrast`, `ig_steps` (default IG_STEPS), `afford`); with `step` (from 1), that step alone.
+    `naming`: how a refusal names the options, in the words of the front that asks (explain.Naming)."""
     if method is None:
         if (target, contrast, ig_steps) != (None, None, None):
-            raise AttnmtError("--target, --contrast and --ig-steps go with --attribution")
-        return explain(translator, sentence, view, step)
+            raise AttnmtError(f"{naming('target')}, {naming('contrast')} and {naming('ig_steps')} go with "
+                              f"{naming('attribution')}")
+        return explain(translator, sentence, view, step, naming)
     if ig_steps is not None and method != "ig":
-        raise AttnmtError("--ig-steps goes with --attribution ig: the other methods take no steps")
+        raise AttnmtError(f"{naming('ig_steps')} goes with {naming.given('attribution', 'ig')}: the other methods take "
+                          f"no steps")
     if view.kind != "cross":
-        raise AttnmtError("--attribution: attribution is over the source words, beside the cross-attention: leave out "
-                          "--attention decoder")
+        raise AttnmtError(f"{naming('attribution')}: attribution is over the source words, beside the cross-attention: "
+                          f"leave out {naming.given('attention', 'decoder')}")
     return attribute(opening_steps(translator), sentence, method, step, target, contrast,
-                     IG_STEPS if ig_steps is None else ig_steps, view.layer, view.head, progress, afford)
+                     IG_STEPS if ig_steps is None else ig_steps, view.layer, view.head, progress, afford, naming)
 
 
 @torch.inference_mode(False)
@@ -414,7 +429,7 @@ def _check_method(method: str, ig_steps: int) -> None:
         raise AttnmtError(f"ig_steps {ig_steps}: allowed 1 to 10000")
 
 
-def _target_token(translator: Translator, word: str) -> int:
+def _target_token(translator: Translator, word: str, naming: Naming) -> int:
     """The id of `word` in the target vocabulary: of the one token the tokenizer makes of it (▁man
     of "man", the piece that starts a word), else of the token as it is (<eos>, or a piece as written)."""
     vocab = translator.tokenization.tgt_vocab
@@ -424,8 +439,8 @@ def _target_token(translator: Translator, word: str) -> int:
     if word in vocab.stoi:
         return vocab.stoi[word]
     made = f" (the tokenizer makes it {' '.join(pieces)})" if pieces else ""
-    raise AttnmtError(f"--contrast {word!r}: the target vocabulary has no such token{made}; give one token the model "
-                      f"can write (attnmt explain MODEL SENTENCE --step N lists the likeliest)")
+    raise AttnmtError(f"{naming('contrast')} {word!r}: the target vocabulary has no such token{made}; give one token "
+                      f"the model can write ({naming.likeliest})")
 
 
 def render(attribution: Attribution, step: Optional[int] = None) -> str:
@@ -455,13 +470,17 @@ def render(attribution: Attribution, step: Optional[int] = None) -> str:
     else:
         lines.append(f"step {s.step}: why {s.token!r} rather than {s.contrast!r}: "
                      f"f = log p({s.token!r}) − log p({s.contrast!r}) = {s.output:.4f}")
-    width = max(len(w) for w in attribution.source_words + ["word"])
+    between = "(between words)"           # the pieces of no word: a character model's spaces
+    labels = attribution.source_words + ["word"] + ([between] if s.between_words is not None else [])
+    width = max(len(label) for label in labels)
     dropped = "" if s.without is None else f"  {'f without it' if s.contrast else 'p without it':>12}"
     lines.append(f"  {'word':<{width}}  {'attention':>9}  {'attribution':>11}{dropped}")
     for j, word in enumerate(attribution.source_words):
         attention = "" if s.attention is None else f"{s.attention[j]:.4f}"
         without = "" if s.without is None else f"  {s.without[j] if s.contrast else np.exp(s.without[j]):12.4f}"
         lines.append(f"  {word:<{width}}  {attention:>9}  {s.source[j]:11.4f}{without}")
+    if s.between_words is not None:
+        lines.append(f"  {between:<{width}}  {'':>9}  {s.between_words:11.4f}")
     if s.attention is None:
         lines.append("  (this model has no attention: model.attention none)")
     if s.prefix is not None and s.source_share is not None:
@@ -472,7 +491,8 @@ def render(attribution: Attribution, step: Optional[int] = None) -> str:
         c = s.completeness
         verdict = ("within the tolerance" if c.holds else "outside the tolerance: more --ig-steps close it, unless f "
                    "jumps on the way (a local-p window)")
-        lines.append(f"  completeness: the attributions (source and prefix) add up to {c.total:.4f}, "
+        parts = "source words, between words and prefix" if s.between_words is not None else "source and prefix"
+        lines.append(f"  completeness: the attributions ({parts}) add up to {c.total:.4f}, "
                      f"f(input) − f(baseline) = {c.change:.4f}: {verdict} ({COMPLETENESS:.0%} of the change, at least "
                      f"{COMPLETENESS})")
     return "\n".join(lines)

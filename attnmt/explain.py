@@ -26,6 +26,28 @@ from .vocab import EOS_ID, SOS_ID
 TOP = 5
 
 
+@dataclass(frozen=True)
+class Naming:
+    """How a refusal names the options of the request it refuses, in the words of the front that
+    took it: `attnmt explain`'s flags (--ig-steps) or POST /explain's JSON fields (ig_steps). The
+    checks are written once, here and in attribution.py; each front passes its naming."""
+
+    flags: bool                               # True: the CLI's flags; False: the HTTP API's fields
+    likeliest: str                            # how this front lists a step's likeliest tokens
+
+    def __call__(self, option: str) -> str:
+        """The option (named as its field) as this front spells it: --ig-steps or ig_steps."""
+        return "--" + option.replace("_", "-") if self.flags else option
+
+    def given(self, option: str, value: str) -> str:
+        """The option with a value, as a user of this front writes it: --attention decoder, or "attention": "decoder"."""
+        return f"{self(option)} {value}" if self.flags else f'"{option}": "{value}"'
+
+
+FLAGS = Naming(True, "attnmt explain MODEL SENTENCE --step N lists the likeliest")
+FIELDS = Naming(False, "POST /explain with step N and no attribution lists the likeliest in `next`")
+
+
 @dataclass
 class ExplainedStep:
     step: int                                 # 1 for the first output token
@@ -63,9 +85,10 @@ def opening_steps(translator: TextTranslator) -> Translator:
 
 @torch.inference_mode()
 def explain(translator: TextTranslator, sentence: str, view: AttentionView = AttentionView(),
-            step: Optional[int] = None) -> Explanation:
+            step: Optional[int] = None, naming: Naming = FLAGS) -> Explanation:
     """The numbers of every greedy decoding step of `sentence` (or of step `step` alone, from 1) for
-    the attention `view`, where the translator's engine can open its steps (`explains`: attnmt's own)."""
+    the attention `view`, where the translator's engine can open its steps (`explains`: attnmt's own).
+    `naming`: how a refusal names the options (the CLI's flags, or the HTTP API's fields)."""
     translator = opening_steps(translator)
     source_tokens = translator.tokenize_source(sentence)
     if not source_tokens:
@@ -108,16 +131,16 @@ def explain(translator: TextTranslator, sentence: str, view: AttentionView = Att
         inputs.append(chosen)
     output = [vocab.itos[i] for i in inputs[1:] if i != EOS_ID]
     if step is not None:
-        check_step_number(step, len(steps))
+        check_step_number(step, len(steps), naming)
         steps = [steps[step - 1]]
     return Explanation(source_tokens, output, view.kind, view.layer, view.head,
                        translator.model.score_function(view), steps)
 
 
-def check_step_number(step: int, steps: int) -> None:
+def check_step_number(step: int, steps: int, naming: Naming = FLAGS) -> None:
     """Refuse, in one line, a step (from 1) outside a translation of `steps` steps (its tokens and the end)."""
     if not 1 <= step <= steps:
-        raise AttnmtError(f"--step {step}: this translation has steps 1 to {steps} "
+        raise AttnmtError(f"{naming('step')} {step}: this translation has steps 1 to {steps} "
                           f"({steps - 1} tokens and the end of sentence)")
 
 

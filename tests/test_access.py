@@ -155,7 +155,7 @@ def test_a_running_server_reads_the_changed_key_file_and_again_on_sighup(dates_m
         assert status(ALICE) == 403
     log = process.stdout.read().splitlines()
     assert log == [f"attnmt serve: API keys read from {keys}: 1; translating needs one"] + \
-        [f"attnmt serve: API keys read from {keys}: 1"] * 2
+        [f"attnmt serve: API keys read from {keys}: 1"] * 2 + ["attnmt serve: stopped (SIGTERM)"]
     assert process.stderr.read() == ""
 
 

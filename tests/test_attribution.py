@@ -231,6 +231,45 @@ def test_cli_text_and_json(dates_model, capsys):
     assert len(document["steps"]) == 1 and len(document["steps"][0]["without"]) == len(WORDS)
 
 
+def test_pieces_of_no_word_are_attributed_apart():
+    """A character model's spaces between words belong to no word: their attribution is shown apart
+    (`between_words`), so that what a step shows adds up to the total completeness checks (issue 60)."""
+    toy, itos = LinearToy(), [str(i) for i in range(7)]
+    spaced = Pair(["a", "b"], torch.tensor([[4, 6, 5]]), [0, -1, 1], torch.tensor([[SOS_ID, 5, 6]]), [5, 6, EOS_ID], [])
+    outputs = Outputs(torch.tensor([0, 1, 2]), torch.tensor([5, 6, EOS_ID]))
+    pieces, _, _ = gradient_x_input(toy, spaced, outputs)
+    for r, step in enumerate(attribute_steps(toy, spaced, outputs, "grad", itos)):
+        assert step.source == pytest.approx([float(pieces[r, 0]), float(pieces[r, 2])], abs=1e-6)
+        assert step.between_words == pytest.approx(float(pieces[r, 1]), abs=1e-6)
+    for step in attribute_steps(toy, spaced, outputs, "ig", itos, ig_steps=3):
+        shown = sum(step.source) + step.between_words + sum(step.prefix)
+        assert step.between_words != 0 and shown == pytest.approx(step.completeness.total, abs=1e-5)
+    assert attribute_steps(toy, toy_pair(), outputs, "grad", itos)[0].between_words is None   # every piece a word's
+    assert attribute_steps(toy, toy_pair(), outputs, "occlusion", itos)[0].between_words is None
+
+
+def test_the_shares_shown_add_up_to_the_completeness_total(dates_model, capsys):
+    """attnmt explain --attribution ig, --json and as text: the words', the spaces' and the prefix's
+    shares add up to the completeness total it prints."""
+    assert main(["explain", str(dates_model), SENTENCE, "--attribution", "ig", "--ig-steps", "8", "--json"]) == 0
+    steps = json.loads(capsys.readouterr().out)["steps"]
+    for step in steps:
+        shown = sum(step["source"]) + (step.get("between_words") or 0) + sum(step["prefix"])
+        assert shown == pytest.approx(step["completeness"]["total"], abs=5e-5), step   # each to 6 decimals
+    assert main(["explain", str(dates_model), SENTENCE, "--attribution", "ig", "--ig-steps", "8", "--step", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.split()[:3] == ["word", "attention", "attribution"])
+    rows = lines[header + 1: header + 1 + len(WORDS) + 1]                 # each word, then the spaces between them
+    assert rows[-1].split() == ["(between", "words)", f"{steps[1]['between_words']:.4f}"]
+    prefix = next(line for line in lines if "the translation so far" in line).split(": ", 1)[1].split(" | ")
+    shown = sum(float(row.split()[-1]) for row in rows) + sum(float(p.split()[-1]) for p in prefix)
+    completeness = next(line for line in lines if "completeness:" in line)
+    assert "(source words, between words and prefix)" in completeness
+    total = float(completeness.split("add up to ")[1].split(",")[0])
+    assert total == pytest.approx(steps[1]["completeness"]["total"], abs=1e-4)
+    assert shown == pytest.approx(total, abs=1e-4 * len(rows + prefix))   # each shown to 4 decimals
+
+
 @pytest.mark.parametrize("flags, refusal", [
     (["--step", "99"], "--step 99: this translation has steps 1 to "),
     (["--step", "1", "--contrast", "Fahrrad"], "--contrast 'Fahrrad': the target vocabulary has no such token"),

@@ -65,6 +65,20 @@ def screenshot(page, name: str) -> None:
     assert shot.stat().st_size > 10_000
 
 
+def clipped(page, selector: str) -> list[float]:
+    """How far the element at `selector`, its outline included, reaches past what #heatmap-wrap
+    shows on each side (left, top, right, bottom; in px, > 0: cut off). A scroll container shows
+    its padding box."""
+    return page.eval_on_selector(selector, """node => {
+        const wrap = document.querySelector('#heatmap-wrap'), style = getComputedStyle(node);
+        const reach = style.outlineStyle === 'none' ? 0 : parseFloat(style.outlineWidth) + parseFloat(style.outlineOffset);
+        const box = node.getBoundingClientRect(), frame = wrap.getBoundingClientRect();
+        const left = frame.left + wrap.clientLeft, top = frame.top + wrap.clientTop;
+        return [left - (box.left - reach), top - (box.top - reach), box.right + reach - (left + wrap.clientWidth),
+                box.bottom + reach - (top + wrap.clientHeight)];
+    }""")
+
+
 def translate_on_page(page, text: str) -> None:
     page.fill("#source", text)
     page.press("#source", "Enter")
@@ -96,6 +110,14 @@ def test_translate_heatmap_and_hover(page, server):
     assert page.locator(f'#heatmap .cell.active[data-col="{strongest}"]').count() == rows
     assert page.locator("#heatmap .tok.out.attended").count() >= 1
     assert page.locator("#heatmap .tok.src.attended").count() == 0
+
+    # A token clicked keeps its outline, whole: the row's label at the grid's left edge (issue 60),
+    # the source token at its top.
+    for clicked in '#heatmap .tok.out[data-row="0"]', '#heatmap .tok.src[data-col="0"]':
+        page.click(clicked)
+        assert "active" in page.get_attribute(clicked, "class")
+        assert max(clipped(page, clicked)) <= 0.01, (clicked, clipped(page, clicked))
+    page.click('#heatmap .tok.src[data-col="0"]')          # unpinned again
 
 
 def test_hovering_a_word_lights_up_its_aligned_words(page, server):
@@ -221,8 +243,8 @@ def test_the_step_panel_shows_attribution_under_attention(page, server):
     text = "3. Oktober 1990"
     translate_on_page(page, text)
 
-    def shown(step: int, method: str, **fields) -> None:
-        """Once the step last asked for is drawn: it is `step`, with /explain's numbers for it."""
+    def shown(step: int, method: str, **fields) -> dict:
+        """Once the step last asked for is drawn: it is `step`, with /explain's numbers for it (returned)."""
         page.wait_for_function("method => { const table = document.querySelector('#attribution-table');"
                                " return table.dataset.step === table.dataset.asked && table.dataset.method === method; }",
                                arg=method)
@@ -235,6 +257,7 @@ def test_the_step_panel_shows_attribution_under_attention(page, server):
             cells = page.locator(f"#attribution-table tr.{row} td").all_inner_texts()
             assert [float(c) for c in cells] == pytest.approx(numbers["source" if row == "attribution" else row],
                                                               abs=1e-4)
+        return numbers
 
     page.click('#heatmap .tok.out[data-row="1"]')        # the step panel, where the method is chosen
     page.select_option("#attribution", "grad")
@@ -247,8 +270,12 @@ def test_the_step_panel_shows_attribution_under_attention(page, server):
     page.fill("#contrast", "-")
     page.dispatch_event("#contrast", "change")
     page.click('#heatmap .tok.out[data-row="2"]')
-    shown(3, "ig", ig_steps=4, contrast="-")
-    assert "\u2212 log p(\u201c-\u201d)" in page.inner_text("#attribution-note")
+    numbers = shown(3, "ig", ig_steps=4, contrast="-")
+    note = page.inner_text("#attribution-note")
+    assert "\u2212 log p(\u201c-\u201d)" in note
+    # Every share the completeness total counts: the words, the spaces between them, the prefix.
+    assert (f"the source words {sum(numbers['source']):.4f}, the spaces between them {numbers['between_words']:.4f}, "
+            f"the translation so far {sum(numbers['prefix']):.4f}) add up to {numbers['completeness']['total']:.4f}") in note
     screenshot(page, "attribution_panel.png")
     page.select_option("#attribution", "off")
     assert page.locator("#attribution-view").is_hidden()

@@ -18,11 +18,12 @@ from urllib.parse import urlsplit
 import httpx
 import numpy as np
 import pytest
+import uvicorn
 from conftest import server_process
 from fastapi.testclient import TestClient
 
 from attnmt.config import ServeConfig
-from attnmt.serve import create_app
+from attnmt.serve import create_app, runner
 from attnmt.serve.app import STATIC
 from attnmt.serve.middleware import BodyLimit
 from attnmt.translate import Translator
@@ -180,7 +181,9 @@ def test_full_queue_answers_503_and_slow_requests_504(translator):
     ({"texts": ["a", None]}, 422, "texts.1: Input should be a valid string"),
     ({"text": "a", "beam": "2"}, 422, "beam: Input should be a valid integer"),
     ({"text": "a", "attention": "yes"}, 422, "attention: Input should be a valid boolean"),
-    ({"text": "a", "temperature": 1}, 422, "temperature: Extra inputs are not permitted"),
+    ({"text": "a", "temperature": 1}, 422, "temperature: not a field of this request; it takes text, texts, beam, "
+                                           "n_best, attention, maps, alignments"),
+    ({"txt": "a"}, 422, "txt: not a field of this request (did you mean text?); it takes text, texts, beam"),
     (["a"], 422, "the body must be a JSON object"),
 ])
 def test_limits_and_invalid_requests_are_one_line_json_errors(client, body, status, fragment):
@@ -292,6 +295,53 @@ def test_sigterm_answers_the_request_in_flight_then_exits_0(dates_model):
         assert process.wait(timeout=60) == 0, process.stderr.read()
 
 
+@pytest.mark.parametrize("sig, status, stderr", [
+    (signal.SIGTERM, 0, ""),                                  # `kill`, systemd, docker stop: serving ends
+    (signal.SIGINT, 130, "attnmt: interrupted\n"),            # Ctrl-C: the CLI says it was interrupted
+], ids=["SIGTERM", "SIGINT"])
+def test_an_idle_server_stops_on_a_signal_and_says_so(dates_model, sig, status, stderr):
+    """Sent as soon as the server has said where it listens (its handler is set by then): the
+    server stops, and its log's last line says so (issue 60)."""
+    with server_process(dates_model, "--no-access-log") as (_, process):
+        process.send_signal(sig)
+        assert process.wait(timeout=60) == status             # the timeout: a safety net, not a measure
+    assert process.stdout.read().splitlines() == [f"attnmt serve: stopped ({sig.name})"]
+    assert process.stderr.read() == stderr
+
+
+def test_a_stop_wakes_the_server_where_uvicorn_looked_for_one_every_tenth_of_a_second(monkeypatch):
+    """The cause of an idle server's late stop on its side: uvicorn's main loop slept 0.1 s at a
+    time between looks at should_exit. attnmt's sleeps until the stop's event wakes it (or the
+    Date header's renewal, put off here), and never sleeps on a clock."""
+    sleep = asyncio.sleep
+
+    async def no_clock(delay: float, *args):
+        assert delay == 0, f"the main loop slept {delay} s on a clock"
+        return await sleep(0, *args)
+
+    monkeypatch.setattr(asyncio, "sleep", no_clock)
+    monkeypatch.setattr(runner, "DATE_EVERY_S", 3600)          # only the stop can wake it within the test
+    server, ticks = runner.Server(uvicorn.Config(app=None)), []
+    look = server.on_tick
+
+    async def on_tick(counter: int) -> bool:
+        ticks.append(counter)
+        return await look(counter)
+
+    server.on_tick = on_tick
+
+    async def stop_it() -> None:
+        looping = asyncio.create_task(server.main_loop())
+        while not ticks:                                        # until it has looked once, and waits
+            await sleep(0)
+        server.handle_exit(signal.SIGTERM, None)                # as the signal handler calls it
+        await asyncio.wait_for(looping, 60)                     # the timeout: a safety net, not a measure
+
+    asyncio.run(stop_it())
+    assert server.should_exit and len(ticks) == 2               # once on starting, once on the stop
+    assert [name for name, _ in server.server_state.default_headers] == [b"date"]
+
+
 def refused(address: tuple) -> bool:
     """Whether a connection to `address` is refused: nothing listens there."""
     try:
@@ -350,8 +400,9 @@ def test_the_access_log_names_the_client_and_the_status(dates_model, flags):
                           timeout=30).status_code == 200
     log = process.stdout.read().splitlines()
     requests = [line for line in log if '"POST /translate HTTP/1.1"' in line]
+    assert log[-1] == "attnmt serve: stopped (SIGTERM)"       # server_process stops it with SIGTERM
     if flags:
-        assert log == []  # (server_process read the line with the URL)
+        assert log == ["attnmt serve: stopped (SIGTERM)"]  # (server_process read the line with the URL)
     else:
         assert len(requests) == 3 and all(re.search(r" 127\.0\.0\.1:\d+ - ", line) for line in requests)
         assert [line.split('"')[-1].split()[0] for line in requests] == ["200", "422", "200"]

@@ -18,6 +18,7 @@ from ..align import translation_alignments
 from ..attribution import IG_STEPS, Work, explain_or_attribute
 from ..config import ServeConfig, source_languages, validate_serve
 from ..errors import AttnmtError
+from ..explain import FIELDS
 from ..families.seam import AttentionView
 from ..tokenize import Tokenizer
 from ..translate import TextTranslator, Translation, Translator, lines_of, texts_of
@@ -187,7 +188,7 @@ class Routes:
             try:
                 return explain_or_attribute(translator, request.text, view, request.step, request.attribution,
                                             request.target, request.contrast, request.ig_steps,
-                                            afford=self.afford).to_dict()
+                                            afford=self.afford, naming=FIELDS).to_dict()
             except AttnmtError as err:
                 raise ServeError(422, str(err)) from None
 

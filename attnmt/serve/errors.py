@@ -3,11 +3,13 @@ for its own refusals (ServeError) and for those of FastAPI and Starlette alike."
 
 from __future__ import annotations
 
+import difflib
 from typing import Any, Mapping, Optional
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
 from ..access import RateLimited
@@ -32,7 +34,8 @@ def rate_limited(err: RateLimited) -> JSONResponse:
 
 def validation_message(request: Request, err: RequestValidationError) -> tuple[int, str]:
     """The status and line for a body FastAPI could not read into a request model: 415 for one that
-    is not JSON, 400 for malformed JSON, 422 for wrong fields (the first three named)."""
+    is not JSON, 400 for malformed JSON, 422 for wrong fields (the first three named; a field the
+    request does not have, with the fields it has)."""
     if "json" not in request.headers.get("content-type", ""):
         return 415, "send the body as JSON, with Content-Type: application/json"
     errors = err.errors()
@@ -44,9 +47,31 @@ def validation_message(request: Request, err: RequestValidationError) -> tuple[i
         where = ".".join(str(p) for p in e["loc"] if p != "body")
         if not where and e["type"] == "model_attributes_type":
             parts.append("the body must be a JSON object")
+        elif e["type"] == "extra_forbidden":
+            parts.append(f"{where}: {not_a_field(where, body_fields(request))}")
         else:
             parts.append(f"{where or 'body'}: {e['msg'].removeprefix('Value error, ')}")
     return 422, "; ".join(parts)
+
+
+def body_fields(request: Request) -> dict[str, bool]:
+    """The fields of the JSON body the request's route reads, each with whether it is required
+    (empty for a route without a body model)."""
+    body = getattr(request.scope.get("route"), "body_field", None)     # FastAPI's APIRoute: what it reads the body into
+    model = getattr(getattr(body, "field_info", None), "annotation", None)
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        return {}
+    return {name: field.is_required() for name, field in model.model_fields.items()}
+
+
+def not_a_field(name: str, fields: dict[str, bool]) -> str:
+    """Why a field `name` is refused: pydantic's "Extra inputs are not permitted" names neither the
+    field meant (a misspelt `txt` leaves `text` missing) nor those there are."""
+    if not fields:
+        return "not a field of this request"
+    meant = difflib.get_close_matches(name, list(fields), n=1)
+    takes = ", ".join(f"{field} (required)" if required else field for field, required in fields.items())
+    return f"not a field of this request{f' (did you mean {meant[0]}?)' if meant else ''}; it takes {takes}"
 
 
 def answer_errors(app: FastAPI) -> None:

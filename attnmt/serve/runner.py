@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import copy
 import ipaddress
 import signal
 import socket
 import sys
 import threading
+from types import FrameType
 from typing import Any, Callable, Optional
 
 import uvicorn
@@ -29,12 +32,40 @@ def logging_config(access_log: bool) -> dict[str, Any]:
     return config
 
 
+# How often the server renews the Date header it sends, as uvicorn does (every tenth 0.1 s look).
+DATE_EVERY_S = 1.0
+
+
+class Server(uvicorn.Server):
+    """uvicorn's server, whose main loop sleeps until a stop wakes it, where uvicorn's looks at
+    should_exit every 0.1 s: a SIGTERM or SIGINT begins the shutdown at once."""
+
+    def __init__(self, config: uvicorn.Config):
+        super().__init__(config)
+        self.stopping = asyncio.Event()
+        self.loop: Optional[asyncio.AbstractEventLoop] = None   # the loop main_loop runs in, while it runs
+
+    async def main_loop(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        # on_tick(0) renews the Date header and says whether to stop (uvicorn: each 10th of its ticks).
+        while not await self.on_tick(0):
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.stopping.wait(), DATE_EVERY_S)
+
+    def handle_exit(self, sig: int, frame: Optional[FrameType]) -> None:
+        super().handle_exit(sig, frame)
+        # A signal handler runs between two steps of the loop, which may sleep in select(): wake it.
+        if self.loop is not None and not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(self.stopping.set)
+
+
 def serve(translator: TextTranslator, host: str, port: int, limits: ServeConfig, log: Callable[[str], None] = print,
           name: str = "the model", keys: Optional[KeyFile] = None, access_log: bool = True) -> None:
     """Serve the translator's model (`name` in the log) until SIGTERM or SIGINT: the requests in flight
-    are answered, then serve() returns (SIGTERM) or raises KeyboardInterrupt (SIGINT). Port 0 picks a
-    free port (printed). With `keys`, translating needs a key; SIGHUP reads the key file again. With
-    `access_log`, each request is logged on stdout (uvicorn's access log)."""
+    are answered, the log's last line says the server stopped, then serve() returns (SIGTERM) or
+    raises KeyboardInterrupt (SIGINT). Port 0 picks a free port (printed). With `keys`, translating
+    needs a key; SIGHUP reads the key file again. With `access_log`, each request is logged on stdout
+    (uvicorn's access log)."""
     validate_serve(limits)
     note = translator.precision_note()
     if note:
@@ -52,30 +83,40 @@ def serve(translator: TextTranslator, host: str, port: int, limits: ServeConfig,
     if keys is None and not bound.is_loopback:
         print(f"attnmt: warning: listening on {host} without --api-keys: the server is open to anyone who can "
               f"reach it", file=sys.stderr, flush=True)
-    shown = f"[{host}]" if ":" in host else host
-    log(f"attnmt serve: {name} on http://{shown}:{sock.getsockname()[1]}/ (Ctrl-C stops)")
-    if keys is not None:
-        log(f"attnmt serve: API keys read from {keys.path}: {len(keys.keys)}; translating needs one")
     # Idle connections stay open longer than clients keep them (httpx: 5 s), so the client is the one
     # that closes them: otherwise a request sent as the server closes its connection fails.
     # uvicorn's proxy_headers (on) takes the client address from X-Forwarded-For when the connection
     # comes from FORWARDED_ALLOW_IPS (127.0.0.1 unless set): a reverse proxy's clients get their own rates.
     # log_level None: uvicorn keeps the levels of logging_config (warnings, and the access log's lines).
-    server = uvicorn.Server(uvicorn.Config(app, log_config=logging_config(access_log), log_level=None,
-                                           access_log=access_log, timeout_keep_alive=75))
+    server = Server(uvicorn.Config(app, log_config=logging_config(access_log), log_level=None,
+                                   access_log=access_log, timeout_keep_alive=75))
+    stopped_by: list[str] = []                                        # the signal that stopped it, for the log
+
+    def stop(signum: int, frame: Optional[FrameType]) -> None:
+        stopped_by.append(signal.Signals(signum).name)
+        server.handle_exit(signum, frame)
+
     # uvicorn stops on SIGTERM once the requests in flight are answered, then raises the signal again
     # for the handler it found (attnmt's CLI: exit 143, as for a killed training run). That stop is
-    # the end of serving, not a failure: with uvicorn's own handler found, serve() returns, and a
-    # SIGTERM just before uvicorn starts listening for it stops the server too. uvicorn handles
-    # SIGINT and SIGTERM, not SIGHUP, which reads the key file again.
-    handlers: dict[int, Callable[[int, Any], None]] = {signal.SIGTERM: server.handle_exit}
+    # the end of serving, not a failure: with this handler found, serve() returns. It is set before
+    # the address is logged, so that a SIGTERM sent on reading it stops the server the same way.
+    # uvicorn handles SIGINT and SIGTERM, not SIGHUP, which reads the key file again.
+    handlers: dict[int, Callable[[int, Any], None]] = {signal.SIGTERM: stop}
     if keys is not None and hasattr(signal, "SIGHUP"):
         handlers[signal.SIGHUP] = lambda _signum, _frame: keys.reload()
     # Only the main thread may set a handler.
     main_thread = threading.current_thread() is threading.main_thread()
     previous = {signum: signal.signal(signum, handler) for signum, handler in handlers.items()} if main_thread else {}
     try:
+        shown = f"[{host}]" if ":" in host else host
+        log(f"attnmt serve: {name} on http://{shown}:{sock.getsockname()[1]}/ (Ctrl-C stops)")
+        if keys is not None:
+            log(f"attnmt serve: API keys read from {keys.path}: {len(keys.keys)}; translating needs one")
         server.run(sockets=[sock])
+        log(f"attnmt serve: stopped ({stopped_by[0]})" if stopped_by else "attnmt serve: stopped")
+    except KeyboardInterrupt:                 # SIGINT: from uvicorn once it has stopped, or from Python before
+        log("attnmt serve: stopped (SIGINT)")
+        raise
     finally:
         for signum, handler in previous.items():
             if handler is not None:  # None: not set by Python

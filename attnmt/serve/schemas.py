@@ -151,13 +151,16 @@ class ExplainResponse(BaseModel):
     "contrast": "with `contrast`: f is log p(token) − log p(contrast); null: f is log p(token)",
     "output": "f, in nats: what every attribution is in units of",
     "source": "the attribution of each source word (its pieces summed), in nats",
+    "between_words": "grad and ig: the attribution of the source pieces that belong to no word (a character "
+                     "model's spaces), which `completeness` counts beside the words; null where every piece belongs "
+                     "to a word, and for occlusion",
     "attention": "the step's cross-attention on each source word (its pieces summed), as attnmt align reads it; "
                  "null: the model has no attention",
     "prefix": "grad and ig: the attribution of each target input, <sos> first; null for occlusion",
     "source_share": "grad and ig: Σ|source| / (Σ|source| + Σ|prefix|), how much of the attribution comes from the "
                     "source rather than the translation so far; null for occlusion",
-    "completeness": f"ig: `total`, the attributions' sum (source and prefix), against `change`, f(input) − "
-                    f"f(baseline); `holds`: they agree within {COMPLETENESS:.0%} of the change (at least "
+    "completeness": f"ig: `total`, the attributions' sum, Σ source + between_words + Σ prefix, against `change`, "
+                    f"f(input) − f(baseline); `holds`: they agree within {COMPLETENESS:.0%} of the change (at least "
                     f"{COMPLETENESS})",
     "without": "occlusion: f with each source word dropped"}))
 class AttributedStepResult(AttributedStep):

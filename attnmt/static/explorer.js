@@ -445,9 +445,14 @@
       notes.push(`The source gives ${Math.round(step.source_share * 100)}% of the attribution, the translation so far the rest.`);
     }
     if (step.completeness) {
-      const c = step.completeness;
-      notes.push(`Completeness: the attributions add up to ${c.total.toFixed(4)}, f(input) \u2212 f(baseline) = ` +
-                 `${c.change.toFixed(4)}` + (c.holds ? "." : ": not within 1%; more IG steps close it."));
+      // Every share the total counts, so that the parts shown add up to it.
+      const c = step.completeness, sum = (values) => values.reduce((total, value) => total + value, 0);
+      const parts = [`the source words ${sum(step.source).toFixed(4)}`];
+      if (step.between_words !== null) parts.push(`the spaces between them ${step.between_words.toFixed(4)}`);
+      parts.push(`the translation so far ${sum(step.prefix).toFixed(4)}`);
+      notes.push(`Completeness: the attributions (${parts.join(", ")}) add up to ${c.total.toFixed(4)}, ` +
+                 `f(input) \u2212 f(baseline) = ${c.change.toFixed(4)}` +
+                 (c.holds ? "." : ": not within 1%; more IG steps close it."));
     }
     $("attribution-note").textContent = notes.join(" ");
     table.dataset.step = step.step;               // which step and method are on display (tests wait for them)
