@@ -96,12 +96,14 @@ def serve(translator: TextTranslator, host: str, port: int, limits: ServeConfig,
         stopped_by.append(signal.Signals(signum).name)
         server.handle_exit(signum, frame)
 
-    # uvicorn stops on SIGTERM once the requests in flight are answered, then raises the signal again
-    # for the handler it found (attnmt's CLI: exit 143, as for a killed training run). That stop is
-    # the end of serving, not a failure: with this handler found, serve() returns. It is set before
-    # the address is logged, so that a SIGTERM sent on reading it stops the server the same way.
+    # uvicorn stops on SIGTERM or SIGINT once the requests in flight are answered, then raises the
+    # signal again for the handler it found (attnmt's CLI: exit 143 for SIGTERM, as for a killed
+    # training run). A SIGTERM is the end of serving, not a failure: with this handler found, serve()
+    # returns; a SIGINT ends as Ctrl-C does (KeyboardInterrupt). It is set before the address is
+    # logged, so that a signal sent on reading it stops the server the same way (a SIGINT there
+    # would otherwise interrupt uvicorn before its loop starts).
     # uvicorn handles SIGINT and SIGTERM, not SIGHUP, which reads the key file again.
-    handlers: dict[int, Callable[[int, Any], None]] = {signal.SIGTERM: stop}
+    handlers: dict[int, Callable[[int, Any], None]] = {signal.SIGTERM: stop, signal.SIGINT: stop}
     if keys is not None and hasattr(signal, "SIGHUP"):
         handlers[signal.SIGHUP] = lambda _signum, _frame: keys.reload()
     # Only the main thread may set a handler.
@@ -112,12 +114,14 @@ def serve(translator: TextTranslator, host: str, port: int, limits: ServeConfig,
         log(f"attnmt serve: {name} on http://{shown}:{sock.getsockname()[1]}/ (Ctrl-C stops)")
         if keys is not None:
             log(f"attnmt serve: API keys read from {keys.path}: {len(keys.keys)}; translating needs one")
-        server.run(sockets=[sock])
-        log(f"attnmt serve: stopped ({stopped_by[0]})" if stopped_by else "attnmt serve: stopped")
-    except KeyboardInterrupt:                 # SIGINT: from uvicorn once it has stopped, or from Python before
-        log("attnmt serve: stopped (SIGINT)")
-        raise
+        try:
+            server.run(sockets=[sock])
+        except KeyboardInterrupt:  # a SIGINT that reached no handler of ours (serve() outside the main thread)
+            stopped_by.append("SIGINT")
     finally:
         for signum, handler in previous.items():
             if handler is not None:  # None: not set by Python
                 signal.signal(signum, handler)
+    log(f"attnmt serve: stopped ({stopped_by[0]})" if stopped_by else "attnmt serve: stopped")
+    if stopped_by[:1] == ["SIGINT"]:
+        raise KeyboardInterrupt  # Ctrl-C ends as Ctrl-C: the CLI says it was interrupted (exit 130)
