@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import typing
 
-from . import families  # noqa: F401  # registers the families' configs (config.MODEL_CONFIGS); no torch
 from .config import Config, load_config
 from .errors import AttnmtError
 

@@ -8,14 +8,18 @@ import math
 import re
 import types
 import typing
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import TYPE_CHECKING, Any, Literal, Optional
 
 import yaml
 
 from .errors import AttnmtError
 from .threads import parse_setting
+
+if TYPE_CHECKING:
+    from .families import Family
 
 
 class _YamlLoader(yaml.SafeLoader):
@@ -183,9 +187,28 @@ class ModelConfig:
             raise AttnmtError("model.share_embeddings needs vocab.joint: true (one vocabulary for both sides)")
 
 
-# Each family's config class by model.arch. The registry (attnmt/families/__init__.py) fills it:
-# the families' configs subclass ModelConfig, so this module, below them in the house, cannot name them.
-MODEL_CONFIGS: dict[str, type[ModelConfig]] = {}
+class _RegisteredConfigs(Mapping[str, type[ModelConfig]]):
+    """Each family's config class by model.arch, read from the registry (attnmt/families/__init__.py) at
+    each look-up. The families' configs subclass ModelConfig, so this module, below them in the house,
+    cannot import them when it loads: it asks the registry at the call, and nothing writes into it."""
+
+    @staticmethod
+    def _families() -> Mapping[str, Family]:
+        from .families import FAMILIES  # here, not at the top: the registry imports this module (no torch)
+
+        return FAMILIES
+
+    def __getitem__(self, arch: str) -> type[ModelConfig]:
+        return self._families()[arch].config
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._families())
+
+    def __len__(self) -> int:
+        return len(self._families())
+
+
+MODEL_CONFIGS: Mapping[str, type[ModelConfig]] = _RegisteredConfigs()
 DEFAULT_ARCH = "rnn"
 
 
