@@ -1,11 +1,21 @@
 """The house's rules that a reader would otherwise have to check by hand: imports flow one way (no
 module imports, at load time, one that imports it back), and outside the families' folders nothing
-names a family's modules but the CTranslate2 export, which writes the Transformer's own weights."""
+names a family's modules but the CTranslate2 export, which writes the Transformer's own weights; and
+importing a module has no side effects: the config and the families' registry load without torch or a
+network, and a family exists by its registry entry alone (issue 62)."""
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
+from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
+
+from attnmt.config import MODEL_CONFIGS, ModelConfig, config_from_dict
+from attnmt.families import FAMILIES, Family, register, unregister
 
 PACKAGE = Path(__file__).resolve().parents[1] / "attnmt"
 
@@ -52,3 +62,41 @@ def test_only_the_families_and_the_transformer_export_name_a_familys_modules():
               if not name.startswith("attnmt.families")
               and any(m.startswith(("attnmt.families.rnn", "attnmt.families.transformer")) for m in imported)}
     assert naming == {"attnmt.export"}
+
+
+REGISTRY = ["attnmt.families", "attnmt.families.rnn", "attnmt.families.rnn.config", "attnmt.families.transformer",
+            "attnmt.families.transformer.config"]
+
+
+@pytest.mark.parametrize("module,loads", [("attnmt.config", []), ("attnmt.families", REGISTRY)])
+def test_the_config_and_the_registry_import_without_torch_or_a_network(module, loads):
+    """Importing attnmt.config imports no family at all, the registry only the families' configs; the
+    configs by model.arch come from the registry at the first look-up, still without torch."""
+    probe = (f"import {module}; import sys; assert 'torch' not in sys.modules; "
+             "print(sorted(m for m in sys.modules if m.startswith('attnmt.families'))); "
+             "from attnmt.config import MODEL_CONFIGS; print(sorted(MODEL_CONFIGS)); assert 'torch' not in sys.modules")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [str(loads), "['rnn', 'transformer']"]
+
+
+@dataclass
+class HouseConfig(ModelConfig):
+    """A family's config with no keys of its own."""
+
+    arch: str = "house"
+
+
+def test_registering_makes_a_familys_config_loadable_and_an_arch_is_registered_once():
+    values = {"data": {"format": "dates"}, "model": {"arch": "house"}}
+    register("house", Family(HouseConfig, "nowhere:Network"))
+    try:
+        assert MODEL_CONFIGS["house"] is HouseConfig and type(config_from_dict(values).model) is HouseConfig
+        for arch in ("house", "rnn"):
+            taken = FAMILIES[arch]
+            with pytest.raises(ValueError, match=f"^model.arch '{arch}' is registered already \\(unregister it first\\)$"):
+                register(arch, Family(HouseConfig, "nowhere:Network"))
+            assert FAMILIES[arch] is taken                                 # nothing was replaced
+    finally:
+        unregister("house")
+    assert "house" not in MODEL_CONFIGS
