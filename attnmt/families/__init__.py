@@ -1,8 +1,9 @@
 """The model families by model.arch: the registry. A family is a folder beside this one holding its
-network (implementing seam.Model) and its config (a ModelConfig subclass); registering it here is all
-the rest of attnmt needs (DEVELOPERS.md, "Model families"). The configs are registered at once, the
-networks by where they live, imported when a model is built: reading and checking a config (the
-`attnmt` command's errors, `--help`) never loads torch."""
+network (implementing seam.Model) and its config (a ModelConfig subclass); its entry in FAMILIES is all
+the rest of attnmt needs (DEVELOPERS.md, "Model families"). The registry is data: each family's config
+class, and its network by where it lives, imported when a model is built. config.py asks it at the call
+(config.MODEL_CONFIGS), so reading and checking a config (the `attnmt` command's errors, `--help`) never
+loads torch, and importing this module writes into no other module."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Union, cast
 
-from ..config import MODEL_CONFIGS, ModelConfig
+from ..config import ModelConfig
 from .rnn.config import RNNConfig
 from .transformer.config import TransformerConfig
 
@@ -35,23 +36,22 @@ class Family:
         return cast(Network, getattr(importlib.import_module(module), name))
 
 
-FAMILIES: dict[str, Family] = {}
+FAMILIES: dict[str, Family] = {
+    "rnn": Family(RNNConfig, "attnmt.families.rnn.network:RNNEncoderDecoder"),
+    "transformer": Family(TransformerConfig, "attnmt.families.transformer.network:Transformer"),
+}
 
 
 def register(arch: str, family: Family) -> None:
-    """Make `family` the one model.arch `arch` builds; refuses an arch already registered."""
+    """Make `family`, added at run time (attnmt's own are FAMILIES' entries), the one model.arch `arch`
+    builds and loads; refuses an arch already registered."""
     if arch in FAMILIES:
         raise ValueError(f"model.arch {arch!r} is registered already (unregister it first)")
     FAMILIES[arch] = family
-    MODEL_CONFIGS[arch] = family.config
 
 
 def unregister(arch: str) -> None:
-    del FAMILIES[arch], MODEL_CONFIGS[arch]
-
-
-register("rnn", Family(RNNConfig, "attnmt.families.rnn.network:RNNEncoderDecoder"))
-register("transformer", Family(TransformerConfig, "attnmt.families.transformer.network:Transformer"))
+    del FAMILIES[arch]
 
 
 def build_model(config: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, fast_paths: bool = True) -> Model:
