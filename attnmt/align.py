@@ -43,12 +43,12 @@ from typing import Optional
 import numpy as np
 import torch
 
-from .aligner import piece_tensors
+from .aligner import Aligner, piece_tensors, read_aligner
 from .batch import pad
 from .choices import ALIGN_METHODS, ALIGN_STEPS, AVERAGE, SYMMETRIZATIONS
 from .errors import AttnmtError
 from .families.seam import AttentionView
-from .translate import Translator
+from .translate import TextTranslator, Translator
 from .vocab import SOS_ID
 
 Link = tuple[int, int]                      # (source word, target word), from 0
@@ -119,17 +119,13 @@ def word_attention(translator: Translator, pairs: list[tuple[list[str], list[str
     return results
 
 
-def aligner_posteriors(translator: Translator, pairs: list[tuple[list[str], list[str]]], batch_size: int = 32
-                       ) -> list[tuple[WordPosterior, WordPosterior]]:
-    """For each (source words, target words) pair, the aligner's posteriors between words, pieces
-    merged as word_attention merges them: the target words' over the source words
+def aligner_posteriors(translator: Translator, aligner: Aligner, pairs: list[tuple[list[str], list[str]]],
+                       batch_size: int = 32) -> list[tuple[WordPosterior, WordPosterior]]:
+    """For each (source words, target words) pair, the posteriors of the translator's aligner between
+    words, pieces merged as word_attention merges them: the target words' over the source words
     [len(target), len(source)] with each target word's NULL share [len(target)], and the source
     words' over the target words [len(source), len(target)] with theirs: each row and its NULL
     share sum to 1."""
-    aligner = translator.aligner
-    if aligner is None:
-        raise AttnmtError("this model file has no aligner: train one with `attnmt train-aligner MODEL --src FILE "
-                          "--tgt FILE --out MODEL_WITH_ALIGNER`, or choose --method argmax or threshold")
     text = translator.tokenization
     pieces = [(translator.src_tokenizer.tokenize_words(s), translator.tgt_tokenizer.tokenize_words(t))
               for s, t in pairs]
@@ -256,11 +252,12 @@ def symmetrize(forward: set[Link], backward: set[Link], method: str) -> set[Link
 def align(translator: Translator, sources: list[str], targets: list[str], method: str = "argmax",
           threshold: float = 0.3, layer: Optional[int] = None, head: Optional[int] = None,
           reverse: Optional[Translator] = None, symmetrization: Optional[str] = None,
-          step: str = "output") -> list[WordAlignment]:
+          step: str = "output", aligner: Optional[Aligner] = None) -> list[WordAlignment]:
     """Word alignments of sentence pairs, words split at whitespace. With `reverse` (a model
     translating targets into sources), or with the aligner (both directions), the directions are
     combined by `symmetrization` (default: average for the aligner, grow-diag-final for
-    `reverse`); `attention` then stays the forward direction's."""
+    `reverse`); `attention` then stays the forward direction's. Method aligner uses `aligner`
+    (default: the one the translator's model file holds)."""
     if len(sources) != len(targets):
         raise AttnmtError(f"{len(sources)} source sentences but {len(targets)} target sentences: they pair line by line")
     if method not in ALIGN_METHODS:
@@ -274,7 +271,11 @@ def align(translator: Translator, sources: list[str], targets: list[str], method
     if method == "aligner":
         if reverse is not None:
             raise AttnmtError("--reverse with --method aligner: the aligner aligns both ways itself, leave out --reverse")
-        posteriors = aligner_posteriors(translator, pairs)
+        aligner = aligner or read_aligner(translator)
+        if aligner is None:
+            raise AttnmtError("this model file has no aligner: train one with `attnmt train-aligner MODEL --src FILE "
+                              "--tgt FILE --out MODEL_WITH_ALIGNER`, or choose --method argmax or threshold")
+        posteriors = aligner_posteriors(translator, aligner, pairs)
         weights, backward_weights = [f for (f, _), _ in posteriors], [b for _, (b, _) in posteriors]
         links = [aligner_links(*forward) for forward, _ in posteriors]
         backward_links = [flipped(aligner_links(*backward)) for _, backward in posteriors]
@@ -304,15 +305,27 @@ def flipped(links: set[Link]) -> set[Link]:
     return {(s, t) for t, s in links}
 
 
-def translation_alignments(translator: Translator, sources: list[str], translations: list[str]
-                           ) -> tuple[str, list[WordAlignment]]:
-    """Word alignments between sentences and their translations, and the method that made them:
-    the aligner trained for the model where its file holds one, else attention's argmax links."""
-    method = translator.alignment_method()
+def model_aligner(translator: TextTranslator) -> Optional[Aligner]:
+    """The aligner the translator's model file holds (attnmt train-aligner), or None: the file holds
+    none, or another engine decodes (it has not the model's weights to align with)."""
+    return read_aligner(translator) if isinstance(translator, Translator) else None
+
+
+def alignment_method(translator: TextTranslator, aligner: Optional[Aligner]) -> Optional[str]:
+    """How translation_alignments links words: with `aligner` (model_aligner's), "aligner"; else the
+    engine's attention alignment ("argmax"), or None where there is neither."""
+    return "aligner" if aligner is not None else translator.alignment_method()
+
+
+def translation_alignments(translator: Translator, aligner: Optional[Aligner], sources: list[str],
+                           translations: list[str]) -> tuple[str, list[WordAlignment]]:
+    """Word alignments between sentences and their translations, and the method that made them
+    (alignment_method): the model's aligner where it has one, else attention's argmax links."""
+    method = alignment_method(translator, aligner)
     if method is None:
         raise AttnmtError("this model has neither attention (model.attention none) nor an aligner (attnmt "
                           "train-aligner): it cannot align words")
-    return method, align(translator, sources, translations, method)
+    return method, align(translator, sources, translations, method, aligner=aligner)
 
 
 def pharaoh(links: list[Link]) -> str:

@@ -37,7 +37,7 @@ import math
 import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Optional, cast
+from typing import Any, Callable, Optional, cast
 
 import numpy as np
 import torch
@@ -46,11 +46,9 @@ from torch import nn
 from .batch import batch_indices, pad
 from .errors import AttnmtError, first_line
 from .families.seam import Model
-from .modelfile import load_file, save_file
+from .modelfile import load_file, read_metadata, save_file
+from .translate import Translator
 from .vocab import PAD_ID
-
-if TYPE_CHECKING:
-    from .translate import Translator
 
 BATCH_TOKENS = 4096           # target pieces per training batch
 PREFIX = "aligner."           # its tensors' names in a model file; its metadata's key is "aligner"
@@ -205,11 +203,12 @@ def piece_tensors(pairs: list[tuple[list[int], list[int]]], rows: list[int], dev
 
 def train_aligner(translator: Translator, sources: list[str], targets: list[str], epochs: int = 1, lr: float = 3e-3,
                   batch_tokens: int = BATCH_TOKENS, seed: int = 1, window: int = 0,
-                  log: Callable[[str], None] = print) -> Aligner:
+                  log: Callable[[str], None] = print, aligner: Optional[Aligner] = None) -> Aligner:
     """An aligner for the translator's model, trained on sentence pairs (plain text) by the
-    likelihood of both directions, starting from the translator's aligner where it has one (more
-    epochs; `window` is then its own) or from the model's embeddings, reading `window` neighbours
-    of each piece on each side. The model itself is left unchanged."""
+    likelihood of both directions, starting from `aligner` (default: the one the translator's model
+    file holds, read_aligner), trained further (more epochs; `window` is then its own), or where
+    there is none from the model's embeddings, reading `window` neighbours of each piece on each
+    side. The model itself is left unchanged."""
     torch.manual_seed(seed)
     text = translator.tokenization
     pairs = [(text.src_vocab.encode(translator.src_tokenizer.tokenize(s)),
@@ -218,8 +217,8 @@ def train_aligner(translator: Translator, sources: list[str], targets: list[str]
     if not pairs:
         raise AttnmtError("no sentence pairs with words on both sides to train the aligner on")
     lengths = np.array([(len(t), len(s)) for s, t in pairs], dtype=np.int64)   # batched by target length
-    aligner = translator.aligner or Aligner.for_model(translator.model, len(text.src_vocab), len(text.tgt_vocab),
-                                                      window)
+    aligner = aligner or read_aligner(translator) or Aligner.for_model(translator.model, len(text.src_vocab),
+                                                                       len(text.tgt_vocab), window)
     optimizer = torch.optim.Adam(aligner.parameters(), lr=lr)
     rng = random.Random(seed)
     aligner.train()
@@ -252,15 +251,18 @@ def write_aligner(model_path: str | Path, out: str | Path, aligner: Aligner, tra
     save_file(out, tensors, meta)
 
 
-def read_aligner(path: str | Path, tensors: dict[str, torch.Tensor], meta: dict[str, Any], src_vocab: int,
-                 tgt_vocab: int, device: torch.device) -> Optional[Aligner]:
-    """The aligner a model file holds, on `device`, or None."""
-    if "aligner" not in meta:
+def read_aligner(translator: Translator) -> Optional[Aligner]:
+    """The aligner the translator's model file holds, on its device, or None: the file holds none, or
+    the translator was made in memory. Its weights are read only where the metadata names one."""
+    path = translator.path
+    if path is None or "aligner" not in read_metadata(path):
         return None
+    tensors, meta = load_file(path)
+    text = translator.tokenization
     try:
-        aligner = Aligner(AlignerConfig(**meta["aligner"]["config"]), src_vocab, tgt_vocab)
+        aligner = Aligner(AlignerConfig(**meta["aligner"]["config"]), len(text.src_vocab), len(text.tgt_vocab))
         aligner.load_state_dict({name[len(PREFIX):]: t for name, t in tensors.items() if name.startswith(PREFIX)})
     except (KeyError, TypeError, RuntimeError) as err:
         raise AttnmtError(f"{path}: the aligner in this model file does not match its model ({first_line(err)}); "
                           f"train it again with `attnmt train-aligner`") from None
-    return aligner.to(device).eval()
+    return aligner.to(translator.device).eval()

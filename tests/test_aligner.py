@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from attnmt import AttnmtError, Translator
-from attnmt.align import align, aligner_links, aligner_posteriors, averaged, read_gold, score
-from attnmt.aligner import Aligner, AlignerConfig, HiddenMarkovAligner, train_aligner
+from attnmt.align import align, aligner_links, aligner_posteriors, alignment_method, averaged, model_aligner, read_gold, score
+from attnmt.aligner import Aligner, AlignerConfig, HiddenMarkovAligner, read_aligner, train_aligner, write_aligner
 from attnmt.cli import main
 from attnmt.config import config_from_dict
 from attnmt.dates import generate_dates
@@ -141,13 +141,13 @@ def test_the_aligner_finds_a_known_alignment_that_attention_misses(tmp_path):
     translator = Translator.load(train(config, log=lambda _: None).model_path, "cpu")
     sources = (tmp_path / "train.src").read_text().splitlines()
     targets = (tmp_path / "train.tgt").read_text().splitlines()
-    translator.aligner = train_aligner(translator, sources, targets, epochs=5, lr=0.01, batch_tokens=256,
-                                       log=lambda _: None)
+    aligner = train_aligner(translator, sources, targets, epochs=5, lr=0.01, batch_tokens=256, log=lambda _: None)
     test = list(zip((tmp_path / "test.src").read_text().splitlines(), (tmp_path / "test.tgt").read_text().splitlines()))
     gold = (tmp_path / "gold.txt")
     gold.write_text("".join(" ".join(f"{i}-{j}" for i, j in pair_links) + "\n" for pair_links in links[-50:]))
     gold_links = read_gold(gold, 0)
-    by_aligner = score([set(a.links) for a in align(translator, *zip(*test), method="aligner")], gold_links)
+    by_aligner = score([set(a.links) for a in align(translator, *zip(*test), method="aligner", aligner=aligner)],
+                       gold_links)
     by_attention = score([set(a.links) for a in align(translator, *zip(*test))], gold_links)
     # What is left are words that occur twice in a sentence; attention is far off (AER about 0.7).
     assert by_aligner.aer < 0.06, (by_aligner.line(), by_attention.line())
@@ -170,12 +170,13 @@ def test_train_aligner_writes_the_model_file_with_it_and_align_uses_it(model, re
     assert meta["aligner"]["pairs"] == len(DATES) and meta["aligner"]["epochs"] == 1
     assert main(["info", str(out)]) == 0
     assert f"aligner: trained on {len(DATES):,} pairs, 1 epochs" in capsys.readouterr().out
-    translator = Translator.load(out, "cpu")
-    assert translator.aligner is not None
+    translator, without = Translator.load(out, "cpu"), Translator.load(path, "cpu")
+    aligner = read_aligner(translator)
+    assert aligner is not None and read_aligner(without) is None
     assert [t.text for t in translator.translate(["3 March 2021"])] == \
-        [t.text for t in Translator.load(path, "cpu").translate(["3 March 2021"])]
+        [t.text for t in without.translate(["3 March 2021"])]
     words = [(s.split(), t.split()) for s, t in DATES[:4]]
-    posteriors = aligner_posteriors(translator, words)
+    posteriors = aligner_posteriors(translator, aligner, words)
     for (source, target), ((forward, null), (backward, back_null)) in zip(words, posteriors, strict=True):
         assert forward.shape == (len(target), len(source)) and backward.shape == (len(source), len(target))
         assert np.allclose(forward.sum(1) + null, 1, atol=1e-5)     # words and NULL share each target word
@@ -191,8 +192,8 @@ def test_train_aligner_writes_the_model_file_with_it_and_align_uses_it(model, re
     assert main(["train-aligner", str(out), "--src", str(src), "--tgt", str(tgt), "--out", str(again),
                  "--device", "cpu"]) == 0
     assert read_model(again)[2]["aligner"]["epochs"] == 2
-    assert train_aligner(translator, [s for s, _ in DATES], [t for _, t in DATES], log=lambda _: None) \
-        is translator.aligner
+    assert train_aligner(translator, [s for s, _ in DATES], [t for _, t in DATES], log=lambda _: None,
+                         aligner=aligner) is aligner
 
 
 def test_aligner_refusals_are_one_line(dates_model, tmp_path, capsys):
@@ -221,7 +222,7 @@ def test_aligner_refusals_are_one_line(dates_model, tmp_path, capsys):
 
 # ---------------------------------------------------------------- over HTTP
 
-def test_translate_answers_alignments_with_the_method_that_made_them(dates_model, no_attention_model):
+def test_translate_answers_alignments_with_the_method_that_made_them(dates_model, no_attention_model, tmp_path):
     from fastapi.testclient import TestClient
 
     from attnmt.config import ServeConfig
@@ -236,14 +237,16 @@ def test_translate_answers_alignments_with_the_method_that_made_them(dates_model
             return response.status_code, response.json()
 
     for method in ("argmax", "aligner"):
-        if method == "aligner":
-            translator.aligner = train_aligner(translator, [s for s, _ in DATES], [t for _, t in DATES],
-                                               log=lambda _: None)
-        assert translator.alignment_method() == method
+        if method == "aligner":          # the server reads the aligner from the model file it serves
+            aligned = tmp_path / "aligned.safetensors"
+            write_aligner(dates_model, aligned, train_aligner(translator, [s for s, _ in DATES], [t for _, t in DATES],
+                                                              log=lambda _: None), {"pairs": len(DATES), "epochs": 1})
+            translator = Translator.load(aligned, "cpu")
+        assert alignment_method(translator, model_aligner(translator)) == method
         status, body = answer(translator)
         assert status == 200, body
         translations = [result["translation"] for result in body["results"]]
-        expected = align(translator, texts, translations, method=method)
+        expected = align(translator, texts, translations, method=method)       # the aligner: the file's
         for result, alignment in zip(body["results"], expected, strict=True):
             assert result["alignment"] == {"method": method, "source_words": alignment.source_words,
                                            "target_words": alignment.target_words,

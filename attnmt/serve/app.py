@@ -14,7 +14,7 @@ from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 from ..access import KeyFile, RateLimits
-from ..align import translation_alignments
+from ..align import alignment_method, model_aligner, translation_alignments
 from ..attribution import IG_STEPS, Work, explain_or_attribute
 from ..config import ServeConfig, source_languages, validate_serve
 from ..errors import AttnmtError
@@ -88,7 +88,9 @@ class Routes:
         self.engine = translator.engine_info().engine
         # Never let the translator cut a long input silently: refuse it instead.
         self.max_tokens = min(limits.max_tokens, translator.config.decode.max_src_len)
-        self.info = model_info(translator, limits, self.max_tokens)
+        # Read once, at start: what `alignments: true` links words with, and /model says.
+        self.aligner = model_aligner(translator)
+        self.info = model_info(translator, limits, self.max_tokens, alignment_method(translator, self.aligner))
 
     @contextlib.asynccontextmanager
     async def lifespan(self, _app: FastAPI) -> AsyncIterator[None]:
@@ -160,7 +162,7 @@ class Routes:
 
         def work() -> list[dict[str, Any]]:
             try:
-                method, alignments = translation_alignments(translator, sources, translations)
+                method, alignments = translation_alignments(translator, self.aligner, sources, translations)
             except AttnmtError as err:
                 raise ServeError(422, f"alignments: {err}") from None
             return [{"method": method, "source_words": a.source_words, "target_words": a.target_words,
@@ -214,14 +216,15 @@ async def explorer() -> FileResponse:
     return FileResponse(STATIC / "index.html")
 
 
-def model_info(translator: TextTranslator, limits: ServeConfig, max_tokens: int) -> dict[str, Any]:
-    """What GET /model answers (ModelInfo)."""
+def model_info(translator: TextTranslator, limits: ServeConfig, max_tokens: int, alignments: Optional[str]
+               ) -> dict[str, Any]:
+    """What GET /model answers (ModelInfo); `alignments`: how the server aligns words (align.alignment_method)."""
     decode, engine = translator.config.decode, translator.engine_info()
     config = translator.config
     return {"src_lang": config.data.src_lang, "source_languages": source_languages(config.data),
             "tgt_lang": config.data.tgt_lang, "arch": config.model.arch, "tokenizer": config.tokenizer.level,
             "beam_size": decode.beam_size, **asdict(engine), "explains": translator.explains,
-            "alignments": translator.alignment_method(),
+            "alignments": alignments,
             "limits": {**asdict(limits), "max_tokens": max_tokens}}
 
 
