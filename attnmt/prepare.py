@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 import numpy as np
 from tqdm import tqdm
@@ -60,9 +60,9 @@ from .data import (
 from .dates import generate_dates
 from .errors import AttnmtError
 from .files import cache_dir
-from .store import HELDOUT_FILE, META_FILE, STORE_FORMAT, PreparedCorpus, id_dtype
+from .store import META_FILE, STORE_FORMAT, PreparedCorpus, StoreWriter
 from .tokenize import SubwordTokenizer, Tokenizer, make_tokenizer, tokenizer_from_dict
-from .vocab import UNK_ID, Tokenization, Vocabulary
+from .vocab import Tokenization, Vocabulary
 
 CHUNK_PAIRS = 20_000  # pairs a worker tokenizes at a time
 SHOWN_PROBLEMS = 5    # unreadable lines quoted in the report
@@ -219,7 +219,7 @@ class CorpusSource:
         check_split(total, valid_size, test_size)
         order = np.frombuffer(shuffled_order(total, self.data.seed), dtype=np.int64)
         rest = order[held:]
-        if len(counts) > 1:  # each corpus's positions together (_write_order finds its pairs by them)
+        if len(counts) > 1:  # each corpus's positions together (StoreWriter.arrange finds its pairs by them)
             corpus_of = np.repeat(np.arange(len(counts), dtype=np.int32), counts)
             rest = rest[np.argsort(corpus_of[rest], kind="stable")]
         positions = np.empty(total, dtype=np.int64)
@@ -709,50 +709,35 @@ def _write_store(config: Config, source: CorpusSource, given: Optional[Tokenizat
              for f in source.files]
     src_tokenizer, tgt_tokenizer = (given.src_tokenizer, given.tgt_tokenizer) if given else _learn_tokenizers(
         config, source, log)
-    streamed = _stream(config.data, source, src_tokenizer, tgt_tokenizer, work)
+    with StoreWriter(work) as writer:
+        streamed = _stream(config.data, source, src_tokenizer, tgt_tokenizer, writer)
     if given:
         src_vocab, tgt_vocab = given.src_vocab, given.tgt_vocab
     else:
         src_vocab, tgt_vocab = _vocabularies(config, streamed.inventories, streamed.counts)
     tokenization = Tokenization(src_tokenizer, tgt_tokenizer, src_vocab, tgt_vocab)
-    dtype = id_dtype(max(len(src_vocab), len(tgt_vocab)))
-    tokens = {}
-    for name, vocab, inventory in (("src", src_vocab, streamed.inventories[0]), ("tgt", tgt_vocab, streamed.inventories[1])):
-        table = np.array([vocab.stoi.get(t, UNK_ID) for t in inventory] or [UNK_ID], dtype=dtype)
-        tokens[name] = _renumber(work / f"{name}.raw", work / f"{name}.ids", table)
-        lengths = np.fromfile(work / f"{name}.len", dtype=np.int32)
-        np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]).tofile(work / f"{name}.offsets")
-    kept_by_corpus = _write_order(work, source)
-    (work / HELDOUT_FILE).write_text(json.dumps({"valid": source.valid, "test": source.test}, ensure_ascii=False),
-                                     encoding="utf-8")
+    kept_by_corpus = writer.arrange(tokenization, streamed.inventories, source.starts, source.weights)
     seconds = time.monotonic() - started
     problems, read = streamed.problems, streamed.read
-    report = {"pairs_read": read, "pairs_kept": streamed.kept,
+    report = {"pairs_read": read, "pairs_kept": writer.rows,
               "left_out": {reason: problems.counts[reason] for reason in REASONS},
               "unreadable_shown": problems.shown, "valid_pairs": len(source.valid), "test_pairs": len(source.test),
-              "vocab": {"src": len(src_vocab), "tgt": len(tgt_vocab)}, "tokens": tokens, "workers": streamed.workers,
+              "vocab": {"src": len(src_vocab), "tgt": len(tgt_vocab)}, "tokens": writer.tokens, "workers": streamed.workers,
               "corpora": [{"files": source.names(k), "weight": weight, "pairs_kept": kept_by_corpus[k]}
                           for k, weight in enumerate(source.weights)],
               "seconds": round(seconds, 1), "pairs_per_s": round(read / max(seconds, 1e-9))}
     settings = _settings(config)
     generated = source.generated_sha256() if config.data.format == "dates" else None
-    meta = {"format": STORE_FORMAT, "attnmt": __version__, "settings": settings, "files": files,
-            "fingerprint": _digest({"settings": settings, "text": [f["sha256"] for f in files], "generated": generated}),
-            "tokenization": tokenization.to_dict(), "examples": sum(k * w for k, w in zip(kept_by_corpus, source.weights)),
-            "rows": streamed.kept, "tokens": tokens, "id_dtype": dtype.name, "report": report}
-    with open(work / META_FILE, "w", encoding="utf-8") as meta_file:  # last: a folder without it is no store
-        json.dump(meta, meta_file, ensure_ascii=False)
-        meta_file.flush()
-        os.fsync(meta_file.fileno())
+    writer.finish(source.valid, source.test,
+                  fingerprint=_digest({"settings": settings, "text": [f["sha256"] for f in files], "generated": generated}),
+                  report=report, about={"attnmt": __version__, "settings": settings, "files": files})
 
 
 @dataclass
 class Streamed:
-    """What reading and tokenizing the training pairs gave, beside the files it wrote (ids while
-    preparing, lengths and positions of the kept pairs)."""
+    """What reading and tokenizing the training pairs gave, beside what it appended to the store."""
 
     read: int
-    kept: int
     problems: Problems
     inventories: list[list[str]]  # each side's tokens by their ids while preparing
     counts: list[np.ndarray]      # each side's count of each of those ids
@@ -760,9 +745,9 @@ class Streamed:
 
 
 def _stream(data: DataConfig, source: CorpusSource, src_tokenizer: Tokenizer, tgt_tokenizer: Tokenizer,
-            work: Path) -> Streamed:
+            writer: StoreWriter) -> Streamed:
     """Read, tokenize and filter the training pairs (in worker processes), count the tokens, and
-    append each side's ids and lengths and the pairs' positions to files in `work`."""
+    append the kept pairs to the store's `writer`."""
     workers = data.workers or _cpu_count()
     problems, reading = Problems(), Problems()  # pairs left out by the workers; lines the reader could not split
     make_encoder = partial(ChunkEncoder, src_tokenizer.to_dict(), tgt_tokenizer.to_dict(), data)
@@ -770,55 +755,32 @@ def _stream(data: DataConfig, source: CorpusSource, src_tokenizer: Tokenizer, tg
     index_of: dict[str, int] = {}  # open tokenizers: each token's id while preparing (both sides)
     counts = [np.zeros(len(p) if p else 0, dtype=np.int64) for p in pieces]
     seen_hashes: set[int] = set()
-    read = kept = 0
-    out = {name: open(work / name, "wb") for name in ("src.raw", "tgt.raw", "src.len", "tgt.len", "positions")}
-    try:
-        bar = tqdm(desc="preparing", unit=" pairs", unit_scale=True, disable=None, leave=False)
-        for chunk in encoded_chunks(make_encoder, source.chunks(reading), workers, data.path or data.format):
-            read += len(chunk.positions) + sum(chunk.problems.counts.values())
-            problems.merge(chunk.problems)
-            keep = _new_pairs(chunk, seen_hashes, problems) if chunk.hashes is not None else None
-            for side, (ids, lengths) in enumerate(((chunk.src_ids, chunk.src_lengths), (chunk.tgt_ids, chunk.tgt_lengths))):
-                if chunk.tokens is not None:  # the chunk's own ids -> ids of index_of
-                    table = np.fromiter((index_of.setdefault(t, len(index_of)) for t in chunk.tokens), dtype=np.uint32,
-                                        count=len(chunk.tokens))
-                    ids = table[ids] if len(ids) else ids
-                if keep is not None:
-                    ids, lengths = ids[np.repeat(keep, lengths)], lengths[keep]
-                _count(counts, side, ids)
-                _append(out["src.raw" if side == 0 else "tgt.raw"], ids.astype(np.uint32, copy=False))
-                _append(out["src.len" if side == 0 else "tgt.len"], lengths)
-            positions = chunk.positions if keep is None else chunk.positions[keep]
-            _append(out["positions"], positions)
-            kept += len(positions)
-            bar.update(len(chunk.positions) + sum(chunk.problems.counts.values()))
-        bar.close()
-    finally:
-        for handle in out.values():
-            handle.close()
+    read = 0
+    bar = tqdm(desc="preparing", unit=" pairs", unit_scale=True, disable=None, leave=False)
+    for chunk in encoded_chunks(make_encoder, source.chunks(reading), workers, data.path or data.format):
+        read += len(chunk.positions) + sum(chunk.problems.counts.values())
+        problems.merge(chunk.problems)
+        keep = _new_pairs(chunk, seen_hashes, problems) if chunk.hashes is not None else None
+        sides = []
+        for side, (ids, lengths) in enumerate(((chunk.src_ids, chunk.src_lengths), (chunk.tgt_ids, chunk.tgt_lengths))):
+            if chunk.tokens is not None:  # the chunk's own ids -> ids of index_of
+                table = np.fromiter((index_of.setdefault(t, len(index_of)) for t in chunk.tokens), dtype=np.uint32,
+                                    count=len(chunk.tokens))
+                ids = table[ids] if len(ids) else ids
+            if keep is not None:
+                ids, lengths = ids[np.repeat(keep, lengths)], lengths[keep]
+            _count(counts, side, ids)
+            sides.append((ids, lengths))
+        writer.append(sides[0], sides[1], chunk.positions if keep is None else chunk.positions[keep])
+        bar.update(len(chunk.positions) + sum(chunk.problems.counts.values()))
+    bar.close()
     read += sum(reading.counts.values())
     problems.merge(reading)
     _check_unreadable(problems, read)
-    if not kept:
+    if not writer.rows:
         raise AttnmtError(f"no usable training pairs: all {read} were left out ({_reasons(problems, data)})")
     inventories = [p if p else list(index_of) for p in pieces]  # open tokenizers: ids in order of first sight
-    return Streamed(read, kept, problems, inventories, counts, workers)
-
-
-def _write_order(work: Path, source: CorpusSource) -> list[int]:
-    """The training order (rows by position, each corpus's as often as its weight) and each
-    example's lengths in that order; returns each corpus's kept pairs."""
-    positions = np.fromfile(work / "positions", dtype=np.int64)
-    rows = np.argsort(positions, kind="stable")
-    corpus_of = np.searchsorted(source.starts, positions[rows], side="right") - 1  # positions run on across corpora
-    order = np.concatenate([np.tile(rows[corpus_of == k], weight) for k, weight in enumerate(source.weights)])
-    order.tofile(work / "order")
-    lengths = np.stack([np.fromfile(work / "tgt.len", dtype=np.int32)[order],
-                        np.fromfile(work / "src.len", dtype=np.int32)[order]], axis=1)
-    lengths.tofile(work / "lengths")
-    for name in ("positions", "src.len", "tgt.len"):
-        (work / name).unlink()
-    return [int((corpus_of == k).sum()) for k in range(len(source.weights))]
+    return Streamed(read, problems, inventories, counts, workers)
 
 
 def _learn_tokenizers(config: Config, source: CorpusSource, log: Callable[[str], None]) -> tuple[Tokenizer, Tokenizer]:
@@ -828,10 +790,6 @@ def _learn_tokenizers(config: Config, source: CorpusSource, log: Callable[[str],
         sample = sample_pairs(source, config.tokenizer.sample_pairs, config.data.seed)
         log(f"learning {config.tokenizer.level} pieces from {len(sample):,} training pairs")
     return make_tokenizers(config.tokenizer, sample)
-
-
-def _append(handle: BinaryIO, values: np.ndarray) -> None:
-    handle.write(values.tobytes())
 
 
 def _count(counts: list[np.ndarray], side: int, ids: np.ndarray) -> None:
@@ -867,19 +825,6 @@ def _vocabularies(config: Config, inventories: list[list[str]], counts: list[np.
         return joint, joint
     return (Vocabulary.from_counts(sides[0], voc.min_freq, voc.max_size),
             Vocabulary.from_counts(sides[1], voc.min_freq, voc.max_size))
-
-
-def _renumber(raw: Path, final: Path, table: np.ndarray) -> int:
-    """Rewrite the ids of `raw` (uint32, ids while preparing) as vocabulary ids through `table`, in
-    blocks; returns how many there are."""
-    total = 0
-    with open(raw, "rb") as source, open(final, "wb") as target:
-        while block := source.read(1 << 24):
-            ids = np.frombuffer(block, dtype=np.uint32)
-            target.write(table[ids].tobytes())
-            total += len(ids)
-    raw.unlink()
-    return total
 
 
 def _check_unreadable(problems: Problems, read: int) -> None:

@@ -21,7 +21,7 @@ from attnmt.data import load_corpus
 from attnmt.errors import AttnmtError
 from attnmt.prepare import find_corpus, load_split, open_corpus, prepare_corpus
 from attnmt.resume import find_start
-from attnmt.store import META_FILE, PreparedCorpus
+from attnmt.store import META_FILE, PreparedCorpus, StoreWriter
 from attnmt.tokenize import SubwordTokenizer, make_tokenizer
 from attnmt.vocab import Tokenization, Vocabulary
 
@@ -79,6 +79,32 @@ def assert_same_as_in_memory(values: dict) -> PreparedCorpus:
     lengths = np.array([(len(t), len(s)) for s, t in examples]).reshape(-1, 2)
     assert np.array_equal(prepared.lengths, lengths)
     return prepared
+
+
+def test_the_store_writer_writes_what_the_reader_opens(tmp_path):
+    """store.py's two sides of one format: pairs appended out of training order from two corpora
+    (the second of weight 2), renumbered into the vocabularies (a token they lack: UNK), opened in
+    training order."""
+    words = Tokenization(make_tokenizer("word", False), make_tokenizer("word", False),
+                         Vocabulary(["a", "b"]), Vocabulary(["x", "y", "z"]))
+    inventory = (["b", "a", "gone"], ["z", "y", "x"])  # the tokens by their ids while preparing
+    # (position, source ids, target ids); positions 0 and 1 are the first corpus's, 2 the second's
+    pairs = [(2, [2], [0, 1]), (0, [0, 1], [2]), (1, [1, 1, 0], [1])]
+    with StoreWriter(tmp_path) as writer:
+        for position, src, tgt in pairs:
+            writer.append((np.array(src), np.array([len(src)])), (np.array(tgt), np.array([len(tgt)])),
+                          np.array([position]))
+    assert writer.arrange(words, inventory, starts=[0, 2], weights=[1, 2]) == [2, 1]
+    writer.finish([("a", "x")], [], fingerprint="f", report={"said": 1}, about={"made": "here"})
+    store = PreparedCorpus.open(tmp_path)
+    a, b, unk, x, y, z = 4, 5, 1, 4, 5, 6
+    assert [store.example(i) for i in range(len(store))] == [([b, a], [x]), ([a, a, b], [y]), ([unk], [z, y]),
+                                                             ([unk], [z, y])]
+    assert store.lengths.tolist() == [[1, 2], [1, 3], [2, 1], [2, 1]]
+    assert (store.valid_pairs, store.test_pairs, store.fingerprint, store.report) == ([("a", "x")], [], "f", {"said": 1})
+    assert store.tokenization.to_dict() == words.to_dict() and store.meta["made"] == "here"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["heldout.json", "lengths", "meta.json", "order", "src.ids",
+                                                          "src.offsets", "tgt.ids", "tgt.offsets"]
 
 
 def test_parallel_files_give_the_in_memory_examples(tmp_path):
