@@ -224,3 +224,30 @@ def test_suggestions_and_files_are_refused_as_libretranslate_refuses_them_when_o
                 responses = spec["paths"][path]["post"]["responses"]
                 assert set(responses) == {"403", "400", "408", "411", "413"}, path
                 assert responses["403"]["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorResponse")
+
+
+def test_each_body_is_parsed_once_by_the_routing_the_key_check_and_the_route(translator, tmp_path, monkeypatch):
+    """POST /translate serves both APIs: what tells them apart, the api_key field and the route that
+    answers all read one parse of the body (JSON or a form), whichever API it is for."""
+    import attnmt.serve.middleware
+
+    parsed: list = []
+    loads, parse_qs = json.loads, attnmt.serve.middleware.parse_qs
+    monkeypatch.setattr(json, "loads", lambda text, *args, **kwargs: parsed.append(text) or loads(text, *args, **kwargs))
+    monkeypatch.setattr(attnmt.serve.middleware, "parse_qs", lambda text, **kwargs: parsed.append(text) or parse_qs(
+        text, **kwargs))
+    key = "a-key-of-sixteen-characters"
+    (tmp_path / "keys").write_text(key + "\n", encoding="utf-8")
+    json_type = {"Content-Type": "application/json"}
+    with TestClient(create_app(translator, ServeConfig(), KeyFile(str(tmp_path / "keys"), lambda _: None))) as keyed:
+        bearer = {"Authorization": f"Bearer {key}", **json_type}
+        for body, headers, status in [
+                (json.dumps({"q": DATES[0], "source": "de", "target": "en", "api_key": key}), json_type, 200),
+                (f"q={DATES[0]}&source=de&target=en&api_key={key}",
+                 {"Content-Type": "application/x-www-form-urlencoded"}, 200),
+                (json.dumps({"text": DATES[0]}), bearer, 200),
+                ('{"text": ', bearer, 400)]:
+            parsed.clear()
+            answer = keyed.post("/translate", content=body.encode(), headers=headers)
+            assert answer.status_code == status, answer.text
+            assert [text for text in parsed if text in (body, body.encode())] == [body.encode() if "{" in body else body]

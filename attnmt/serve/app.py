@@ -25,7 +25,7 @@ from ..translate import TextTranslator, Translation, Translator, lines_of, texts
 from .batching import Batcher
 from .errors import ServeError, answer_errors
 from .libretranslate import PREFIX, LibreTranslate, RouteLibreTranslate
-from .middleware import BodyLimit, Guard
+from .middleware import BodyLimit, Guard, ParsedBodyRoute
 from .schemas import (
     EXPLAIN_RESPONSES,
     TRANSLATE_RESPONSES,
@@ -54,15 +54,17 @@ def create_app(translator: TextTranslator, limits: Optional[ServeConfig] = None,
     app = FastAPI(title="attnmt", description="Attention-based NMT: translations with their attention weights.",
                   lifespan=routes.lifespan, docs_url=None, redoc_url=None)
     # Run outermost first: BodyLimit bounds the body and reads it, RouteLibreTranslate sends
-    # LibreTranslate's POST /translate on, Guard then sees the path that will answer.
+    # LibreTranslate's POST /translate on (parsing the body, for either route to read), Guard then
+    # sees the path that will answer.
     app.add_middleware(Guard, paths=frozenset({"/translate", "/explain", PREFIX + "/translate"}), keys=keys,
                        rates=routes.rates, key_field_paths=frozenset({PREFIX + "/translate"}))
     app.add_middleware(RouteLibreTranslate)
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes(), timeout_s=limits.body_timeout_s)
     answer_errors(app)
 
-    app.add_api_route("/translate", routes.translate, methods=["POST"], response_model=TranslateResponse,
-                      response_model_exclude_none=True, responses=TRANSLATE_RESPONSES)
+    app.router.add_api_route("/translate", routes.translate, methods=["POST"], response_model=TranslateResponse,
+                             response_model_exclude_none=True, responses=TRANSLATE_RESPONSES,
+                             route_class_override=ParsedBodyRoute)
     libretranslate = LibreTranslate(translator, routes.decode_nbest, limits, keys is not None)
     app.include_router(libretranslate.router())
     app.include_router(libretranslate.router(prefix="", with_translate=False))

@@ -7,7 +7,7 @@ LibreTranslate (libretranslate.com) is the common API of self-hosted machine tra
 /frontend/settings`, which its web front end and some clients read first; `POST /suggest` and
 `POST /translate_file`, refused as LibreTranslate refuses them when they are off. All live under
 /libretranslate/, and at the root: a POST /translate whose body has `q` is LibreTranslate's
-(`RouteLibreTranslate`), any other is attnmt's. A model translates from the languages it
+(`RouteLibreTranslate`, which parses the body once for both APIs), any other is attnmt's. A model translates from the languages it
 declares (`data.source_languages`) into one, sentence by sentence, so a text is translated line
 by line; detection picks among the declared languages (detect.py).
 """
@@ -25,7 +25,7 @@ from ..config import ServeConfig, source_languages
 from ..detect import detect
 from ..translate import TextTranslator, Translation, lines_of, texts_of
 from .errors import ServeError
-from .middleware import FORM, UnreadableBody, body_fields, buffered, fields_of
+from .middleware import FORM, UnreadableBody, body_fields, body_of
 from .schemas import BODY_LIMIT_RESPONSES, ERROR_RESPONSES, ErrorResponse
 
 PREFIX = "/libretranslate"
@@ -107,7 +107,8 @@ class Language(BaseModel):
 
 
 class RouteLibreTranslate:
-    """Send a POST /translate that carries LibreTranslate's `q` (JSON or a form) to its handler."""
+    """Send a POST /translate that carries LibreTranslate's `q` (JSON or a form) to its handler; the
+    body it parsed to tell (middleware.Body) is what either API's route reads."""
 
     def __init__(self, app: ASGIApp):
         self.app = app
@@ -116,16 +117,15 @@ class RouteLibreTranslate:
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != "/translate":
             await self.app(scope, receive, send)
             return
-        body, replay = await buffered(receive)
-        if "q" in body_fields(scope, body):
+        if "q" in body_fields(scope):
             scope = {**scope, "path": PREFIX + "/translate", "raw_path": (PREFIX + "/translate").encode()}
-        await self.app(scope, replay, send)
+        await self.app(scope, receive, send)
 
 
-async def _fields(request: Request) -> dict[str, Any]:
+def _fields(request: Request) -> dict[str, Any]:
     """The request's fields from JSON or a form (a repeated `q` is a list of texts)."""
     try:
-        return fields_of(request.headers.get("content-type", ""), await request.body(), lists=frozenset({"q"}))
+        return body_of(request.scope).fields(lists=frozenset({"q"}))
     except UnreadableBody as err:
         raise LibreTranslateError(str(err)) from None
 
@@ -184,7 +184,7 @@ class LibreTranslate:
     async def translate(self, request: Request) -> dict[str, Any]:
         """LibreTranslate's translate: `q` a text or a list of texts, `source`, `target`, `format`
         (text), `alternatives`; JSON or a form. Each line of a text is translated as a sentence."""
-        fields = await _fields(request)
+        fields = _fields(request)
         q = fields.get("q")
         if q is None:
             raise LibreTranslateError("Invalid request: missing q parameter")
@@ -230,7 +230,7 @@ class LibreTranslate:
     async def detect_language(self, request: Request) -> list[dict[str, Any]]:
         """LibreTranslate's detect: `q`, a text (JSON or a form) -> the model's source languages, likeliest
         first, with confidences in percent; detection picks only among those (see the serving docs)."""
-        fields = await _fields(request)
+        fields = _fields(request)
         api_key_is_text(fields)
         q = fields.get("q")
         if q is None:
