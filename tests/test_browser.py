@@ -3,7 +3,7 @@
 import contextlib
 import shutil
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator, Optional
 from urllib.parse import urlsplit
 
 import httpx
@@ -31,12 +31,14 @@ def browser():
 
 
 @contextlib.contextmanager
-def browsing(browser, url: str):
-    """A page at `url`; fails if the page logged an error."""
+def browsing(browser, url: str, model: Optional[Callable[[dict], dict]] = None):
+    """A page at `url`; fails if the page logged an error. `model` rewrites what the page reads from /model."""
     page = browser.new_page(viewport={"width": 1000, "height": 760})
     errors: list[str] = []
     page.on("pageerror", lambda err: errors.append(str(err)))
     page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+    if model is not None:
+        page.route("**/model", lambda route: route.fulfill(json=model(route.fetch().json())))
     page.goto(url)
     yield page
     page.close()
@@ -159,10 +161,21 @@ def test_beam_nbest_and_a_non_latin_sentence(page):
     screenshot(page, "explorer.png")
 
 
+def values(page, selector: str) -> list[str]:
+    return page.locator(selector).evaluate_all("nodes => nodes.map(node => node.value)")
+
+
+def another_family(info: dict) -> dict:
+    """/model as a family other than the two would answer it: its own arch, no keys of theirs."""
+    return {**info, "arch": "third", "architecture": {"summary": info["architecture"]["summary"]}}
+
+
 def test_every_map_of_a_transformer(browser, transformer_dates_model):
-    """Cross, encoder and decoder self-attention, by layer and head, as the server computes them."""
-    with serving(transformer_dates_model) as url, browsing(browser, url) as page:
+    """Cross, encoder and decoder self-attention, by layer and head, as the server computes them; the
+    page knows them from /model's maps alone (its arch renamed, its family's keys gone)."""
+    with serving(transformer_dates_model) as url, browsing(browser, url, another_family) as page:
         page.wait_for_function("!document.querySelector('#map-controls').hidden")
+        assert values(page, "#map option") == ["cross", "encoder", "decoder"]
         assert page.locator("#layer option").count() == 2 and page.locator("#head option").count() == 5
         text = "May 5, 2001"
         translate_on_page(page, text)
@@ -194,6 +207,21 @@ def test_every_map_of_a_transformer(browser, transformer_dates_model):
         assert "decoder attention, layer 1, head 2" in page.inner_text("#explain-title")
         weights = [float(w) for w in page.locator("#explain-table tbody td:nth-child(3)").all_inner_texts()]
         assert weights == pytest.approx(expected["weights"], abs=1e-4) and len(weights) == 3  # <sos> and 2 outputs
+
+
+def test_the_pickers_follow_the_maps_model_reports(browser, server):
+    """The maps, layers and heads offered are /model's, whatever they are: here maps of shapes no
+    family of the two has, a map the page cannot draw left out, and a head kept where the next map has it."""
+    shapes = {"cross": [3, 2], "decoder": [2, 4], "memory": [1, 1]}
+    with browsing(browser, server, lambda info: {**another_family(info), "maps": shapes}) as page:
+        page.wait_for_function("!document.querySelector('#map-controls').hidden")
+        assert values(page, "#map option") == ["cross", "decoder"]
+        assert values(page, "#layer option") == ["1", "2", "3"] and page.input_value("#layer") == "3"
+        assert values(page, "#head option") == ["mean", "1", "2"] and page.input_value("#head") == "mean"
+        page.select_option("#head", "2", force=True)       # before a translation, the pickers are hidden
+        page.select_option("#map", "decoder", force=True)
+        assert values(page, "#layer option") == ["1", "2"] and page.input_value("#layer") == "2"
+        assert values(page, "#head option") == ["mean", "1", "2", "3", "4"] and page.input_value("#head") == "2"
 
 
 def test_a_server_on_ctranslate2_shows_its_one_map(browser, transformer_dates_model, tmp_path):

@@ -16,13 +16,16 @@
   let inFlight = null;      // AbortController of the request in flight
   let timer = null;
   let model = null;         // /model: the family, its sizes, the engine's maps (name -> [layers, heads])
+  // The page reads what a model can show from /model's maps alone, never from its family.
   const mapSelect = $("map"), layerSelect = $("layer"), headSelect = $("head");
   const methodSelect = $("attribution"), igStepsInput = $("ig-steps"), contrastInput = $("contrast");
-  // What each map's rows and columns are (Translator.attention_maps).
+  // The kinds of map the page can draw: what each one's rows and columns are (Translator.attention_maps),
+  // and whether its rows are decoding steps (the explain panel opens them). /model says which a model has.
   const MAPS = {
-    cross: { rows: "output tokens", cols: "source tokens" },
-    encoder: { rows: "source tokens", cols: "source tokens" },
-    decoder: { rows: "output tokens", cols: "the output before each (<sos> first)" },
+    cross: { label: "cross: output over source", rows: "output tokens", cols: "source tokens", steps: true },
+    encoder: { label: "encoder self-attention", rows: "source tokens", cols: "source tokens", steps: false },
+    decoder: { label: "decoder self-attention", rows: "output tokens", cols: "the output before each (<sos> first)",
+               steps: true },
   };
 
   function element(tag, className, text) {
@@ -40,10 +43,20 @@
 
   function setStatus(text) { $("status").textContent = text; }
 
-  // More than one map, layer or head to choose from (a Transformer on attnmt's own engine).
+  // The maps of /model the page can draw, name -> [layers, heads].
+  function drawnMaps() {
+    return Object.fromEntries(Object.entries(model ? model.maps : {}).filter(([name]) => name in MAPS));
+  }
+
+  // More than one map, layer or head to choose from (/model's maps: a Transformer on attnmt's own engine).
   function mapChoices() {
-    const shapes = Object.values(model ? model.maps : {});
+    const shapes = Object.values(drawnMaps());
     return shapes.length > 1 || shapes.some(([layers, heads]) => layers > 1 || heads > 1);
+  }
+
+  // The map picked, where there is a choice; null where the page shows the one map with its defaults.
+  function pickedMap() {
+    return mapChoices() ? mapSelect.value : null;
   }
 
   function showError(message) {
@@ -67,10 +80,12 @@
       $("explain-hint").hidden = !info.explains;
       if (mapChoices()) {
         $("map-controls").hidden = false;
-        for (const option of [...mapSelect.options]) if (!(option.value in info.maps)) option.remove();
-        const heads = info.maps.cross[1];
-        fillOptions(headSelect, ["mean", ...Array.from({ length: heads }, (_, h) => String(h + 1))], "mean");
-        fillLayers();
+        mapSelect.replaceChildren(...Object.keys(drawnMaps()).map((name) => {
+          const option = element("option", "", MAPS[name].label);
+          option.value = name;
+          return option;
+        }));
+        fillPickers();
       }
     } catch (err) {
       showError(`cannot reach the server: ${err.message}`);
@@ -86,10 +101,14 @@
     select.value = chosen;
   }
 
-  // The layers of the map chosen (the encoder's or the decoder's); the last by default.
-  function fillLayers() {
-    const layers = model.maps[mapSelect.value][0];
-    fillOptions(layerSelect, Array.from({ length: layers }, (_, l) => String(l + 1)), String(layers));
+  // The layers and heads of the map chosen, as /model gives them: its last layer, and the head
+  // picked before where this map has it (else the mean of its heads).
+  function fillPickers() {
+    const [layers, heads] = model.maps[mapSelect.value];
+    const numbers = (count) => Array.from({ length: count }, (_, k) => String(k + 1));
+    fillOptions(layerSelect, numbers(layers), String(layers));
+    const head = headSelect.value && Number(headSelect.value) <= heads ? headSelect.value : "mean";
+    fillOptions(headSelect, ["mean", ...numbers(heads)], head);
   }
 
   function options() {
@@ -206,7 +225,7 @@
     draw(cols, rows, weights);
   }
 
-  mapSelect.addEventListener("change", () => { fillLayers(); if (result) select(selected); });
+  mapSelect.addEventListener("change", () => { fillPickers(); if (result) select(selected); });
   layerSelect.addEventListener("change", () => { if (result) select(selected); });
   headSelect.addEventListener("change", () => { if (result) select(selected); });
 
@@ -284,8 +303,8 @@
     const target = event.target.closest(".tok, .cell");
     pinned = target && target !== pinned ? target : null;
     highlight(pinned || target);
-    const encoderMap = mapChoices() && mapSelect.value === "encoder";  // rows: source
-    if (target && target.classList.contains("out") && !encoderMap && model.explains) {
+    const steps = !pickedMap() || MAPS[pickedMap()].steps;   // not the encoder's map: its rows are the source
+    if (target && target.classList.contains("out") && steps && model.explains) {
       explainStep(Number(target.dataset.row));
     }
   });
@@ -293,18 +312,18 @@
   // The explain panel: every number of one decoding step (POST /explain, as attnmt explain --json).
   let explanation = null, explanationKey = null;
 
+  // The map, layer and head on display (a map whose rows are steps); the server's defaults where there is no choice.
   function explainView() {
-    const transformer = Boolean(model && model.arch === "transformer");
-    const attention = transformer && mapSelect.value === "decoder" ? "decoder" : "cross";
+    const map = pickedMap();
     return {
-      text: $("output").dataset.source, attention,
-      layer: transformer && mapSelect.value !== "encoder" ? Number(layerSelect.value) : null,
-      head: transformer ? (headSelect.value === "mean" ? 1 : Number(headSelect.value)) : null,
+      text: $("output").dataset.source, attention: map || "cross",
+      layer: map ? Number(layerSelect.value) : null,
+      head: map ? (headSelect.value === "mean" ? 1 : Number(headSelect.value)) : null,
     };
   }
 
   async function explainStep(row) {
-    if (model && model.architecture && model.architecture.attention === "none") return;   // nothing to explain
+    if (!("cross" in model.maps)) return;   // a model without attention: no step's attention to explain
     const view = explainView();
     const key = JSON.stringify(view);
     try {
@@ -374,8 +393,7 @@
   let attributing = null;   // AbortController of the attribution request in flight
 
   function attributionRequest(step) {
-    const transformer = Boolean(model && model.arch === "transformer");
-    const cross = transformer && mapSelect.value === "cross";   // the map on display; else align's default
+    const cross = pickedMap() === "cross";   // the map on display; else align's default
     const request = { text: $("output").dataset.source, attribution: methodSelect.value, step,
                       layer: cross ? Number(layerSelect.value) : null,
                       head: cross && headSelect.value !== "mean" ? Number(headSelect.value) : null };
