@@ -1,9 +1,10 @@
-"""Reading parallel corpora: manythings TSV files, line-aligned files, and the built-in dates corpus;
-which data.format fits a data.path; the seeded split into train, valid and test."""
+"""Reading parallel corpora: where a corpus's raw files are (check_source: which data.format fits a
+data.path), manythings TSV files, line-aligned files, the built-in dates corpus; the seeded split into
+train, valid and test. load_corpus reads a corpus in memory; prepare.CorpusSource streams it through
+the same check_source, dates_pairs and seeded_split."""
 
 from __future__ import annotations
 
-import bisect
 import gzip
 import hashlib
 import random
@@ -13,6 +14,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Iterator, Optional, Protocol, Sequence
+
+import numpy as np
 
 from .config import DataConfig, training_corpora
 from .corpora import is_corpus_name, resolve
@@ -171,25 +174,40 @@ class Corpus:
     test: list[Pair]
 
 
-def split_pairs(pairs: list[Pair], valid_size: int, test_size: int, seed: int, starts: Sequence[int] = (0,)) -> Corpus:
-    """Shuffle with `seed`, then cut off test and valid; the rest trains, in the shuffled order
-    within each training corpus (`starts`: each one's first index in `pairs`), corpus after corpus.
-    Nothing to cut: the pairs in their order. prepare.CorpusSource.pairs streams the same split."""
-    check_split(len(pairs), valid_size, test_size)
-    if not valid_size + test_size:
-        return Corpus(train=list(pairs), valid=[], test=[])
-    order = shuffled_order(len(pairs), seed)
-    held = test_size + valid_size
-    train = sorted(order[held:], key=lambda i: bisect.bisect_right(starts, i))  # stable: shuffled within a corpus
-    return Corpus(train=[pairs[i] for i in train], valid=[pairs[i] for i in order[test_size:held]],
-                  test=[pairs[i] for i in order[:test_size]])
+@dataclass
+class SeededSplit:
+    """Where the seeded split puts a corpus's pairs, by their indices among the pairs read."""
+
+    test: np.ndarray   # int64: the test pairs, in test order
+    valid: np.ndarray  # the validation pairs
+    train: np.ndarray  # the training pairs, in training order
 
 
-def check_split(count: int, valid_size: int, test_size: int) -> None:
-    """Refuse a split that would leave no training pair."""
+def seeded_split(count: int, valid_size: int, test_size: int, seed: int, starts: Sequence[int] = (0,)) -> SeededSplit:
+    """The split of `count` pairs: shuffled with `seed` (as shuffling a list of them), the first
+    test_size held out for test, the next valid_size for validation; the rest train in the shuffled
+    order within each training corpus (`starts`: each one's first index), corpus after corpus.
+    Nothing to cut: the pairs in their order. One line if no training pair would be left."""
     if valid_size + test_size >= count:
         raise AttnmtError(f"only {count} pairs, too few for data.valid_size={valid_size} and "
                           f"data.test_size={test_size}")
+    if not valid_size + test_size:
+        return SeededSplit(np.zeros(0, np.int64), np.zeros(0, np.int64), np.arange(count, dtype=np.int64))
+    shuffled = array("q", range(count))  # 8 bytes a pair, shuffled in place
+    random.Random(seed).shuffle(shuffled)
+    order = np.frombuffer(shuffled, dtype=np.int64)
+    held = test_size + valid_size
+    rest = order[held:]
+    if len(starts) > 1:  # a stable sort keeps the shuffled order within each corpus
+        rest = rest[np.argsort(np.searchsorted(starts, rest, side="right"), kind="stable")]
+    return SeededSplit(test=order[:test_size], valid=order[test_size:held], train=rest)
+
+
+def split_pairs(pairs: list[Pair], valid_size: int, test_size: int, seed: int, starts: Sequence[int] = (0,)) -> Corpus:
+    """The pairs cut by `seeded_split` (prepare.CorpusSource streams the same split)."""
+    split = seeded_split(len(pairs), valid_size, test_size, seed, starts)
+    return Corpus(train=[pairs[i] for i in split.train.tolist()], valid=[pairs[i] for i in split.valid.tolist()],
+                  test=[pairs[i] for i in split.test.tolist()])
 
 
 def held_out_sizes(data: DataConfig) -> tuple[int, int]:
@@ -200,12 +218,9 @@ def held_out_sizes(data: DataConfig) -> tuple[int, int]:
     return 0 if data.valid_prefix else data.valid_size, 0 if data.test_prefix else data.test_size
 
 
-def shuffled_order(count: int, seed: int) -> array:
-    """The seeded order of a corpus's pairs that the split cuts (test first, then valid, then
-    train): pair indices, 8 bytes each; the same order as shuffling a list of the pairs."""
-    order = array("q", range(count))
-    random.Random(seed).shuffle(order)
-    return order
+def dates_pairs(data: DataConfig) -> list[Pair]:
+    """The dates format's pairs: data.num_pairs of them (0: 24,000), generated from data.seed."""
+    return generate_dates(data.num_pairs or 24000, seed=data.seed)
 
 
 @dataclass
@@ -217,7 +232,7 @@ class ParallelFiles:
     test: Optional[tuple[Path, Path]]
 
 
-def parallel_files(data: DataConfig, folder: Path) -> ParallelFiles:
+def _parallel_files(data: DataConfig, folder: Path) -> ParallelFiles:
     """The files of each split in `folder`; a missing one is one line naming the setting to change."""
     def files(prefix: str, hint: str) -> tuple[Path, Path]:
         try:
@@ -252,16 +267,27 @@ def _format_reads(data: DataConfig, form: str) -> str:
     return f"a folder of line-aligned files PREFIX.{data.src_lang} and PREFIX.{data.tgt_lang} (e.g. train.{data.src_lang})"
 
 
-def corpus_path(data: DataConfig) -> Path:
-    """data.path (a known corpus's name: its files, downloaded once), if data.format can read it;
-    else one line naming both keys and the format that fits what data.path is. prepare.py and
-    load_corpus both start here, before reading anything."""
+@dataclass
+class CorpusFiles:
+    """The raw files of the corpus data.format and data.path name: neither field for the generated dates."""
+
+    tsv: Optional[Path] = None                # the file of TAB-separated pairs
+    parallel: Optional[ParallelFiles] = None  # each split's line-aligned files
+
+
+def check_source(data: DataConfig) -> CorpusFiles:
+    """The raw files data.path names (a known corpus's name: its files, downloaded once), found
+    before anything is read or generated; one line naming the setting to change if data.format
+    cannot read data.path (naming both keys and the format that fits) or a split's files are
+    missing. load_corpus, preparing and `attnmt train` (before torch loads) all start here."""
+    if data.format == "dates":
+        return CorpusFiles()
     path = Path(data.path)
     if data.path and not path.exists() and is_corpus_name(data.path):
         path = resolve(data.path)
-    if path.is_dir() if data.format == "parallel" else path.is_file():
-        return path
-    raise AttnmtError(f"data.path: {path}: {_what_fits(data, path)}")
+    if not (path.is_dir() if data.format == "parallel" else path.is_file()):
+        raise AttnmtError(f"data.path: {path}: {_what_fits(data, path)}")
+    return CorpusFiles(parallel=_parallel_files(data, path)) if data.format == "parallel" else CorpusFiles(tsv=path)
 
 
 def _what_fits(data: DataConfig, path: Path) -> str:
@@ -283,20 +309,22 @@ def _what_fits(data: DataConfig, path: Path) -> str:
 
 def load_corpus(config: DataConfig) -> Corpus:
     """The corpus the config names, as (source, target) pairs."""
-    if config.format != "parallel":
-        if config.format == "tsv":
-            english_first = read_tsv(corpus_path(config), config.max_pairs)
-            pairs = english_first if config.src_lang == "en" else [(o, e) for e, o in english_first]
+    files = check_source(config)
+    held_out = held_out_sizes(config)
+    if files.parallel is None:
+        if files.tsv is None:
+            pairs = dates_pairs(config)
         else:
-            pairs = generate_dates(config.num_pairs or 24000, seed=config.seed)
-        return split_pairs(pairs, config.valid_size, config.test_size, config.seed)
-    files = parallel_files(config, corpus_path(config))
+            english_first = read_tsv(files.tsv, config.max_pairs)
+            pairs = english_first if config.src_lang == "en" else [(o, e) for e, o in english_first]
+        return split_pairs(pairs, *held_out, config.seed)
     train: list[Pair] = []
     starts: list[int] = []  # each training corpus's first pair
-    for src, tgt in files.train:
+    for src, tgt in files.parallel.train:
         starts.append(len(train))
         train += read_parallel(src, tgt)
-    corpus = split_pairs(train[: config.max_pairs or None], *held_out_sizes(config), config.seed, starts)
-    corpus.valid = read_parallel(*files.valid) if files.valid else corpus.valid
-    corpus.test = read_parallel(*files.test) if files.test else corpus.test
+    corpus = split_pairs(train[: config.max_pairs or None], *held_out, config.seed, starts)
+    valid, test = files.parallel.valid, files.parallel.test
+    corpus.valid = read_parallel(*valid) if valid else corpus.valid
+    corpus.test = read_parallel(*test) if test else corpus.test
     return corpus

@@ -32,7 +32,7 @@ import time
 import traceback
 from collections import Counter
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cached_property, partial
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Callable, Iterator, Optional
@@ -45,19 +45,16 @@ from .config import Config, DataConfig, TokenizerConfig, training_corpora
 from .data import (
     LONG_LINE,
     Pair,
-    ParallelFiles,
-    check_split,
-    corpus_path,
+    check_source,
+    dates_pairs,
     decode_line,
     held_out_sizes,
     load_corpus,
-    parallel_files,
     raw_lines,
     read_parallel,
-    shuffled_order,
+    seeded_split,
     text_sha256,
 )
-from .dates import generate_dates
 from .errors import AttnmtError
 from .files import cache_dir
 from .store import META_FILE, STORE_FORMAT, PreparedCorpus, StoreWriter
@@ -138,24 +135,24 @@ class CorpusSource:
         self.data = data
         self.valid: list[Pair] = []
         self.test: list[Pair] = []
-        self._dates: list[Pair] = []
-        self._files: Optional[ParallelFiles] = None
+        self._files = check_source(data)
         self._counts: Optional[list[int]] = None  # each training corpus's pairs, once a split has counted them
         self.weights = [1]  # how often each training corpus's pairs are seen per epoch
         self.starts = [0]   # each training corpus's first position
+        self.corpora: list[tuple[Path, Path]] = []  # the parallel format's training files
+        self.train_files = [self._files.tsv] if self._files.tsv else []
         self.heldout_files: list[Path] = []
-        if data.format == "parallel":
-            self._files = parallel_files(data, corpus_path(data))
-            self.corpora = self._files.train
+        parallel = self._files.parallel
+        if parallel is not None:
+            self.corpora = parallel.train
             self.weights = [weight for _, weight in training_corpora(data)]
             self.train_files = [file for files in self.corpora for file in files]
-            self.heldout_files = [file for files in (self._files.valid, self._files.test) if files for file in files]
-        elif data.format == "tsv":
-            self.train_files = [corpus_path(data)]
-        else:
-            self.train_files = []
-            self._dates = generate_dates(data.num_pairs or 24000, seed=data.seed)
-            self._counts = [len(self._dates)]
+            self.heldout_files = [file for files in (parallel.valid, parallel.test) if files for file in files]
+
+    @cached_property
+    def _dates(self) -> list[Pair]:
+        """The dates format's pairs, generated when first read."""
+        return dates_pairs(self.data)
 
     @property
     def files(self) -> list[Path]:
@@ -178,7 +175,7 @@ class CorpusSource:
     def _heldout_files(self) -> tuple[list[Pair], list[Pair]]:
         """The valid and test pairs of their own files (parallel format); none for a split cut from
         the training pairs."""
-        files = self._files
+        files = self._files.parallel
         if files is None:
             return [], []
         return (read_parallel(*files.valid) if files.valid else []), (read_parallel(*files.test) if files.test else [])
@@ -209,24 +206,18 @@ class CorpusSource:
             self.test = [pair for pair in held["test"] if pair is not None]
 
     def _split(self, valid_size: int, test_size: int) -> Split:
-        """data.split_pairs, streamed: the pairs shuffled by data.seed, the first test_size held out
-        for test, the next valid_size for validation; the rest train in that order within each
-        corpus, corpus after corpus. Nothing to cut: every pair trains, in its own order."""
+        """data.seeded_split, streamed: where each pair read goes. Nothing to cut: every pair trains,
+        in its own order, without counting the pairs first."""
         if not valid_size + test_size:
             return Split({}, None)
         counts = self._row_counts()
-        total, held = sum(counts), test_size + valid_size
-        check_split(total, valid_size, test_size)
-        order = np.frombuffer(shuffled_order(total, self.data.seed), dtype=np.int64)
-        rest = order[held:]
-        if len(counts) > 1:  # each corpus's positions together (StoreWriter.arrange finds its pairs by them)
-            corpus_of = np.repeat(np.arange(len(counts), dtype=np.int32), counts)
-            rest = rest[np.argsort(corpus_of[rest], kind="stable")]
-        positions = np.empty(total, dtype=np.int64)
-        positions[rest] = np.arange(len(rest))
-        cut = {int(i): ("test", n) for n, i in enumerate(order[:test_size])}
-        cut.update({int(i): ("valid", n) for n, i in enumerate(order[test_size:held])})
-        return Split(cut, positions)
+        split = seeded_split(sum(counts), valid_size, test_size, self.data.seed,
+                             list(itertools.accumulate(counts[:-1], initial=0)))
+        positions = np.empty(sum(counts), dtype=np.int64)
+        positions[split.train] = np.arange(len(split.train))
+        held = {int(i): ("test", n) for n, i in enumerate(split.test)}
+        held.update({int(i): ("valid", n) for n, i in enumerate(split.valid)})
+        return Split(held, positions)
 
     def _row_counts(self) -> list[int]:
         """Each training corpus's pairs, as the split counts them (read through once, then remembered)."""

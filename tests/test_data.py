@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import gzip
 import io
+import random
 import re
 from pathlib import Path
 
@@ -340,6 +341,15 @@ def test_split_pairs_too_few_pairs(n, valid, test):
     with pytest.raises(AttnmtError) as info:
         split_pairs(pairs, valid, test, seed=1)
     assert "valid_size" in str(info.value) and "test_size" in str(info.value)
+
+
+def test_split_pairs_cuts_as_shuffling_a_list_and_keeps_each_training_corpus_together():
+    pairs = [(f"s{i}", f"t{i}") for i in range(50)]
+    shuffled = list(pairs)
+    random.Random(4).shuffle(shuffled)
+    corpus = split_pairs(pairs, 6, 4, seed=4, starts=(0, 30))
+    assert corpus.test == shuffled[:4] and corpus.valid == shuffled[4:10]
+    assert corpus.train == sorted(shuffled[10:], key=lambda pair: int(pair[0][1:]) >= 30)  # stable: shuffled within
 
 
 def test_split_pairs_zero_held_out():

@@ -1,6 +1,7 @@
 """Issue 60: a data.path that data.format cannot read, or held-out files that are missing, answer
-with one line that says what to set: the same line from the in-memory reader (load_corpus) and
-from preparing (CorpusSource), before anything is read or written."""
+with one line that says what to set: the same line from the in-memory reader (load_corpus), from
+preparing (CorpusSource) and from the check `attnmt train` makes before torch loads (check_source),
+before anything is read or written."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import pytest
 from conftest import write_dates_tsv, write_line_aligned
 
 from attnmt import cli
+from attnmt import data as data_module
 from attnmt.config import DataConfig
-from attnmt.data import load_corpus
+from attnmt.data import CorpusFiles, check_source, load_corpus
 from attnmt.errors import AttnmtError
 from attnmt.prepare import CorpusSource
 
@@ -20,13 +22,13 @@ PAIRS = [(f"Satz {i}", f"sentence {i}") for i in range(40)]
 
 
 def refusal(data: DataConfig) -> str:
-    """The one line both readers give."""
+    """The one line the readers and the check give."""
     messages = []
-    for read in (load_corpus, CorpusSource):
+    for read in (load_corpus, CorpusSource, check_source):
         with pytest.raises(AttnmtError) as info:
             read(data)
         messages.append(str(info.value))
-    assert messages[0] == messages[1] and "\n" not in messages[0]
+    assert messages[0] == messages[1] == messages[2] and "\n" not in messages[0]
     return messages[0]
 
 
@@ -93,3 +95,17 @@ def test_the_commands_answer_in_one_line_before_preparing_anything(tmp_path, cap
     assert len(lines) == 1 and lines[0].startswith(f"attnmt: error: data.path: {tatoeba}: a file, not a folder")
     assert "set data.format=tsv" in lines[0]
     assert not Path(tmp_path / "prepared").exists()
+
+
+def test_checking_the_dates_generates_nothing(monkeypatch):
+    """check_source, and so `attnmt train`'s check before torch loads, does not make the corpus;
+    a CorpusSource makes it when first read."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("generated")
+
+    monkeypatch.setattr(data_module, "generate_dates", refuse)
+    data = DataConfig(format="dates", path="")
+    assert check_source(data) == CorpusFiles()
+    source = CorpusSource(data)
+    with pytest.raises(AssertionError, match="generated"):
+        source.heldout()

@@ -45,9 +45,9 @@ def _train(args: argparse.Namespace) -> None:
     from ..config import load_config
 
     config = load_config(args.config, args.overrides)      # its errors answer before torch loads
-    from ..prepare import CorpusSource
+    from ..data import check_source
 
-    CorpusSource(config.data)  # and so do those of data.path and data.format
+    check_source(config.data)  # and so do those of data.path and data.format, without reading the corpus
     from ..distributed import start_ranks
     from ..fast.process import set_up_training_process
     from ..train import train
