@@ -47,8 +47,8 @@ from .aligner import Aligner, piece_tensors, read_aligner
 from .batch import pad
 from .choices import ALIGN_METHODS, ALIGN_STEPS, AVERAGE, SYMMETRIZATIONS
 from .errors import AttnmtError
-from .families.seam import AttentionView
-from .translate import TextTranslator, Translator
+from .seam import AttentionView, require
+from .translate import AttentionMaps, TextTranslator, Translator
 from .vocab import SOS_ID
 
 Link = tuple[int, int]                      # (source word, target word), from 0
@@ -108,7 +108,7 @@ def word_attention(translator: Translator, pairs: list[tuple[list[str], list[str
             lengths = torch.tensor([len(pieces[i][0][0]) for i in rows])
             # The whole target is fed, so that the step after the last piece reads it too.
             tgt_in = pad([[SOS_ID] + translator.tokenization.tgt_vocab.encode(pieces[i][1][0]) for i in rows])   # [B, T + 1]
-            maps = model.attention_maps(src, lengths, tgt_in.to(translator.device))
+            maps = require(model, AttentionMaps, "attnmt align").attention_maps(src, lengths, tgt_in.to(translator.device))
             if "cross" not in maps:
                 raise AttnmtError("this model has no attention (model.attention none): it cannot align words")
             cross = chosen_map(maps["cross"], layer, head).float().cpu().numpy()   # [B, T, S], pieces

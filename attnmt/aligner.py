@@ -37,7 +37,7 @@ import math
 import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, cast
+from typing import Any, Callable, Optional, Protocol, cast, runtime_checkable
 
 import numpy as np
 import torch
@@ -45,14 +45,24 @@ from torch import nn
 
 from .batch import batch_indices, pad
 from .errors import AttnmtError, first_line
-from .families.seam import Model
 from .modelfile import load_file, read_metadata, save_file
+from .seam import Model, require
 from .translate import Translator
 from .vocab import PAD_ID
 
 BATCH_TOKENS = 4096           # target pieces per training batch
 PREFIX = "aligner."           # its tensors' names in a model file; its metadata's key is "aligner"
 IMPOSSIBLE = -1e9             # the log-score of a padded position: finite, so that no sum turns NaN
+
+
+@runtime_checkable
+class TokenEmbeddings(Protocol):
+    """What the aligner and the attributions ask of a family's network (seam.py: a capability, not every family's)."""
+
+    def token_embeddings(self) -> tuple[torch.nn.Embedding, torch.nn.Embedding]:
+        """The source's and the target's token embeddings (one module where they are shared), each
+        called once per pass on the very tensor of tokens given: the attributions replace their output."""
+        ...
 
 
 @dataclass
@@ -161,7 +171,8 @@ class Aligner(nn.Module):
     @classmethod
     def for_model(cls, model: Model, src_vocab: int, tgt_vocab: int, window: int = 0) -> Aligner:
         """A new aligner whose embeddings start as the model's (each side's, PAD's as zeros)."""
-        src_embeddings, tgt_embeddings = model.token_embeddings()
+        embedded: TokenEmbeddings = require(model, TokenEmbeddings, "attnmt train-aligner")
+        src_embeddings, tgt_embeddings = embedded.token_embeddings()
         aligner = cls(AlignerConfig(dim=src_embeddings.embedding_dim, window=window), src_vocab, tgt_vocab)
         with torch.no_grad():
             for direction, given in ((aligner.source_to_target, src_embeddings), (aligner.target_to_source, tgt_embeddings)):

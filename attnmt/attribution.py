@@ -34,29 +34,35 @@ step's cross-attention as attnmt align reads it (a Transformer's penultimate lay
 heads, unless a layer or head is given), the spaces' left out.
 
 The gradients come from a float32 copy of the network with its reference modules, as explain.py's
-numbers do; the embeddings are replaced through the family's token_embeddings (seam.Model), so
+numbers do; the embeddings are replaced through the family's token_embeddings (`TokenEmbeddings`), so
 every family and attention kind is attributed alike, a model without attention too.
 """
 
 from __future__ import annotations
 
-import copy
 from dataclasses import asdict, dataclass
-from typing import Callable, Optional, Union
+from typing import Callable, Optional, Protocol, Union, runtime_checkable
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
 from .align import chosen_map, to_words
+from .aligner import TokenEmbeddings
 from .batch import pad
 from .choices import IG_STEPS, METHODS
 from .errors import AttnmtError
 from .explain import FLAGS, Explanation, Naming, check_step_number, explain, kept_step, opening_steps
-from .families.seam import AttentionView, Model
-from .fast import use_fast_paths
-from .translate import TextTranslator, Translator
+from .families import reference_copy
+from .seam import AttentionView, Model, forced_logits, require
+from .translate import AttentionMaps, TextTranslator, Translator
 from .vocab import EOS_ID, SOS_ID
+
+
+@runtime_checkable
+class Attributable(Model, TokenEmbeddings, Protocol):
+    """A network the attributions can read: a model with its token embeddings."""
+
 
 # ig's completeness holds when the attributions add up to f's change within this share of the
 # change (or of 1 nat, for a change under 1).
@@ -156,13 +162,15 @@ class Outputs:
         return f
 
 
-def reference_network(translator: Translator) -> Model:
+def reference_network(translator: Translator) -> Attributable:
     """A float32 copy of the translator's network with its reference modules, in eval mode, whose
     weights need no gradient (only the embeddings fed to it do)."""
-    network = copy.deepcopy(translator.model)
-    assert isinstance(network, torch.nn.Module), "a family's network is an nn.Module"
-    use_fast_paths(network, False, network.fast_classes).to(torch.float32).eval().requires_grad_(False)
-    return network
+    text = translator.tokenization
+    network = reference_copy(translator.model, len(text.src_vocab), len(text.tgt_vocab)).to(torch.float32)
+    for weight in network.parameters():
+        weight.requires_grad_(False)
+    attributable: Attributable = require(network, Attributable, "attribution")
+    return attributable
 
 
 def make_pair(translator: Translator, words: list[str], target: list[int], occluding: bool = False) -> Pair:
@@ -188,14 +196,14 @@ def make_pair(translator: Translator, words: list[str], target: list[int], occlu
                 target + [EOS_ID], without)
 
 
-def _embedded(network: Model, pair: Pair) -> tuple[torch.Tensor, torch.Tensor]:
+def _embedded(network: Attributable, pair: Pair) -> tuple[torch.Tensor, torch.Tensor]:
     """The token embeddings of the source [S, E] and of the target inputs [T, E]."""
     source, target = network.token_embeddings()
     with torch.no_grad():
         return source(pair.src)[0], target(pair.tgt_in)[0]
 
 
-def _log_probs(network: Model, src: torch.Tensor, tgt_in: torch.Tensor, source: torch.Tensor,
+def _log_probs(network: Attributable, src: torch.Tensor, tgt_in: torch.Tensor, source: torch.Tensor,
                target: torch.Tensor) -> torch.Tensor:
     """log p [R, T, V] of the forced pass over src [R, S] and tgt_in [R, T], whose token embeddings
     are `source` [R, S, E] and `target` [R, T, E] instead of the ids' own."""
@@ -208,7 +216,7 @@ def _log_probs(network: Model, src: torch.Tensor, tgt_in: torch.Tensor, source: 
 
     handles = [module.register_forward_hook(replace) for module in set(network.token_embeddings())]
     try:
-        logits, _ = network(src, torch.full((src.shape[0],), src.shape[1]), tgt_in)
+        logits = forced_logits(network, src, torch.full((src.shape[0],), src.shape[1]), tgt_in)
     finally:
         for handle in handles:
             handle.remove()
@@ -216,7 +224,7 @@ def _log_probs(network: Model, src: torch.Tensor, tgt_in: torch.Tensor, source: 
     return logits.float().log_softmax(-1)
 
 
-def _gradients(network: Model, pair: Pair, outputs: Outputs, embedded: tuple[torch.Tensor, torch.Tensor],
+def _gradients(network: Attributable, pair: Pair, outputs: Outputs, embedded: tuple[torch.Tensor, torch.Tensor],
                scales: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
     """∂f/∂e at the embeddings scaled by each of `scales` [k], summed over the k scales: [R, S, E]
     for the source, [R, T, E] for the target inputs; and f at each scale, [k·R]."""
@@ -228,7 +236,7 @@ def _gradients(network: Model, pair: Pair, outputs: Outputs, embedded: tuple[tor
     return [g.view(k, rows, *g.shape[1:]).sum(0) for g in grads], f.detach()
 
 
-def gradient_x_input(network: Model, pair: Pair, outputs: Outputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def gradient_x_input(network: Attributable, pair: Pair, outputs: Outputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """grad: a_j = ∂f/∂e_j · e_j of each source piece [R, S] and target input [R, T], and f [R]."""
     embedded = _embedded(network, pair)
     grads, f = _gradients(network, pair, outputs, embedded, torch.ones(1))
@@ -236,7 +244,7 @@ def gradient_x_input(network: Model, pair: Pair, outputs: Outputs) -> tuple[torc
     return source, prefix, f
 
 
-def integrated_gradients(network: Model, pair: Pair, outputs: Outputs, steps: int = IG_STEPS, progress: bool = False
+def integrated_gradients(network: Attributable, pair: Pair, outputs: Outputs, steps: int = IG_STEPS, progress: bool = False
                          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """ig: a_j of each source piece [R, S] and target input [R, T] in `steps` steps (the module's
     docstring), f [R] and f at the baseline [R]."""
@@ -263,14 +271,14 @@ def occlusion(network: Model, pair: Pair, outputs: Outputs) -> tuple[torch.Tenso
     f = []
     for start in range(0, len(sources), per_pass):
         chunk = [ids for ids in sources[start: start + per_pass] for _ in range(rows)]  # each source's rows together
-        logits, _ = network(pad(chunk).to(pair.src.device), torch.tensor([len(ids) for ids in chunk]),
-                            pair.tgt_in.repeat(len(chunk), 1))
+        logits = forced_logits(network, pad(chunk).to(pair.src.device), torch.tensor([len(ids) for ids in chunk]),
+                               pair.tgt_in.repeat(len(chunk), 1))
         f.append(outputs.of(logits.float().log_softmax(-1)).view(-1, rows))
     every = torch.cat(f)                                                   # [1 + W, R]
     return every[0], every[1:].T
 
 
-def attribute_steps(network: Model, pair: Pair, outputs: Outputs, method: str, vocab_itos: list[str],
+def attribute_steps(network: Attributable, pair: Pair, outputs: Outputs, method: str, vocab_itos: list[str],
                     ig_steps: int = IG_STEPS, layer: Optional[int] = None, head: Optional[int] = None,
                     progress: bool = False) -> list[AttributedStep]:
     """The attribution of each row of `outputs` by `method`, beside the attention."""
@@ -298,8 +306,10 @@ def attribute_steps(network: Model, pair: Pair, outputs: Outputs, method: str, v
         of_no_word = [j for j, owner in enumerate(pair.owners) if owner < 0]
         if of_no_word:                                                     # left out of the words, not of the total
             between = [round(float(a), 6) for a in pieces[:, of_no_word].sum(-1).tolist()]
-    with torch.no_grad():
-        maps = network.attention_maps(pair.src, torch.tensor([pair.src.shape[1]]), pair.tgt_in)
+    maps = {}
+    if isinstance(network, AttentionMaps):
+        with torch.no_grad():
+            maps = network.attention_maps(pair.src, torch.tensor([pair.src.shape[1]]), pair.tgt_in)
     attention = None
     if "cross" in maps:
         cross = chosen_map(maps["cross"], layer, head)[0, positions].float().cpu().numpy()   # [R, S]

@@ -248,8 +248,6 @@ class TrainConfig:
     lr: float = ranged(1e-3, "(0, 10]")
     # The gradients' norm is clipped to this.
     clip: float = ranged(1.0, "(0, inf)")
-    # rnn: the chance that a step is fed the gold previous token rather than the model's own.
-    teacher_forcing: float = ranged(1.0, "[0, 1]")
     # The share of the target probability spread over the whole vocabulary.
     label_smoothing: float = ranged(0.0, "[0, 1)")
     # Learning rate: constant; halved (plateau_factor) when validation stops improving for
@@ -510,9 +508,23 @@ def _build(cls: type, values: dict, where: str) -> Any:
 
 
 def config_from_dict(values: dict) -> Config:
-    config = _build(Config, values, "")
+    config = _build(Config, _moved_keys(values), "")
     validate(config)
     return config
+
+
+def _moved_keys(values: dict) -> dict:
+    """`values` with the keys earlier versions kept elsewhere in their new place, so that their configs
+    and model files read alike: train.teacher_forcing is the RNN's model.teacher_forcing (a
+    Transformer's 1.0, what it always trained with, is dropped)."""
+    train, model = values.get("train"), values.get("model") or {}
+    if not isinstance(train, dict) or "teacher_forcing" not in train or not isinstance(model, dict):
+        return values
+    rate = train["teacher_forcing"]
+    train = {key: value for key, value in train.items() if key != "teacher_forcing"}
+    if model.get("arch", DEFAULT_ARCH) == "rnn" or rate != 1.0:
+        model = {"teacher_forcing": rate, **model}
+    return {**values, "train": train, "model": model}
 
 
 def saved_config(values: dict) -> Config:

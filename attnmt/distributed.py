@@ -2,9 +2,9 @@
 batch is split across ranks, and what the ranks exchange (PyTorch's DistributedDataParallel for
 the gradients, torch.distributed for the rest).
 
-`Ranks` is one process alone, where every exchange is the identity; `ProcessGroupRanks` is the
-same interface over a torch.distributed process group. Training asks its `Ranks` and never
-checks which kind it has.
+train.Ranks is one process alone, where every exchange is the identity; `ProcessGroupRanks` is the
+same interface over a torch.distributed process group, its update step.py's pieces with the
+exchanges between them. Training asks its Ranks and never checks which kind it has.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import re
 import threading
 import time
 from datetime import timedelta
-from typing import ContextManager, Iterator, TypeVar
+from pathlib import Path
+from typing import ContextManager, Iterator, Optional, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -23,8 +24,10 @@ from torch.nn.parallel import DistributedDataParallel
 
 from .config import TrainConfig
 from .errors import AttnmtError, first_line
-from .families.seam import Model
 from .precision import resolve_device
+from .step import TeacherForced, apply_update, backward, refusing_out_of_memory
+from .train import Ranks
+from .training_data import Part, TrainingData, split
 
 # What torchrun sets in each process it starts.
 TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
@@ -32,55 +35,14 @@ TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER
 T = TypeVar("T")
 
 
-def split(ids: list[int], parts: int) -> list[list[int]]:
-    """A global batch's sentences dealt into `parts` parts, round robin: a batch is sorted by
-    length, so each part gets short and long sentences alike (ranks finish their share together)."""
-    return [ids[j::parts] for j in range(parts)]
-
-
-class Ranks:
-    """One training process alone: rank 0 of 1."""
-
-    rank = 0
-    world_size = 1
-
-    @property
-    def is_main(self) -> bool:
-        """Rank 0: the one that validates, logs and writes files."""
-        return self.rank == 0
-
-    def device(self, device: torch.device) -> torch.device:
-        """The device this rank trains on, given the one train.device names."""
-        return device
-
-    def parts(self, ids: list[int], accumulate: int) -> list[tuple[int, list[int]]]:
-        """This rank's micro-batches of a global batch, each with its index among the global batch's
-        world_size x accumulate parts; rank r takes parts r*accumulate to (r+1)*accumulate - 1, so
-        that the same world_size x accumulate cuts the batch the same way (K=2 on one rank = 2
-        ranks). Empty parts (a batch smaller than its number of parts) are left out."""
-        every = split(ids, self.world_size * accumulate)
-        first = self.rank * accumulate
-        return [(j, every[j]) for j in range(first, first + accumulate) if every[j]]
-
-    def wrap(self, model: Model) -> torch.nn.Module:
-        """The module training calls: the model itself, or DDP around it."""
-        assert isinstance(model, torch.nn.Module), "every family's network is an nn.Module"
-        return model
-
-    def exchanging(self, model: torch.nn.Module, last: bool) -> ContextManager:
-        """Around one micro-batch's backward: gradients are exchanged after the last one only."""
-        return contextlib.nullcontext()
-
-    def sum(self, values: list[float]) -> list[float]:
-        """Each value summed over the ranks."""
-        return values
-
-    def share(self, value: T) -> T:
-        """Rank 0's value, on every rank (any picklable value)."""
-        return value
-
-    def close(self) -> None:
-        """Leave the process group, if any."""
+def rank_parts(ids: list[int], rank: int, world_size: int, accumulate: int) -> list[tuple[int, list[int]]]:
+    """Rank `rank`'s micro-batches of a global batch, each with its index among the global batch's
+    world_size x accumulate parts; rank r takes parts r*accumulate to (r+1)*accumulate - 1, so that
+    the same world_size x accumulate cuts the batch the same way (K=2 on one rank = 2 ranks). Empty
+    parts (a batch smaller than its number of parts) are left out."""
+    every = split(ids, world_size * accumulate)
+    first = rank * accumulate
+    return [(j, every[j]) for j in range(first, first + accumulate) if every[j]]
 
 
 class ProcessGroupRanks(Ranks):
@@ -94,17 +56,39 @@ class ProcessGroupRanks(Ranks):
     def device(self, device: torch.device) -> torch.device:
         return self._device
 
-    def wrap(self, model: Model) -> torch.nn.Module:
-        assert isinstance(model, torch.nn.Module), "every family's network is an nn.Module"
+    def parts(self, data: TrainingData, ids: list[int], accumulate: int, device: torch.device) -> list[Part]:
+        """This rank's micro-batches of a global batch (`rank_parts`). A rank left without sentences (a
+        batch smaller than its number of parts) runs the batch's first sentence with weight 0: every
+        rank must take part in the gradient exchange."""
+        mine = rank_parts(ids, self.rank, self.world_size, accumulate)
+        if not mine:
+            return [data.part(ids[:1], device, index=-1, weight=0.0)]
+        return [data.part(part, device, index) for index, part in mine]
+
+    def wrap(self, network: TeacherForced) -> torch.nn.Module:
         # Buffers (sinusoids, masks) are never trained: nothing to broadcast at every forward.
         ids = [self._device.index] if self._device.type == "cuda" else None
-        return DistributedDataParallel(model, device_ids=ids, forward_sync_buffers=False)
+        return DistributedDataParallel(network, device_ids=ids, forward_sync_buffers=False)
 
-    def exchanging(self, model: torch.nn.Module, last: bool) -> ContextManager:
+    def train_step(self, network: torch.nn.Module, optimizer: torch.optim.Optimizer, parts: list[Part],
+                   tc: TrainConfig, step: int, tokens: int, model_path: Optional[Path] = None) -> float:
+        """step.train_step across the ranks: each part's gradient kept on its rank but the last's, whose
+        backward exchanges them all (DDP averages the ranks' gradients: the whole batch's is their sum,
+        hence the world_size); the loss summed over the ranks."""
+        optimizer.zero_grad(set_to_none=True)
+        total = 0.0
+        with refusing_out_of_memory(step, parts):
+            for number, part in enumerate(parts, 1):
+                with self._exchanging(network, last=number == len(parts)):
+                    total += backward(network, part, tc, step, self.world_size / tokens)
+        return apply_update(network, optimizer, self.sum([total])[0], tc, step, model_path)
+
+    def _exchanging(self, network: torch.nn.Module, last: bool) -> ContextManager:
+        """Around one micro-batch's backward: gradients are exchanged after the last one only."""
         if last:
             return self._exchange(model_too=True)
-        assert isinstance(model, DistributedDataParallel), "the module wrap returned"
-        return model.no_sync()
+        assert isinstance(network, DistributedDataParallel), "the module wrap returned"
+        return network.no_sync()
 
     def sum(self, values: list[float]) -> list[float]:
         totals = torch.tensor(values, dtype=torch.float64, device=self._device)

@@ -8,22 +8,40 @@ At each step of greedy decoding, the attention the learner picked (`AttentionVie
 and the prediction: the 5 likeliest next tokens, beside the 5 likeliest when the attention over
 the source is made uniform (the context becomes the plain average of the encoder states), which
 shows what attention changed at that step. The numbers are the model's own, computed in float32
-by its reference modules (the family's `probed` copy); the output is its greedy translation.
+by its reference modules (families.reference_copy, probed through the family's `fit_probe`); the
+output is its greedy translation.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Optional, Protocol, Sequence, TypeVar
+from typing import Optional, Protocol, Sequence, TypeVar, runtime_checkable
 
 import torch
 
 from .errors import AttnmtError
-from .families.seam import AttentionView
-from .translate import TextTranslator, Translator
+from .families import reference_copy
+from .seam import AttentionView, Probe, require
+from .translate import TextTranslator, Translator, map_shapes
 from .vocab import EOS_ID, SOS_ID
 
 TOP = 5
+
+
+@runtime_checkable
+class Explainable(Protocol):
+    """What attnmt explain asks of a family's network (seam.py: a capability, not every family's)."""
+
+    def fit_probe(self, view: AttentionView) -> tuple[Probe, AttentionView]:
+        """Make the attention `view` of this network (a reference copy made for explaining, in eval mode)
+        record its numbers into the probe at each step, and its attention over the source turn uniform
+        while `probe.uniform` is set; return the probe and the view with its defaults filled in. Refuses
+        a view the family lacks in one line."""
+        ...
+
+    def score_function(self, view: AttentionView) -> str:
+        """The score of `view` as the model computes it, in one line, for learners."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -93,8 +111,11 @@ def explain(translator: TextTranslator, sentence: str, view: AttentionView = Att
     source_tokens = translator.tokenize_source(sentence)
     if not source_tokens:
         raise AttnmtError("nothing to explain: the sentence is empty")
-    view.check(translator.model.map_shapes())
-    network, probe, view = translator.model.probed(view)
+    view.check(map_shapes(translator.model))
+    text = translator.tokenization
+    network = reference_copy(translator.model, len(text.src_vocab), len(text.tgt_vocab))
+    explainable: Explainable = require(network, Explainable, "attnmt explain")
+    probe, view = explainable.fit_probe(view)
     device = translator.device
     src = torch.tensor([translator.tokenization.src_vocab.encode(source_tokens)], device=device)
     memory, state = network.encode(src, torch.tensor([len(source_tokens)]))
@@ -134,7 +155,7 @@ def explain(translator: TextTranslator, sentence: str, view: AttentionView = Att
         check_step_number(step, len(steps), naming)
         steps = [steps[step - 1]]
     return Explanation(source_tokens, output, view.kind, view.layer, view.head,
-                       translator.model.score_function(view), steps)
+                       explainable.score_function(view), steps)
 
 
 def check_step_number(step: int, steps: int, naming: Naming = FLAGS) -> None:

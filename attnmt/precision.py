@@ -2,7 +2,7 @@
 
 CPUs multiply bfloat16 natively with AVX512-BF16 or AMX; without them oneDNN converts to float32
 and back around every product, so bf16 runs slower than fp32, and some of its bf16 kernels (the
-LSTM's under autocast) do not exist at all: such an LSTM runs in fp32 (`run_rnn`). GPUs from Ampere
+LSTM's under autocast) do not exist at all: such an LSTM runs in fp32 (`FallbackLSTM`). GPUs from Ampere
 on compute bf16 natively. Native is not always faster: some CPUs' bf16 units train slower than
 fp32 (docs/speed.md), so training under `auto` on a CPU times both (`faster_precision`).
 """
@@ -147,31 +147,35 @@ def cpu_bf16_lstm(kind: str) -> bool:
 
 
 def lstm_in_fp32(kind: str) -> bool:
-    """True where a bf16 LSTM of `kind` ("autocast" or "bf16") runs in fp32 on this CPU (`run_rnn`)."""
+    """True where a bf16 LSTM of `kind` ("autocast" or "bf16") runs in fp32 on this CPU (`FallbackLSTM`)."""
     return kind in _refused_at_call or not cpu_bf16_lstm(kind)
 
 
-def run_rnn(rnn: nn.Module, inputs: RNNInput, state: Optional[TorchRNNState] = None) -> tuple[RNNInput, TorchRNNState]:
-    """`rnn(inputs, state)`, with a bf16 LSTM on a CPU, under autocast or with bfloat16 weights, run in
-    fp32 where oneDNN has no kernel for it (`cpu_bf16_lstm`, or a refusal at this call, remembered)
-    instead of failing; its outputs then in fp32 under autocast, in bf16 for bf16 weights."""
-    kind = _bf16_lstm_kind(rnn, inputs)
-    if kind is None:
-        return rnn(inputs, state)
-    if not lstm_in_fp32(kind):
-        try:
-            return rnn(inputs, state)
-        except RuntimeError as err:
-            if ONEDNN_REFUSAL not in str(err):
-                raise
-            _refused_at_call.add(kind)
-    fp32_state = None if state is None else tuple(s.float() for s in state)
-    with torch.autocast("cpu", enabled=False):
-        if kind == "autocast":
-            return rnn(inputs.float(), fp32_state)
-        weights = {name: weight.float() for name, weight in rnn.named_parameters()}
-        output, (h, c) = functional_call(rnn, weights, (inputs.float(), fp32_state))
-    return output.to(torch.bfloat16), (h.bfloat16(), c.bfloat16())
+class FallbackLSTM(nn.LSTM):
+    """nn.LSTM that, in bf16 on a CPU, under autocast or with bfloat16 weights, runs in fp32 where
+    oneDNN has no kernel for it (`cpu_bf16_lstm`, or a refusal at this call, remembered) instead of
+    failing; its outputs then in fp32 under autocast, in bf16 for bf16 weights. Elsewhere it is
+    nn.LSTM itself. The RNN family builds its LSTMs as this class."""
+
+    def forward(self, inputs: RNNInput, state: Optional[tuple[torch.Tensor, torch.Tensor]] = None  # type: ignore[override]
+                ) -> tuple[RNNInput, TorchRNNState]:
+        kind = _bf16_lstm_kind(self, inputs)
+        if kind is None:
+            return super().forward(inputs, state)
+        if not lstm_in_fp32(kind):
+            try:
+                return super().forward(inputs, state)
+            except RuntimeError as err:
+                if ONEDNN_REFUSAL not in str(err):
+                    raise
+                _refused_at_call.add(kind)
+        fp32_state = None if state is None else (state[0].float(), state[1].float())
+        with torch.autocast("cpu", enabled=False):
+            if kind == "autocast":
+                return super().forward(inputs.float(), fp32_state)
+            weights = {name: weight.float() for name, weight in self.named_parameters()}
+            output, (h, c) = functional_call(self, weights, (inputs.float(), fp32_state))
+        return output.to(torch.bfloat16), (h.bfloat16(), c.bfloat16())
 
 
 def _bf16_lstm_kind(rnn: nn.Module, inputs: RNNInput) -> Optional[str]:

@@ -13,13 +13,50 @@ from typing import Callable, Optional
 import torch
 import torch.nn.functional as F
 
-from .families.seam import Memory, Model, State
-from .fast.topk import TopK, block_top_k
+from .seam import Model, Rows
 from .vocab import EOS_ID, SOS_ID
 
 # A model's step for one token: (prev_tokens [B, 1], state, memory) -> (logits [B, 1, V], state,
 # weights [B, 1, S] or None). The searches take any such step, e.g. a compiled one (compiled.py).
-Step = Callable[[torch.Tensor, State, Memory], tuple[torch.Tensor, State, Optional[torch.Tensor]]]
+Step = Callable[[torch.Tensor, Rows, Rows], tuple[torch.Tensor, Rows, Optional[torch.Tensor]]]
+
+# (x [b, n], k) -> the k highest entries of each row and their positions, as torch.topk(dim=1).
+TopK = Callable[[torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]]
+
+
+def reference_top_k(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The k highest entries of each row of x [b, n] and their positions, highest first."""
+    return x.topk(k, dim=1)
+
+
+def block_top_k(x: torch.Tensor, k: int, block: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fast path of reference_top_k (tests/test_fast.py checks it against it): x.topk(k, dim=1) for a wide
+    x [b, n], through block maxima: the same values, and positions up to ties.
+
+    On CPUs topk and argmax are slow scalar passes while amax is vectorized, so: the maximum of
+    every block of `block` entries, the k blocks with the highest maxima (they hold the k highest
+    entries: each of those lies in a block whose maximum is at least as high), then topk over
+    those k blocks' entries only.
+    """
+    b, n = x.shape
+    blocks = n // block
+    if blocks < 4 * k:
+        return reference_top_k(x, k)
+    maxima = x[:, : blocks * block].view(b, blocks, block).amax(2)             # [b, blocks]
+    if blocks * block < n:                                                     # the short last block
+        maxima = torch.cat([maxima, x[:, blocks * block :].amax(1, keepdim=True)], dim=1)
+    best_blocks = maxima.topk(k, dim=1).indices                                # [b, k]
+    positions = (best_blocks.unsqueeze(2) * block + torch.arange(block, device=x.device)).view(b, -1)  # [b, k*block]
+    outside = positions >= n                                                   # past the short last block
+    positions.clamp_(max=n - 1)
+    values = x.gather(1, positions).masked_fill_(outside, float("-inf"))
+    top_values, top = values.topk(k, dim=1)                                    # [b, k]
+    return top_values, positions.gather(1, top)
+
+
+def top_k(enabled: bool = True) -> TopK:
+    """The searches' top-k: block_top_k (decode.fast_paths), or torch.topk itself."""
+    return block_top_k if enabled else reference_top_k
 
 
 @dataclass
@@ -68,7 +105,7 @@ class DecodingBatch:
         self.max_lengths = max_lengths.to(src.device).clamp(min=1)
         self.batch_size = batch_size or src.shape[0]
         self.encoded = 0                                  # sentences encoded so far
-        self.pool: Optional[tuple[torch.Tensor, Memory, State]] = None  # encoded, not yet joined
+        self.pool: Optional[tuple[torch.Tensor, Rows, Rows]] = None  # encoded, not yet joined
         sentences, memory, state = self._take(self.batch_size)
         slots, device = sentences.shape[0], src.device
         rows = torch.arange(slots, device=device).repeat_interleave(width)
@@ -80,9 +117,8 @@ class DecodingBatch:
         self.scores = self._start_scores(slots)                           # [b, K] log-probability of each row
         self.tokens = torch.full((slots * width,), SOS_ID, dtype=torch.long, device=device)  # [b*K] next input
         self.history = torch.zeros(slots * width, 0, dtype=torch.long, device=device)       # [b*K, w] outputs
-        self.attention: Optional[torch.Tensor] = None                                       # [b*K, w, S] weights
-        if model.returns_attention:
-            self.attention = torch.zeros(slots * width, 0, memory.length, dtype=memory.dtype, device=device)
+        # [b*K, w, S] weights, from the first step that returns them (none for a model without attention)
+        self.attention: Optional[torch.Tensor] = None
 
     def _start_scores(self, slots: int) -> torch.Tensor:
         scores = torch.full((slots, self.width), float("-inf"), device=self.src.device)
@@ -92,7 +128,7 @@ class DecodingBatch:
     def _waiting(self) -> bool:
         return self.pool is not None or self.encoded < self.src.shape[0]
 
-    def _take(self, count: int) -> tuple[torch.Tensor, Memory, State]:
+    def _take(self, count: int) -> tuple[torch.Tensor, Rows, Rows]:
         """Up to `count` waiting sentences, encoded: their indices [n], memory and first decoder state."""
         if self.pool is None:
             start, end = self.encoded, min(self.encoded + self.batch_size, self.src.shape[0])
@@ -104,10 +140,8 @@ class DecodingBatch:
         n = min(count, sentences.shape[0])
         self.pool = None
         if n < sentences.shape[0]:
-            rest = torch.arange(n, sentences.shape[0], device=sentences.device)
-            self.pool = (sentences[n:], memory.rows(n), state.select(rest))
-        taken = torch.arange(n, device=sentences.device)
-        return sentences[:n], memory.rows(0, n), state.select(taken)
+            self.pool = (sentences[n:], memory.slice(n), state.slice(n))
+        return sentences[:n], memory.slice(0, n), state.slice(0, n)
 
     def decoding(self) -> bool:
         return bool(self.live.any())
@@ -115,6 +149,8 @@ class DecodingBatch:
     def decode(self) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         """One decoder step for every row: logits [b*K, V] and attention weights [b*K, S] (None for `none`)."""
         logits, self.state, weights = self.step(self.tokens.unsqueeze(1), self.state, self.memory)
+        if weights is not None and self.attention is None:       # the first step: none kept yet
+            self.attention = weights.new_zeros(*self.history.shape, self.memory.length, dtype=self.memory.dtype)
         return logits[:, -1], None if weights is None else weights[:, -1]
 
     def at_limit(self) -> torch.Tensor:
@@ -194,7 +230,7 @@ class DecodingBatch:
             slots, free = free[: sentences.shape[0]], free[sentences.shape[0]:]
             self._put(slots, sentences, memory, state)
 
-    def _put(self, slots: torch.Tensor, sentences: torch.Tensor, memory: Memory, state: State) -> None:
+    def _put(self, slots: torch.Tensor, sentences: torch.Tensor, memory: Rows, state: Rows) -> None:
         rows = self._rows(slots)
         source_rows = torch.arange(slots.shape[0], device=slots.device).repeat_interleave(self.width)
         if memory.length > self.memory.length:
@@ -221,7 +257,7 @@ def greedy(model: Model, src: torch.Tensor, src_lengths: torch.Tensor, max_lengt
     """The most likely token at each step, until EOS or the sentence's own `max_lengths` [N].
 
     src [N, S] and src_lengths [N] hold all the sentences; at most `batch_size` (default: all)
-    decode at once; `step` replaces the model's decoder step and `top_k` torch.topk (fast/topk.py).
+    decode at once; `step` replaces the model's decoder step and `top_k` torch.topk (block_top_k).
     Returns one hypothesis per sentence.
     """
     batch = DecodingBatch(model, src, src_lengths, max_lengths, 1, batch_size, step)
@@ -268,7 +304,7 @@ def beam_search(model: Model, src: torch.Tensor, src_lengths: torch.Tensor, max_
     beam_size others live on. A sentence is done when it has beam_size finished hypotheses or
     reaches its max length (where only EOS is allowed), or as soon as no live hypothesis can
     still enter its n-best (`settled`). At most `batch_size` sentences (default: all) decode at once;
-    `step` replaces the model's decoder step and `top_k` torch.topk (fast/topk.py).
+    `step` replaces the model's decoder step and `top_k` torch.topk (block_top_k).
     """
     k = beam_size
     batch = DecodingBatch(model, src, src_lengths, max_lengths, k, batch_size, step)

@@ -1,27 +1,52 @@
-"""One update of the weights: the optimizer, and a batch's parts forward and backward on this rank,
-the gradients exchanged between the ranks, clipped and applied."""
+"""One update of the weights: the optimizer, the loss of a batch's parts and their gradients,
+clipped and applied. Under torchrun, distributed.py runs the same pieces with the ranks'
+exchanges between them."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 import torch
+import torch.nn.functional as F
+from torch import nn
 
-from .config import Config, TrainConfig
-from .distributed import Ranks
+from .config import TrainConfig
 from .errors import AttnmtError
-from .families.seam import Model
-from .loss import sequence_loss
-from .precision import autocast
+from .seam import Model
 from .training_data import Part
+from .vocab import PAD_ID
 
 
 def make_optimizer(model: Model, tc: TrainConfig) -> torch.optim.Optimizer:
     # The fused kernel updates each weight in one pass over memory (docs/speed.md).
     return torch.optim.Adam(model.parameters(), lr=tc.lr, fused=True)
+
+
+def sequence_loss(logits: torch.Tensor, targets: torch.Tensor, label_smoothing: float = 0.0) -> torch.Tensor:
+    """Summed cross-entropy of logits [..., V] against targets [...]; pads count for nothing."""
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
+                           ignore_index=PAD_ID, reduction="sum", label_smoothing=label_smoothing)
+
+
+class TeacherForced(nn.Module):
+    """A model as training calls it (and DDP wraps it): its teacher-forced features, and the output
+    layer at the positions a loss reads only. The output layer is the largest, and a batch's targets
+    are padded: it skips the pads."""
+
+    def __init__(self, model: Model):
+        super().__init__()
+        assert isinstance(model, nn.Module), "every family's network is an nn.Module"
+        self.model = model
+
+    def forward(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor, at: torch.Tensor
+                ) -> torch.Tensor:
+        """Logits [N, V] at the N positions where at [B, T] is True."""
+        features, _ = self.model.features(src, src_lengths, tgt_in)           # [B, T, O]
+        return self.model.output_layer(features[at])
 
 
 def _draw_seed(seed: int, step: int, part: int) -> int:
@@ -31,35 +56,28 @@ def _draw_seed(seed: int, step: int, part: int) -> int:
     return random.Random(f"{seed}:{step}:{part}").getrandbits(63)
 
 
-def part_loss(model: torch.nn.Module, part: Part, tc: TrainConfig, precision: Optional[str] = None) -> torch.Tensor:
-    """The summed loss of one part of a batch, times its weight, computed in `precision` (default: train.precision)."""
+def part_loss(network: nn.Module, part: Part, tc: TrainConfig, precision: str) -> torch.Tensor:
+    """The summed loss of one part of a batch, times its weight, computed in `precision` (fp32 or bf16);
+    `network`: a TeacherForced model, or DDP around one."""
     batch, at = part.batch, part.batch.target_mask
-    with autocast(precision or tc.precision, batch.src.device):
-        logits, _ = model(batch.src, batch.src_lengths, batch.tgt_in, tc.teacher_forcing, classify_at=at)
+    with torch.autocast(batch.src.device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+        logits = network(batch.src, batch.src_lengths, batch.tgt_in, at)
     return sequence_loss(logits.float(), batch.tgt_out[at], tc.label_smoothing) * part.weight
 
 
-def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, parts: list[Part], config: Config,
-               step: int, model_path: Optional[Path] = None, ranks: Optional[Ranks] = None,
-               tokens: Optional[int] = None) -> float:
-    """One update from this rank's parts of a batch; returns the whole batch's summed loss (over
-    all ranks). The loss is divided by `tokens`, the whole batch's target tokens (default: those of
-    `parts`), so that any cut of a batch into parts and ranks gives one gradient. Refuses to update
-    from a NaN loss or go on out of memory."""
-    tc = config.train
-    ranks = ranks or Ranks()
-    tokens = tokens or sum(part.batch.num_target_tokens for part in parts)
-    # DDP averages the ranks' gradients; the whole batch's gradient is their sum.
-    scale = ranks.world_size / tokens
-    optimizer.zero_grad(set_to_none=True)
-    total = 0.0
+def backward(network: nn.Module, part: Part, tc: TrainConfig, step: int, scale: float) -> float:
+    """One part's loss, its gradient (times `scale`) added to the weights'; returns the loss."""
+    torch.manual_seed(_draw_seed(tc.seed, step, part.index))
+    loss = part_loss(network, part, tc, tc.precision)
+    (loss * scale).backward()
+    return loss.item()
+
+
+@contextlib.contextmanager
+def refusing_out_of_memory(step: int, parts: list[Part]) -> Iterator[None]:
+    """Around a step's forward and backward passes: running out of memory is one line saying what to change."""
     try:
-        for number, part in enumerate(parts, 1):
-            torch.manual_seed(_draw_seed(tc.seed, step, part.index))
-            with ranks.exchanging(model, last=number == len(parts)):
-                loss = part_loss(model, part, tc)
-                (loss * scale).backward()
-            total += loss.item()
+        yield
     except RuntimeError as err:  # torch.OutOfMemoryError is a RuntimeError too
         if "out of memory" not in str(err) and "can't allocate memory" not in str(err):
             raise
@@ -67,11 +85,26 @@ def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, parts: 
         raise AttnmtError(f"out of memory at step {step} (target batch {shape}); lower train.batch_size or "
                           f"data.max_len, or raise train.accumulate, then continue with --resume from the last "
                           f"checkpoint") from None
-    total = ranks.sum([total])[0]
+
+
+def apply_update(network: nn.Module, optimizer: torch.optim.Optimizer, total: float, tc: TrainConfig, step: int,
+                 model_path: Optional[Path] = None) -> float:
+    """Clip the gradients and update the weights, refusing a NaN loss `total`; returns it."""
     if not math.isfinite(total):
         kept = f", and {model_path} keeps the last good model" if model_path else ""
         raise AttnmtError(f"loss became {total} at step {step}; training stopped before the update{kept}. "
                           f"Try a lower train.lr or train.clip")
-    torch.nn.utils.clip_grad_norm_(model.parameters(), tc.clip)
+    torch.nn.utils.clip_grad_norm_(network.parameters(), tc.clip)
     optimizer.step()
     return total
+
+
+def train_step(network: nn.Module, optimizer: torch.optim.Optimizer, parts: list[Part], tc: TrainConfig,
+               step: int, tokens: int, model_path: Optional[Path] = None) -> float:
+    """One update from the parts of a batch in one process; returns the batch's summed loss. The loss is
+    divided by `tokens`, the batch's target tokens, so that any cut of a batch into parts gives one
+    gradient. tc.precision is fp32 or bf16 (train() resolves auto)."""
+    optimizer.zero_grad(set_to_none=True)
+    with refusing_out_of_memory(step, parts):
+        total = sum(backward(network, part, tc, step, 1 / tokens) for part in parts)
+    return apply_update(network, optimizer, total, tc, step, model_path)

@@ -8,7 +8,7 @@ import time
 import typing
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, TypeVar
 
 import numpy as np
 import torch
@@ -17,24 +17,66 @@ from tqdm import tqdm
 from .average import average_weights, keep_epoch_model
 from .batch import batch_indices, collate
 from .config import Config, TrainConfig, TrainPrecision
-from .distributed import Ranks
 from .errors import AttnmtError
 from .evaluate import score_translations
 from .families import build_model
-from .families.seam import Model
+from .fast import fast_paths_in
 from .files import MODEL_FILE
-from .loss import sequence_loss
 from .metrics import MetricsWriter
 from .modelfile import Checkpoint, save_checkpoint
 from .precision import BF16_AT_MOST, faster_precision, native_bf16, precision_note, resolve_device
 from .resume import Progress, find_start
-from .step import make_optimizer, part_loss, train_step
+from .seam import Model
+from .step import TeacherForced, make_optimizer, part_loss, sequence_loss, train_step
 from .store import PreparedCorpus
-from .training_data import TrainingData, epoch_batches
+from .training_data import Part, TrainingData, epoch_batches
 from .translate import Translator
 from .vocab import Example
 
 CHECKPOINT_FILE = "checkpoint.safetensors"
+
+T = TypeVar("T")
+
+
+class Ranks:
+    """This training process alone, rank 0 of 1, where every exchange between ranks is the identity;
+    distributed.ProcessGroupRanks is the same interface for each process torchrun starts."""
+
+    rank = 0
+    world_size = 1
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0: the one that validates, logs and writes files."""
+        return self.rank == 0
+
+    def device(self, device: torch.device) -> torch.device:
+        """The device this rank trains on, given the one train.device names."""
+        return device
+
+    def parts(self, data: TrainingData, ids: list[int], accumulate: int, device: torch.device) -> list[Part]:
+        """This rank's micro-batches of the batch `ids`."""
+        return data.parts(ids, accumulate, device)
+
+    def wrap(self, network: TeacherForced) -> torch.nn.Module:
+        """The module training calls: the network itself, or DDP around it."""
+        return network
+
+    def train_step(self, network: torch.nn.Module, optimizer: torch.optim.Optimizer, parts: list[Part],
+                   tc: TrainConfig, step: int, tokens: int, model_path: Optional[Path] = None) -> float:
+        """One update from this rank's parts of a batch of `tokens` target tokens (step.train_step)."""
+        return train_step(network, optimizer, parts, tc, step, tokens, model_path)
+
+    def sum(self, values: list[float]) -> list[float]:
+        """Each value summed over the ranks."""
+        return values
+
+    def share(self, value: T) -> T:
+        """Rank 0's value, on every rank (any picklable value)."""
+        return value
+
+    def close(self) -> None:
+        """Leave the process group, if any."""
 
 
 @dataclass
@@ -48,7 +90,7 @@ class TrainResult:
 
 def evaluate_loss(model: Model, examples: list[Example], batch_size: int, device: torch.device) -> float:
     """Mean cross-entropy per target token, teacher-forced, no dropout."""
-    model.eval()
+    forced = TeacherForced(model).eval()
     total, tokens = 0.0, 0
     lengths = np.array([(len(s), len(t)) for s, t in examples], dtype=np.int64).reshape(-1, 2)
     with torch.inference_mode():
@@ -56,10 +98,10 @@ def evaluate_loss(model: Model, examples: list[Example], batch_size: int, device
             ids = batch_ids.tolist()
             batch = collate([examples[i] for i in ids], ids, device)
             at = batch.target_mask
-            logits, _ = model(batch.src, batch.src_lengths, batch.tgt_in, classify_at=at)
+            logits = forced(batch.src, batch.src_lengths, batch.tgt_in, at)
             total += sequence_loss(logits, batch.tgt_out[at]).item()
             tokens += batch.num_target_tokens
-    model.train()
+    forced.train()
     return total / max(tokens, 1)
 
 
@@ -93,6 +135,8 @@ def train(config: Config, resume: bool = False, overwrite: bool = False,
     log(f"data: {len(corpus)} training pairs ({left_out or 'none'} left out), {len(data.valid)} valid, "
         f"{len(corpus.test_pairs)} test; vocab {len(text.src_vocab)} source, {len(text.tgt_vocab)} target")
     model = build_model(config.model, len(text.src_vocab), len(text.tgt_vocab), tc.fast_paths).to(device)
+    log(f"fast paths: {', '.join(fast_paths_in(model)) or 'none'}" if tc.fast_paths
+        else "fast paths: none (train.fast_paths false: the reference modules alone)")
     progress = start.progress or Progress()
     timed = tc.precision == "auto" and not progress.precision and device.type == "cpu" and native_bf16(device)
     # The user's setting goes in the note, unless auto is to be timed, which says its own line.
@@ -103,7 +147,7 @@ def train(config: Config, resume: bool = False, overwrite: bool = False,
     if start.weights is not None:
         model.load_state_dict(start.weights)
     # The run computes in one format from start to end, resumed or not; under torchrun rank 0 times it.
-    network = typing.cast(torch.nn.Module, model)  # every family's network is an nn.Module
+    network = TeacherForced(model)
     chosen = ranks.share(_training_precision(tc, progress, network, data, device, log) if ranks.is_main else None)
     assert chosen is not None, "rank 0 shares the format"
     progress.precision = chosen
@@ -138,7 +182,7 @@ def train(config: Config, resume: bool = False, overwrite: bool = False,
                           f"{earlier_min:.1f} to train on")
     started = time.monotonic() - progress.elapsed_s
     metrics = MetricsWriter(out_dir, progress.step if resume else None, tc.tensorboard) if ranks.is_main else None
-    run = Run(config, data, translator, ranks.wrap(model), optimizer, progress, device, ranks, metrics, started, log)
+    run = Run(config, data, translator, ranks.wrap(network), optimizer, progress, device, ranks, metrics, started, log)
     try:
         log(f"{run.train_epochs()}; stopping")
         if metrics and tc.average_last > 1 and len(progress.epoch_files) > 1:
@@ -160,7 +204,7 @@ def train(config: Config, resume: bool = False, overwrite: bool = False,
     return TrainResult(run.model_path, progress.best_metric, test_scores, epochs, minutes)
 
 
-def _training_precision(tc: TrainConfig, progress: Progress, model: torch.nn.Module, data: TrainingData,
+def _training_precision(tc: TrainConfig, progress: Progress, network: TeacherForced, data: TrainingData,
                         device: torch.device, log: Callable[[str], None]) -> TrainPrecision:
     """train.precision as the run computes it: auto takes a resumed run's format; on a CPU with native
     bf16 it times the first batch's forward and backward in both formats (`faster_precision`)."""
@@ -176,13 +220,13 @@ def _training_precision(tc: TrainConfig, progress: Progress, model: torch.nn.Mod
     if device.type != "cpu" or not native_bf16(device):
         return "bf16" if native_bf16(device) else "fp32"
     ids = epoch_batches(data.corpus.lengths, tc, progress.epoch)[0].tolist()
-    part = data.parts(ids, Ranks(), 1, device)[0]
-    model.train()
+    part = data.part(ids, device)
+    network.train()
 
     def forward_backward(precision: str) -> None:
         # No trace left: the gradients are dropped, and each update seeds its own random draws.
-        part_loss(model, part, tc, precision).backward()
-        model.zero_grad(set_to_none=True)
+        part_loss(network, part, tc, precision).backward()
+        network.zero_grad(set_to_none=True)
 
     repeats = 3
     chosen, best = faster_precision(forward_backward, repeats)
@@ -256,8 +300,9 @@ class Run:
                 _set_lr(self.optimizer, progress, tc)
                 ids = batch_ids.tolist()
                 tokens = corpus.target_tokens(batch_ids)  # the whole batch's, EOS included
-                loss = train_step(self.network, self.optimizer, self.data.parts(ids, ranks, tc.accumulate, self.device),
-                                  self.config, progress.step + 1, self.model_path, ranks, tokens)
+                parts = ranks.parts(self.data, ids, tc.accumulate, self.device)
+                loss = ranks.train_step(self.network, self.optimizer, parts, tc, progress.step + 1, tokens,
+                                        self.model_path)
                 progress.step += 1
                 progress.batch_in_epoch += 1
                 progress.epoch_loss += loss
@@ -325,8 +370,8 @@ class Run:
                   "valid_ppl": round(math.exp(min(valid_loss, 50)), 2)}
         pairs = self.data.corpus.valid_pairs
         if pairs:
-            translator.weights_changed()  # the fused Adam step leaves no trace in the weights' version counters
-            scores = score_translations(translator, pairs)
+            # A fresh engine: its decoding copy (bf16, int8) is made from the weights as they are now.
+            scores = score_translations(Translator(translator.model, self.config, translator.tokenization), pairs)
             record.update(valid_exact=scores["exact"], valid_bleu=scores["bleu"])
         translator.model.train()
         return record

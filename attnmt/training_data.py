@@ -1,5 +1,5 @@
 """What training reads of a prepared corpus: each epoch's batches in their seeded order, each batch
-as this rank's micro-batches (`Part`s), and the validation pairs as ids."""
+as micro-batches (`Part`s), and the validation pairs as ids."""
 
 from __future__ import annotations
 
@@ -11,10 +11,15 @@ import torch
 
 from .batch import Batch, batch_indices, collate
 from .config import TrainConfig
-from .distributed import Ranks
 from .errors import AttnmtError
 from .store import PreparedCorpus
 from .vocab import Example
+
+
+def split(ids: list[int], parts: int) -> list[list[int]]:
+    """A batch's sentences dealt into `parts` parts, round robin: a batch is sorted by length, so each
+    part gets short and long sentences alike (ranks finish their share together)."""
+    return [ids[j::parts] for j in range(parts)]
 
 
 @dataclass
@@ -51,11 +56,10 @@ class TrainingData:
                               f"exceeds data.max_len={max_len}")
         return cls(corpus, valid)
 
-    def parts(self, ids: list[int], ranks: Ranks, accumulate: int, device: torch.device) -> list[Part]:
-        """This rank's micro-batches of the batch `ids`. A rank left without sentences (a batch smaller
-        than its number of parts) runs the batch's first sentence with weight 0: every rank must take
-        part in the gradient exchange."""
-        mine = ranks.parts(ids, accumulate)
-        if not mine:
-            return [Part(collate([self.corpus.example(ids[0])], ids[:1], device), index=-1, weight=0.0)]
-        return [Part(collate([self.corpus.example(i) for i in part], part, device), index) for index, part in mine]
+    def part(self, ids: list[int], device: torch.device, index: int = 0, weight: float = 1.0) -> Part:
+        """The sentences `ids` as a micro-batch on `device`."""
+        return Part(collate([self.corpus.example(i) for i in ids], ids, device), index, weight)
+
+    def parts(self, ids: list[int], accumulate: int, device: torch.device) -> list[Part]:
+        """The batch `ids` as train.accumulate micro-batches (fewer where it has fewer sentences)."""
+        return [self.part(part, device, index) for index, part in enumerate(split(ids, accumulate)) if part]

@@ -7,28 +7,48 @@ import copy
 import itertools
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, Optional
+from typing import Iterable, Iterator, Optional, Protocol, runtime_checkable
 
 import numpy as np
 import torch
 
-from .aligner import Aligner, read_aligner
 from .batch import pad
 from .config import Config, override_decode_precision, source_languages
 from .errors import AttnmtError, first_line
 from .families import build_model
-from .families.seam import Model
-from .fast import top_k
+from .fast import fast_paths_in
 from .fast.compiled import compiled_step
 from .fast.int8 import int8_decoding_copy
 from .modelfile import ModelDescription, describe, load_file, network_weights, read_model, save_model
 from .precision import precision_note, resolve_device
 from .precision import resolve as resolve_precision
-from .search import Hypothesis, Step, beam_search, greedy
+from .seam import Model, require
+from .search import Hypothesis, Step, beam_search, greedy, top_k
 from .tokenize import Tokenizer
 from .vocab import SOS_ID, Tokenization
 
 CHUNK = 64  # batches of sentences read, handed to one search call and yielded at a time
+
+
+@runtime_checkable
+class AttentionMaps(Protocol):
+    """What heatmaps, alignments and the explorer ask of a family's network (seam.py: a capability,
+    not every family's): every attention map of a teacher-forced pass, and their shapes."""
+
+    def attention_maps(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor
+                       ) -> dict[str, torch.Tensor]:
+        """Every attention map of the teacher-forced pass, name -> [B, layers, heads, queries, keys]:
+        "cross" (target over source), and "encoder" / "decoder" self-attention where the family has them."""
+        ...
+
+    def map_shapes(self) -> dict[str, tuple[int, int]]:
+        """The maps attention_maps gives, name -> (layers, heads); empty for a model without attention."""
+        ...
+
+
+def map_shapes(model: Model) -> dict[str, tuple[int, int]]:
+    """The attention maps `model` gives, name -> (layers, heads); none for a family without AttentionMaps."""
+    return model.map_shapes() if isinstance(model, AttentionMaps) else {}
 
 
 @dataclass
@@ -52,8 +72,8 @@ class TextTranslator(abc.ABC):
     explains: bool = False   # explain.py can open each decoding step (attnmt's own engine)
 
     def alignment_method(self) -> Optional[str]:
-        """How align.translation_alignments links words for this engine: "aligner", "argmax" (attention's),
-        or None where it cannot (an engine without the model's weights)."""
+        """The attention alignment this engine gives: "argmax" (attention's), or None where it cannot (an
+        engine without the model's weights); align.alignment_method adds the aligner a model file may hold."""
         return None
 
     def tokenize_source(self, text: str) -> list[str]:
@@ -162,17 +182,15 @@ class Translator(TextTranslator):
         # The tokenizers every engine has (TextTranslator); the vocabularies are this engine's own.
         self.src_tokenizer, self.tgt_tokenizer = tokenization.src_tokenizer, tokenization.tgt_tokenizer
         self._decoding_copy: Optional[tuple[tuple, Model, Optional[Step]]] = None
-        # The word aligner trained for this model (aligner.py), if its file holds one.
-        self.aligner: Optional[Aligner] = None
+        # The file it was loaded from (load), where align.py reads what else the file holds (its word aligner).
+        self.path: Optional[Path] = None
 
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
     def alignment_method(self) -> Optional[str]:
-        if self.aligner is not None:
-            return "aligner"
-        return "argmax" if self.model.returns_attention else None
+        return "argmax" if "cross" in map_shapes(self.model) else None
 
     @property
     def description(self) -> ModelDescription:
@@ -203,8 +221,7 @@ class Translator(TextTranslator):
         override_decode_precision(config, precision)
         model.to(resolve_device(device)).eval()
         translator = cls(model, config, text, compile)
-        translator.aligner = read_aligner(path, tensors, meta, len(text.src_vocab), len(text.tgt_vocab),
-                                          translator.device)
+        translator.path = Path(path)
         if compile:  # compile (or load) the step now, not in the first request of a server
             translator._decoding()
         return translator
@@ -242,11 +259,6 @@ class Translator(TextTranslator):
             results[i] = [self._translation(sources[i], h) for h in hypotheses]
         return results
 
-    def weights_changed(self) -> None:
-        """Say that the model's weights changed in a way their version counters do not show (a fused
-        optimizer's step): the next translation makes its decoding copy (bf16, int8, compiled) anew."""
-        self._decoding_copy = None
-
     def _decoding(self) -> tuple[Model, Optional[Step]]:
         """The model in the decoding precision and, with `compile`, its compiled decoding step
         (fast/compiled.py; None: the searches run the model's own).
@@ -261,7 +273,7 @@ class Translator(TextTranslator):
                               "modules (--reference, decode.fast_paths false)")
         # An in-place change of a weight through autograd's ops (load_state_dict, a plain optimizer
         # step) bumps its version counter, so the copy is made again when the weights have changed;
-        # fused optimizers do not bump it: their users call weights_changed().
+        # fused optimizers do not bump it: training validates through a new Translator each time.
         key = (precision, self.compile, tuple(p._version for p in self.model.parameters()))
         if self._decoding_copy is None or self._decoding_copy[0] != key:
             model = self.model
@@ -291,13 +303,14 @@ class Translator(TextTranslator):
         src = torch.tensor([self.tokenization.src_vocab.encode(translation.source_tokens)], device=self.device)
         output = self.tokenization.tgt_vocab.encode(translation.tokens)
         tgt_in = torch.tensor([[SOS_ID] + output[:-1]], device=self.device)    # the inputs that produced `output`
-        maps = model.attention_maps(src, torch.tensor([src.shape[1]]), tgt_in)
+        mapped: AttentionMaps = require(model, AttentionMaps, "attention maps")
+        maps = mapped.attention_maps(src, torch.tensor([src.shape[1]]), tgt_in)
         return {name: weights[0].float().cpu().numpy() for name, weights in maps.items()}
 
     def engine_info(self) -> EngineInfo:
         text = self.tokenization
         return EngineInfo("attnmt", self.model.describe(), len(text.src_vocab), len(text.tgt_vocab), self.precision,
-                          self.model.map_shapes())
+                          map_shapes(self.model))
 
     def _translation(self, source_tokens: list[str], hypothesis: Hypothesis) -> Translation:
         tokens = self.tokenization.tgt_vocab.decode(hypothesis.ids)
@@ -351,12 +364,12 @@ def model_info(path: str | Path) -> dict:
     tokenizer, vocabularies, how it was trained (older files do not say), format, its aligner if any."""
     description, _, meta = read_model(path)
     config, text = description.config, description.tokenization
-    network = build_model(config.model, len(text.src_vocab), len(text.tgt_vocab), fast_paths=False)
+    network = build_model(config.model, len(text.src_vocab), len(text.tgt_vocab), config.decode.fast_paths)
     tokenizer = {k: v for k, v in text.src_tokenizer.to_dict().items() if k != "model"}
     if config.tokenizer.level in ("bpe", "unigram"):
         tokenizer.update(vocab_size=config.tokenizer.vocab_size, joint=config.tokenizer.joint)
     return {"file": str(path), "format_version": meta["format_version"], "weights_sha256": meta["sha256"],
-            "arch": config.model.arch, "architecture": network.describe(),
+            "arch": config.model.arch, "architecture": network.describe(), "fast_paths": fast_paths_in(network),
             "parameters": sum(p.numel() for p in network.parameters()),
             "src_lang": config.data.src_lang, "source_languages": source_languages(config.data),
             "tgt_lang": config.data.tgt_lang, "tokenizer": tokenizer,

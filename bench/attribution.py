@@ -87,7 +87,7 @@ def main() -> None:
     rows = []
     for name, path in (item.split("=", 1) for item in args.model):
         translator = Translator.load(path, args.device)
-        attention = word_attention(translator, pairs) if translator.model.returns_attention else None
+        attention = word_attention(translator, pairs) if translator.alignment_method() else None
         attention_aer = float("nan")
         if attention is not None:
             attention_aer = score([links_of(a) for a in attention], gold).aer

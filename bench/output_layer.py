@@ -1,4 +1,4 @@
-"""The output layer's float32 product at decoding, whole (nn.Linear) and in blocks (fast/linear.py).
+"""The output layer's float32 product at decoding, whole (nn.Linear) and in blocks (BlockedLinear, fast/layers.py).
 
     python bench/output_layer.py [--vocab 5898] [--dim 256] [--rows 64,320] [--threads 2] [--repeats 60]
 
@@ -17,7 +17,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from attnmt.fast.linear import BlockedLinear
+from attnmt.fast.layers import BlockedLinear
 
 
 def best_seconds(function: Callable[[], torch.Tensor], repeats: int) -> float:

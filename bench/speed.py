@@ -33,6 +33,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import sacrebleu
@@ -44,11 +45,11 @@ from attnmt.config import Config, load_config
 from attnmt.data import find_split_file, read_lines
 from attnmt.families import build_model
 from attnmt.families.rnn.network import RNNEncoderDecoder
-from attnmt.families.seam import Model
 from attnmt.fast.process import DEFAULT_THREADS, set_up_decoding_process, set_up_training_process, use_threads
 from attnmt.precision import resolve
 from attnmt.prepare import prepare_corpus
-from attnmt.step import make_optimizer, train_step
+from attnmt.seam import Model
+from attnmt.step import TeacherForced, make_optimizer, train_step
 from attnmt.threads import parse_setting
 from attnmt.training_data import Part, epoch_batches
 from attnmt.translate import Translation, Translator
@@ -162,12 +163,13 @@ def train_phase(args: argparse.Namespace) -> None:
     model = build_model(config.model, len(text.src_vocab), len(text.tgt_vocab)).to(args.device)
     optimizer = make_optimizer(model, config.train)
     batches = [b.tolist() for b in epoch_batches(corpus.lengths, config.train, epoch=1)]
-    model.train()
+    network = TeacherForced(model).train()
+    tc = replace(config.train, precision=resolve(config.train.precision, torch.device(args.device)))  # as train() does
     marks, words = [], 0
     lengths: Counter = Counter()
     for step, ids in enumerate(batches[: args.steps], start=1):
         batch = collate([corpus.example(i) for i in ids], ids, args.device)
-        train_step(model, optimizer, [Part(batch)], config, step)  # its loss.item() waits for the GPU
+        train_step(network, optimizer, [Part(batch)], tc, step, batch.num_target_tokens)  # its loss.item() waits for the GPU
         marks.append((time.perf_counter(), words))
         words += batch.num_target_tokens - len(ids)  # real target words: no EOS, no padding
         lengths.update(teacher_forced_lengths(batch))

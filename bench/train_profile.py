@@ -25,7 +25,7 @@ from attnmt.batch import collate
 from attnmt.config import load_config
 from attnmt.families import build_model
 from attnmt.fast.process import set_up_training_process
-from attnmt.step import make_optimizer, train_step
+from attnmt.step import TeacherForced, make_optimizer, train_step
 from attnmt.training_data import Part
 
 from speed import FORWARD_FLOPS, matmul_peak_gflops, teacher_forced_lengths
@@ -50,6 +50,7 @@ def main() -> None:
     words = random.Random(0)
     batch = collate([([words.randrange(4, 7000) for _ in range(14)], [words.randrange(4, 5000) for _ in range(14)])
                      for _ in range(64)], list(range(64)))
+    network = TeacherForced(model)
     update_gflop = 3 * FORWARD_FLOPS[config.model.arch](model, teacher_forced_lengths(batch)) / 1e9
 
     step = 0
@@ -59,7 +60,7 @@ def main() -> None:
         started = time.perf_counter()
         for _ in range(count):
             step += 1
-            train_step(model, optimizer, [Part(batch)], config, step)
+            train_step(network, optimizer, [Part(batch)], config.train, step, batch.num_target_tokens)
         return (time.perf_counter() - started) / count
 
     updates(5)

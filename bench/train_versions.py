@@ -8,15 +8,15 @@ Each round starts one process per checkout (in that checkout's folder, so that i
 one imported) for every config of bench/ and precision: it builds the model with a 7,882-word
 source and 5,898-word target vocabulary (the peers' Multi30k vocabularies), draws one batch of 64
 sentences of 14 source and 14 target tokens, runs 5 updates to warm up and times `--updates` more,
-each attnmt's own `train_step` under the config's settings, as bench/speed.py trains. Prints milliseconds per update per
-round, the medians and old / new. Run it on an otherwise idle machine.
+each attnmt's own `train_step` under the config's settings (each checkout's own copy of the config), as
+bench/speed.py trains. Prints milliseconds per update per round, the medians, old / new, and whether
+the two checkouts' last losses are identical. Run it on an otherwise idle machine.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-from pathlib import Path
 
 from decode_versions import run_in_checkout
 
@@ -45,12 +45,21 @@ optimizer = make_optimizer(model, config.train)
 words = random.Random(0)
 batch = collate([([words.randrange(4, 7000) for _ in range(14)], [words.randrange(4, 5000) for _ in range(14)])
                  for _ in range(64)], list(range(64)))
+try:
+    from attnmt.step import TeacherForced    # since issue 62: the network as training calls it
+    network = TeacherForced(model)
+
+    def update(step):
+        return train_step(network, optimizer, [Part(batch)], config.train, step, batch.num_target_tokens)
+except ImportError:
+    def update(step):
+        return train_step(model, optimizer, [Part(batch)], config, step)
 for step in range(1, 6):
-    train_step(model, optimizer, [Part(batch)], config, step)
+    update(step)
 started = time.perf_counter()
 for step in range(6, 6 + updates):
-    train_step(model, optimizer, [Part(batch)], config, step)
-print(json.dumps({"attnmt": attnmt.__file__, "ms": (time.perf_counter() - started) / updates * 1000}))
+    loss = update(step)
+print(json.dumps({"attnmt": attnmt.__file__, "ms": (time.perf_counter() - started) / updates * 1000, "loss": loss}))
 """
 
 
@@ -65,23 +74,27 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
 
-    bench = Path(__file__).resolve().parent
     times: dict[tuple[str, str, str], list[float]] = {}
+    losses: dict[tuple[str, str, str], set[float]] = {}   # the last update's loss, every round
     for round_number in range(1, args.rounds + 1):
         for config in args.configs.split(","):
             for precision in args.precisions.split(","):
                 for version in ("old", "new"):
+                    # Each checkout's own copy of the config: its keys are those that checkout reads.
                     result = run_in_checkout(getattr(args, version), CHILD, [
-                        f"{bench}/{config}", precision, str(args.updates), str(args.threads)])
+                        f"bench/{config}", precision, str(args.updates), str(args.threads)])
                     print(f"round {round_number} | {config} {precision} | {version} ({result['attnmt']}) | "
                           f"{result['ms']:.1f} ms/update", flush=True)
                     times.setdefault((config, precision, version), []).append(result["ms"])
-    print("\n| config | precision | old ms/update (median) | new ms/update (median) | old / new |")
-    print("|---|---|---:|---:|---:|")
+                    losses.setdefault((config, precision, version), set()).add(result["loss"])
+    print("\n| config | precision | old ms/update (median) | new ms/update (median) | old / new | losses |")
+    print("|---|---|---:|---:|---:|---|")
     for config in args.configs.split(","):
         for precision in args.precisions.split(","):
             old, new = (statistics.median(times[(config, precision, v)]) for v in ("old", "new"))
-            print(f"| {config} | {precision} | {old:.1f} | {new:.1f} | {old / new:.2f}× |")
+            old_losses, new_losses = (losses[(config, precision, v)] for v in ("old", "new"))
+            same = "identical" if old_losses == new_losses else f"differ: {sorted(old_losses)} / {sorted(new_losses)}"
+            print(f"| {config} | {precision} | {old:.1f} | {new:.1f} | {old / new:.2f}× | {same} |")
 
 
 if __name__ == "__main__":

@@ -14,10 +14,13 @@ from attnmt.families.rnn.attention import (
     GeneralAttention,
     LocalAttention,
     NoAttention,
+    ScaledDotAttention,
     make_attention,
 )
 from attnmt.families.rnn.config import RNNConfig
+from attnmt.families.rnn.fast_attention import SigmoidAdditiveAttention
 from attnmt.families.rnn.network import RNNEncoderDecoder
+from attnmt.seam import forced_logits
 from attnmt.search import greedy
 
 KINDS = ["bahdanau", "concat", "dot", "general", "none"]
@@ -99,6 +102,17 @@ def test_make_attention_classes_and_context_width():
     assert tuple(general.key_proj.weight.shape) == (4, 6)
     with pytest.raises(ValueError):
         make_attention("multihead", 4, 6, 5)
+    # The additive scores' class is the caller's (a network built with its fast paths passes the sigmoid
+    # form's), for global attention and for local attention's scorer alike; the other kinds have one class.
+    for kind, cls in expected.items():
+        module, width = make_attention(kind, 4, 6, 5, additive=SigmoidAdditiveAttention)
+        assert type(module) is (SigmoidAdditiveAttention if cls is AdditiveAttention else cls)
+        assert width == (0 if kind == "none" else 6)
+    for score, cls in [("concat", SigmoidAdditiveAttention), ("general", GeneralAttention)]:
+        module, _ = make_attention("local_p", 4, 6, 5, score, additive=SigmoidAdditiveAttention)
+        assert isinstance(module, LocalAttention) and type(module.scorer) is cls
+    module, _ = make_attention("local_m", 4, 6, 5, "concat")
+    assert type(module.scorer) is AdditiveAttention
 
 
 # ---------------------------------------------------------------- hand-computed examples
@@ -123,6 +137,25 @@ def test_dot_attention_by_hand():
     exact = [e / (e + 1 + e * e), 1 / (e + 1 + e * e), e * e / (e + 1 + e * e)]
     assert_close(weights, torch.tensor([[exact]]))
     assert_close(context, torch.tensor([[[exact[0] + 2 * exact[2], exact[1]]]]))
+
+
+def test_scaled_dot_attention_by_hand_and_in_a_model():
+    """A new score is a class in attention.py, its name in make_attention and in RNNConfig's choices: scaled
+    dot product, q . h_j / sqrt(d). Q and H as in the dot test, d 2: scores [1, 0, 2] / sqrt(2)."""
+    attention, width = make_attention("scaled_dot", 2, 2, 8)
+    assert isinstance(attention, ScaledDotAttention) and width == 2 and attention.formula == "q · h_j / √d"
+    _, weights = attention(Q, attention.project_keys(H), H, MASK)
+    assert_close(weights, torch.tensor([[softmax_list([1 / math.sqrt(2), 0.0, 2 / math.sqrt(2)])]]))
+    # In a model: the fused decoder loop knows no such score and leaves it to the step-by-step loop, so the
+    # fast build computes what the reference build does.
+    config = RNNConfig(emb_dim=8, enc_hidden=4, dec_hidden=8, attention="scaled_dot", decoder="luong",
+                       input_feeding=True)
+    fast, reference = (RNNEncoderDecoder(config, 20, 20, fast=fast).double() for fast in (True, False))
+    reference.load_state_dict(fast.state_dict())
+    src, tgt_in = torch.randint(4, 20, (3, 5)), torch.randint(4, 20, (3, 4))
+    assert not fast.decoder.fused
+    assert_close(forced_logits(fast, src, torch.tensor([5, 4, 2]), tgt_in),
+                 forced_logits(reference, src, torch.tensor([5, 4, 2]), tgt_in))
 
 
 def set_additive(module, w_q, w_k, v, b=None):
@@ -411,18 +444,20 @@ def test_no_state_between_calls(kind):
         assert torch.equal(v, buffers_before[k])
 
 
-def tiny_model(kind, order):
+def tiny_model(kind, order, fast=True):
     torch.manual_seed(8)
     config = RNNConfig(rnn="gru", emb_dim=6, enc_hidden=4, bidirectional=True, dec_hidden=8,
-                         attention=kind, attn_dim=5, decoder=order, dropout=0.0)
-    return RNNEncoderDecoder(config, 10, 11).eval()
+                       attention=kind, attn_dim=5, decoder=order, dropout=0.0)
+    return RNNEncoderDecoder(config, 10, 11, fast).eval()
 
 
+@pytest.mark.parametrize("fast", [True, False])
 @pytest.mark.parametrize("order", ["bahdanau", "luong"])
 @pytest.mark.parametrize("kind", KINDS)
-def test_model_projects_keys_once_per_sentence(kind, order):
-    """encode() projects the memory once; decoding steps only reuse the keys."""
-    model = tiny_model(kind, order)
+def test_model_projects_keys_once_per_sentence(kind, order, fast):
+    """encode() projects the memory once; decoding steps only reuse the keys (through the fast paths
+    and through the reference modules)."""
+    model = tiny_model(kind, order, fast)
     attention = model.decoder.attention
     calls = []
     original = attention.project_keys
@@ -438,7 +473,7 @@ def test_model_projects_keys_once_per_sentence(kind, order):
     src = torch.tensor([[4, 5, 6, 7], [8, 9, 0, 0]])
     lengths = torch.tensor([4, 2])
     tgt_in = torch.tensor([[2, 4, 5, 6, 7], [2, 8, 9, 0, 0]])
-    model(src, lengths, tgt_in, teacher_forcing=1.0)
+    forced_logits(model, src, lengths, tgt_in)
     assert calls == [(2, 4, 8)]
     greedy(model, src, lengths, torch.tensor([6, 6]))
     assert calls == [(2, 4, 8), (2, 4, 8)]
@@ -560,7 +595,8 @@ def test_local_decoder_step_by_step_equals_all_steps_at_once(kind, feeding):
     model = RNNEncoderDecoder(config, 10, 11).eval()
     src, lengths = torch.tensor([[4, 5, 6, 7, 8, 9], [8, 9, 4, 0, 0, 0]]), torch.tensor([6, 3])
     tgt_in = torch.tensor([[2, 4, 5, 6, 7, 8, 9, 4], [2, 8, 9, 4, 5, 0, 0, 0]])
-    logits, weights = model(src, lengths, tgt_in)
+    features, weights = model.features(src, lengths, tgt_in)
+    logits = model.output_layer(features)
     memory, state = model.encode(src, lengths)
     for t in range(tgt_in.shape[1]):
         step_logits, state, step_weights = model.step(tgt_in[:, t : t + 1], state, memory)

@@ -24,6 +24,7 @@ from attnmt.attribution import (
     word_attribution,
 )
 from attnmt.cli import main
+from attnmt.seam import forced_logits
 from attnmt.vocab import EOS_ID, PAD_ID, SOS_ID
 
 WORDS = SENTENCE.split()      # Samstag, den 14. März 2026
@@ -31,8 +32,6 @@ WORDS = SENTENCE.split()      # Samstag, den 14. März 2026
 
 class LinearToy(nn.Module):
     """logits_t = W Σ_j e_j + U e(y_{t-1}): linear in the embeddings (pads embed to zero)."""
-
-    fast_classes: dict = {}
 
     def __init__(self, shared: bool = False):
         super().__init__()
@@ -44,11 +43,11 @@ class LinearToy(nn.Module):
     def token_embeddings(self) -> tuple[nn.Embedding, nn.Embedding]:
         return self.source, self.target
 
-    def forward(self, src, src_lengths, tgt_in):
+    def features(self, src, src_lengths, tgt_in):
         return self.w(self.source(src).sum(1, keepdim=True)) + self.u(self.target(tgt_in)), None
 
-    def attention_maps(self, src, src_lengths, tgt_in):
-        return {}
+    def output_layer(self, features):
+        return features
 
 
 def toy_pair() -> Pair:
@@ -96,7 +95,7 @@ def test_occlusion_of_a_linear_toy_drops_each_word_once():
     steps = attribute_steps(toy, pair, Outputs(torch.tensor([0]), torch.tensor([5])), "occlusion", [str(i) for i in range(7)])
     with torch.no_grad():
         def f(ids):
-            return float(torch.log_softmax(toy(torch.tensor([ids]), None, pair.tgt_in)[0][0, 0], 0)[5])
+            return float(torch.log_softmax(toy.features(torch.tensor([ids]), None, pair.tgt_in)[0][0, 0], 0)[5])
         assert steps[0].output == pytest.approx(f([4, 5, 4]), abs=1e-5)
         assert steps[0].without == pytest.approx([f(ids) for ids in pair.without], abs=1e-5)
         assert steps[0].source == pytest.approx([f([4, 5, 4]) - f(ids) for ids in pair.without], abs=1e-5)
@@ -138,7 +137,7 @@ def test_occlusion_is_the_probability_drop_of_running_without_the_word(family, r
     def probability(words: list[str]) -> float:
         ids = translator.tokenization.src_vocab.encode(translator.src_tokenizer.tokenize(" ".join(words)))
         with torch.no_grad():
-            logits, _ = translator.model(torch.tensor([ids]), torch.tensor([len(ids)]), torch.tensor([target]))
+            logits = forced_logits(translator.model, torch.tensor([ids]), torch.tensor([len(ids)]), torch.tensor([target]))
         return float(torch.softmax(logits[0, 5], -1)[written])
 
     full = probability(WORDS)

@@ -19,7 +19,7 @@ from conftest import needs_exact_int8
 
 from attnmt import Translator
 from attnmt.batch import pad
-from attnmt.families.seam import Model
+from attnmt.seam import Model
 from attnmt.search import Step
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "models"
@@ -58,11 +58,11 @@ def decoded_rows(model: Model, step: Step, src: torch.Tensor, lengths: torch.Ten
     tensors, then each step's logits and weights, then the last state's tensors."""
     with torch.inference_mode():
         memory, state = model.encode(src, lengths)
-        numbers = [t.movedim(row, 0) for t, (row, _) in zip(memory, memory.dims())]
+        numbers = [t.movedim(row, 0) for t, (row, _) in zip(memory, memory.dims.values())]
         for t in range(tokens.shape[1]):
             logits, state, weights = step(tokens[:, t : t + 1], state, memory)
             numbers += [logits] if weights is None else [logits, weights]
-        return numbers + [t.movedim(row, 0) for t, (row, _) in zip(state.tensors(), state.dims())]
+        return numbers + [t.movedim(row, 0) for t, (row, _) in zip(state, state.dims.values())]
 
 
 def assert_rows_computed_alone(model: Model, step: Optional[Step], src_vocab: int, tgt_vocab: int) -> None:

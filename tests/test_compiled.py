@@ -13,10 +13,10 @@ from attnmt import AttnmtError, Translator, cli
 from attnmt.config import config_from_dict
 from attnmt.families import build_model
 from attnmt.families.rnn.network import RNNEncoderDecoder
-from attnmt.families.seam import Model
 from attnmt.fast.compiled import _program_key, compiled_step
 from attnmt.fast.int8 import int8_decoding_copy
 from attnmt.files import cache_dir
+from attnmt.seam import Model
 
 needs_compiler = pytest.mark.skipif(shutil.which(os.environ.get("CXX", "g++")) is None,
                                     reason="no C++ compiler to compile the step with (.ci/run installs g++)")
@@ -52,7 +52,7 @@ def assert_steps_agree(model: Model, atol: float) -> None:
         tokens = torch.randint(4, 30, (rows, 1), generator=generator)
         with torch.inference_mode():
             memory, state = model.encode(src, lengths)
-            compiled_state = state.like([t.clone() for t in state.tensors()])
+            compiled_state = state.like([t.clone() for t in state])
             for _ in range(5):
                 logits, state, weights = model.step(tokens, state, memory)
                 compiled_logits, compiled_state, compiled_weights = step(tokens, compiled_state, memory)
@@ -61,7 +61,7 @@ def assert_steps_agree(model: Model, atol: float) -> None:
                 if weights is not None:
                     torch.testing.assert_close(compiled_weights, weights, atol=atol, rtol=0)
                     assert torch.all(compiled_weights.masked_select(~memory.mask[:, None]) == 0)  # pads get none
-                ours, theirs = compiled_state.tensors(), state.tensors()
+                ours, theirs = list(compiled_state), list(state)
                 assert len(ours) == len(theirs)
                 for mine, reference in zip(ours, theirs):
                     torch.testing.assert_close(mine, reference, atol=atol, rtol=0)
@@ -180,7 +180,8 @@ def test_unwritable_cache_is_one_clear_error(dates_model, tmp_path, monkeypatch)
 
 
 def test_a_family_without_int8_layers_is_refused_in_one_line(dates_model, monkeypatch):
-    """A model family says what it supports (seam.Model); what it does not is one clear error."""
-    monkeypatch.setattr(RNNEncoderDecoder, "int8_layers", lambda self: [])
-    with pytest.raises(AttnmtError, match="decode precision int8 does not support model.arch rnn"):
+    """int8 is a capability (fast.int8.Int8Layers): a family without it is refused in one clear line."""
+    monkeypatch.delattr(RNNEncoderDecoder, "int8_layers")
+    with pytest.raises(AttnmtError, match=r"^decode precision int8 \(use bf16 or fp32\): model.arch rnn does not give it "
+                                          r"\(its network has no int8_layers\)$"):
         Translator.load(dates_model, "cpu", "int8").translate(["March 3, 2021"])

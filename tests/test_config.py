@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from attnmt.config import Config, apply_overrides, config_from_dict, load_config, source_languages, validate
+from attnmt.config import Config, TrainConfig, apply_overrides, config_from_dict, load_config, source_languages, validate
 from attnmt.errors import AttnmtError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -360,13 +360,22 @@ def test_path_required_except_for_dates():
         ("data", "max_len", 0),
         ("model", "dropout", 1.0),
         ("model", "dropout", -0.1),
-        ("train", "teacher_forcing", 1.5),
+        ("model", "teacher_forcing", 1.5),
         ("train", "label_smoothing", 1.0),
     ],
 )
 def test_out_of_range_values_name_key(section, key, value):
     with pytest.raises(AttnmtError, match=re.escape(f"{section}.{key}")):
         config_from_dict(valid_dict(**{section: {key: value}}))
+
+
+def test_train_teacher_forcing_of_earlier_configs_and_files_is_the_rnns_model_teacher_forcing():
+    assert config_from_dict(valid_dict(train={"teacher_forcing": 0.5})).model.teacher_forcing == 0.5
+    transformer = {"arch": "transformer", "heads": 2}
+    assert config_from_dict(valid_dict(model=transformer, train={"teacher_forcing": 1.0})).train == TrainConfig()
+    with pytest.raises(AttnmtError, match="model.teacher_forcing is a key of model.arch rnn, not of this config's "
+                                          "transformer"):
+        config_from_dict(valid_dict(model=transformer, train={"teacher_forcing": 0.5}))
 
 
 def test_validation_error_from_file_names_file(tmp_path):

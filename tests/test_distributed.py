@@ -18,8 +18,9 @@ import yaml
 from conftest import write_dates_files
 
 from attnmt import AttnmtError
-from attnmt.distributed import Ranks, split, start_ranks
+from attnmt.distributed import rank_parts, start_ranks
 from attnmt.modelfile import load_file
+from attnmt.training_data import split
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -39,8 +40,8 @@ if not ranks.is_main:
     sys.addaudithook(lambda event, args: written.append(str(args[0])) if event == "open" and isinstance(args[1], str)
                      and any(c in args[1] for c in "wax+") else None)
 losses = []
-step = training.train_step
-training.train_step = lambda *args, **kwargs: losses.append(step(*args, **kwargs)) or losses[-1]
+step = ranks.train_step
+ranks.train_step = lambda *args, **kwargs: losses.append(step(*args, **kwargs)) or losses[-1]
 if ranks.is_main and os.environ.get("STOP_AT_FIRST_VALIDATION"):  # a decision only rank 0 takes
     keep = training.Run.after_validation
     training.Run.after_validation = lambda *args: keep(*args) or "stopped by the test"
@@ -127,12 +128,7 @@ def test_ranks_deal_each_batch_into_disjoint_parts_cut_alike_for_the_same_ranks_
     assert split(ids, 3) == [[100, 103, 106, 109], [101, 104, 107, 110], [102, 105, 108]]
 
     def parts(world_size: int, accumulate: int) -> list[tuple[int, list[int]]]:
-        every = []
-        for rank in range(world_size):
-            ranks = Ranks()
-            ranks.rank, ranks.world_size = rank, world_size
-            every += ranks.parts(ids, accumulate)
-        return every
+        return [part for rank in range(world_size) for part in rank_parts(ids, rank, world_size, accumulate)]
 
     for world_size, accumulate in ((1, 1), (2, 1), (1, 4), (2, 2), (4, 1), (3, 5)):
         dealt = parts(world_size, accumulate)

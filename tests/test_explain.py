@@ -13,7 +13,7 @@ from attnmt import AttnmtError, Translator
 from attnmt.cli import main
 from attnmt.config import config_from_dict
 from attnmt.explain import ExplainedStep, Explanation, explain, render
-from attnmt.families.seam import AttentionView, Probe
+from attnmt.seam import AttentionView, Probe
 from attnmt.train import train
 from attnmt.vocab import SOS_ID
 
@@ -105,7 +105,7 @@ def test_uniform_attention_is_the_average_of_the_encoder_states(tmp_path):
         decoder = network.decoder
         output, _ = decoder._recur(decoder.embed(torch.tensor([[SOS_ID]])), state.hidden)   # h_1
         context = memory.values.mean(1, keepdim=True)                                       # the plain average
-        logits = decoder.classify(torch.tanh(decoder.combine(torch.cat([context, output], -1))))
+        logits = decoder.output_layer(torch.tanh(decoder.combine(torch.cat([context, output], -1))))
     probabilities, ids = torch.softmax(logits[0, 0], -1).topk(5)
     expected = [(translator.tokenization.tgt_vocab.itos[i], p) for i, p in zip(ids.tolist(), probabilities.tolist())]
     assert [t for t, _ in explanation.steps[0].next_uniform] == [t for t, _ in expected]

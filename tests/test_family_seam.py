@@ -1,13 +1,13 @@
-"""A third model family, written here only, plugs in through the seam (attnmt/families/seam.py) and the
+"""A third model family, written here only, plugs in through the seam (attnmt/seam.py) and the
 registry (families.register) alone: it trains, saves, loads, translates, searches and serves without a
 line of attnmt changed. The toy is the smallest network with attention: each target position's
 previous token attends over the source embeddings (a bigram model with a look at the source)."""
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass
-from typing import Optional
 
 import numpy as np
 import pytest
@@ -18,7 +18,7 @@ from torch import nn
 from attnmt.config import MODEL_CONFIGS, Config, ModelConfig, config_from_dict, ranged
 from attnmt.errors import AttnmtError
 from attnmt.families import Family, register, unregister
-from attnmt.families.seam import AttentionView, Probe, SourceMemory
+from attnmt.seam import Rows
 from attnmt.train import train
 from attnmt.translate import Translator
 from attnmt.vocab import PAD_ID
@@ -29,8 +29,7 @@ class ToyConfig(ModelConfig):
     """The toy family's keys: one of its own, checked by the family."""
 
     arch: str = "toy"
-    # How sharply the previous token's query attends (a multiplier of its scores).
-    sharpness: float = ranged(1.0, "(0, 100]")
+    sharpness: float = ranged(1.0, "(0, 100]")   # how sharply the previous token's query attends
 
     def check(self, config: Config) -> None:
         super().check(config)
@@ -38,91 +37,44 @@ class ToyConfig(ModelConfig):
             raise AttnmtError("model.arch toy has no layers to stack: leave model.enc_layers and dec_layers at 1")
 
 
-class ToyMemory(SourceMemory):
-    """The source mask [B, S] and its embeddings [B, S, D]."""
-
-
-class ToyState:
-    """How many target positions each row has decoded, [B]; the toy needs nothing else."""
-
-    def __init__(self, steps: torch.Tensor):
-        self.steps = steps
-
-    def tensors(self) -> list[torch.Tensor]:
-        return [self.steps]
-
-    def like(self, tensors: list[torch.Tensor]) -> "ToyState":
-        return ToyState(tensors[0])
-
-    def dims(self) -> list[tuple[int, Optional[int]]]:
-        return [(0, None)]
-
-    def select(self, index: torch.Tensor) -> "ToyState":
-        return ToyState(self.steps.index_select(0, index))
-
-    def reorder(self, index: torch.Tensor) -> "ToyState":
-        return self.select(index)
-
-    def put(self, index: torch.Tensor, source: "ToyState") -> None:
-        self.steps.index_copy_(0, index, source.steps)
-
-    def make_room(self, positions: int) -> "ToyState":
-        return self
+class ToyRows(Rows):
+    def __init__(self, **tensors: torch.Tensor):   # memory: mask [B, S], keys [B, S, D]; state: steps [B]
+        self.tensors, self.dims = tensors, {name: (0, None if name == "steps" else 1) for name in tensors}
 
 
 class ToyNetwork(nn.Module):
-    returns_attention = True
-    fast_classes: dict[type, type] = {}
-
-    def __init__(self, config: ToyConfig, src_vocab_size: int, tgt_vocab_size: int):
+    def __init__(self, config: ToyConfig, src_vocab_size: int, tgt_vocab_size: int, fast: bool = True):
         super().__init__()
         self.config = config
         self.src_embedding = nn.Embedding(src_vocab_size, config.emb_dim, padding_idx=PAD_ID)
         self.tgt_embedding = nn.Embedding(tgt_vocab_size, config.emb_dim, padding_idx=PAD_ID)
         self.classifier = nn.Linear(2 * config.emb_dim, tgt_vocab_size)
 
+    def encode(self, src: torch.Tensor, src_lengths: torch.Tensor) -> tuple[ToyRows, ToyRows]:
+        steps = torch.zeros(src.shape[0], dtype=torch.long, device=src.device)
+        return ToyRows(mask=src != PAD_ID, keys=self.src_embedding(src)), ToyRows(steps=steps)
+
+    def attend(self, tokens: torch.Tensor, memory: ToyRows) -> tuple[torch.Tensor, torch.Tensor]:
+        query, (mask, keys) = self.tgt_embedding(tokens), memory                        # [B, T, D]
+        scores = self.config.sharpness * query @ keys.transpose(1, 2)                    # [B, T, S]
+        weights = scores.masked_fill(~mask.unsqueeze(1), -math.inf).softmax(-1)
+        return torch.cat([query, weights @ keys], -1), weights                          # [B, T, 2D]
+
+    def features(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.attend(tgt_in, self.encode(src, src_lengths)[0])                     # each reads its previous token
+
+    def step(self, prev_tokens: torch.Tensor, state: ToyRows, memory: ToyRows
+             ) -> tuple[torch.Tensor, ToyRows, torch.Tensor]:
+        features, weights = self.attend(prev_tokens, memory)
+        return self.output_layer(features), ToyRows(steps=state.tensors["steps"] + prev_tokens.shape[1]), weights
+
+    def output_layer(self, features: torch.Tensor) -> torch.Tensor:
+        return self.classifier(features)
+
     def describe(self) -> dict[str, int | str | bool]:
         return {"summary": f"toy: previous token attends over the source, d {self.config.emb_dim}",
                 "emb_dim": self.config.emb_dim}
-
-    def map_shapes(self) -> dict[str, tuple[int, int]]:
-        return {"cross": (1, 1)}
-
-    def int8_layers(self) -> list[tuple[nn.Module, torch.dtype]]:
-        return []
-
-    def token_embeddings(self) -> tuple[nn.Embedding, nn.Embedding]:
-        return self.src_embedding, self.tgt_embedding
-
-    def encode(self, src: torch.Tensor, src_lengths: torch.Tensor) -> tuple[ToyMemory, ToyState]:
-        return (ToyMemory(src != PAD_ID, self.src_embedding(src)),
-                ToyState(torch.zeros(src.shape[0], dtype=torch.long, device=src.device)))
-
-    def step(self, prev_tokens: torch.Tensor, state: ToyState, memory: ToyMemory
-             ) -> tuple[torch.Tensor, ToyState, torch.Tensor]:
-        mask, keys = memory
-        query = self.tgt_embedding(prev_tokens)                                        # [B, T, D]
-        scores = self.config.sharpness * query @ keys.transpose(1, 2)                   # [B, T, S]
-        weights = scores.masked_fill(~mask.unsqueeze(1), float("-inf")).softmax(-1)
-        features = torch.cat([query, weights @ keys], -1)                               # [B, T, 2D]
-        return self.classifier(features), ToyState(state.steps + prev_tokens.shape[1]), weights
-
-    def forward(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor,
-                teacher_forcing: float = 1.0, classify_at: Optional[torch.Tensor] = None
-                ) -> tuple[torch.Tensor, torch.Tensor]:
-        memory, state = self.encode(src, src_lengths)
-        logits, _, weights = self.step(tgt_in, state, memory)   # each position reads its own previous token
-        return (logits if classify_at is None else logits[classify_at]), weights
-
-    def attention_maps(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor
-                       ) -> dict[str, torch.Tensor]:
-        return {"cross": self(src, src_lengths, tgt_in)[1][:, None, None]}
-
-    def probed(self, view: AttentionView) -> tuple["ToyNetwork", Probe, AttentionView]:
-        raise AttnmtError("the toy family cannot be explained step by step")
-
-    def score_function(self, view: AttentionView) -> str:
-        return "score(q, h_j) = sharpness · q·h_j"
 
 
 @pytest.fixture
@@ -164,13 +116,21 @@ def test_a_third_family_serves_and_describes_itself(toy_family, tmp_path):
     translator = Translator.load(train(toy_config(tmp_path / "run"), log=lambda _: None).model_path, device="cpu")
     with TestClient(create_app(translator)) as client:
         info = client.get("/model").json()
-        assert info["arch"] == "toy" and info["maps"] == {"cross": [1, 1]}
+        assert info["arch"] == "toy" and info["maps"] == {}                   # no attention maps: a capability it lacks
         assert info["architecture"] == {"summary": "toy: previous token attends over the source, d 24", "emb_dim": 24}
         answer = client.post("/translate", json={"text": "May 5, 2001", "beam": 2, "attention": True}).json()["results"][0]
         expected = translator.translate(["May 5, 2001"], beam_size=2)[0]
         assert answer["translation"] == expected.text and len(answer["attention"]) == len(expected.tokens)
         refusal = client.post("/explain", json={"text": "May 5, 2001"})
-        assert refusal.status_code == 422 and refusal.json() == {"error": "the toy family cannot be explained step by step"}
+        assert refusal.status_code == 422 and refusal.json() == {
+            "error": "attnmt explain: model.arch toy does not give it (its network has no fit_probe, score_function)"}
+
+
+def test_the_toy_family_is_a_config_its_rows_and_a_small_network():
+    """What a family must write is short: the seam asks for five things (seam.Model) and nothing else."""
+    written = [line for part in (ToyConfig, ToyRows, ToyNetwork) for line in inspect.getsource(part).splitlines()
+               if line.strip()]
+    assert len(written) <= 40, len(written)
 
 
 def test_the_familys_own_checks_and_keys(toy_family, tmp_path):

@@ -1,5 +1,6 @@
-"""Every fast path (attnmt/fast) against the reference module it replaces: the same outputs and
-gradients (float64 where the arithmetic is exact to rounding), and the switch that picks them."""
+"""Every fast path (attnmt/fast, and each family's) against the reference module it replaces: the same
+outputs and gradients (float64 where the arithmetic is exact to rounding), and where the network
+chooses them (its constructor's `fast`)."""
 
 from __future__ import annotations
 
@@ -18,57 +19,120 @@ from attnmt import Translator
 from attnmt.batch import collate, pad
 from attnmt.config import config_from_dict
 from attnmt.errors import AttnmtError
-from attnmt.families import build_model
+from attnmt.families import build_model, reference_copy
+from attnmt.families.rnn.attention import AdditiveAttention
 from attnmt.families.rnn.decoder import Decoder
 from attnmt.families.rnn.encoder import Encoder
 from attnmt.families.rnn.fast_attention import SigmoidAdditiveAttention, SigmoidScore
 from attnmt.families.rnn.fast_recurrence import FusedDecoder, GRULayer, GRULayerEncoder
 from attnmt.families.rnn.network import RNNEncoderDecoder
-from attnmt.families.transformer.cache import TransformerState
-from attnmt.families.transformer.fast import InPlaceState
+from attnmt.families.transformer.cache import DecoderLayers, TransformerState
+from attnmt.families.transformer.config import TransformerConfig
+from attnmt.families.transformer.fast import InPlaceDecoderLayers, InPlaceState
 from attnmt.families.transformer.network import Transformer
-from attnmt.fast import SHARED_FAST_CLASSES, top_k, use_fast_paths
-from attnmt.fast.dropout import RandDropout
-from attnmt.fast.linear import OUTPUT_BLOCK, BlockedLinear
-from attnmt.fast.topk import block_top_k, reference_top_k
-from attnmt.loss import sequence_loss
+from attnmt.fast import fast_paths_in
+from attnmt.fast.layers import OUTPUT_BLOCK, BlockedLinear, RandDropout, use_fast_layers
 from attnmt.precision import autocast
-from attnmt.search import beam_search, greedy
+from attnmt.search import beam_search, block_top_k, greedy, reference_top_k, top_k
+from attnmt.step import TeacherForced, sequence_loss
 from attnmt.train import train
 from attnmt.vocab import EOS_ID
 
-RNN_FAST = RNNEncoderDecoder.fast_classes
-TRANSFORMER_FAST = Transformer.fast_classes
-FAST_CLASSES = {**SHARED_FAST_CLASSES, **RNN_FAST, **TRANSFORMER_FAST}
+# Every fast class, each naming the reference class it replaces.
+FAST_CLASSES = [SigmoidAdditiveAttention, FusedDecoder, GRULayerEncoder, InPlaceDecoderLayers, RandDropout, BlockedLinear]
+RNN_FAST = {"GRULayerEncoder for Encoder", "RandDropout for Dropout", "FusedDecoder for Decoder",
+            "SigmoidAdditiveAttention for AdditiveAttention", "BlockedLinear for Linear"}
+TRANSFORMER_FAST = {"RandDropout for Dropout", "BlockedLinear for Linear", "InPlaceDecoderLayers for DecoderLayers"}
 
 
 def fast_classes(model: nn.Module) -> set[str]:
-    return {type(m).__name__ for m in model.modules() if type(m) in FAST_CLASSES.values()}
+    """The names of the fast classes among the modules of `model`, found without fast_paths_in."""
+    return {type(m).__name__ for m in model.modules() if type(m) in FAST_CLASSES}
 
 
-# ---------------------------------------------------------------- the switch
+def vocab_sizes(model: nn.Module) -> tuple[int, int]:
+    source, target = model.token_embeddings()
+    return source.num_embeddings, target.num_embeddings
 
-def test_build_model_picks_the_fast_paths_or_the_reference():
+
+def reference_of(model: nn.Module) -> nn.Module:
+    """The network of the reference modules alone with the weights of `model` (built with its fast
+    paths), in its dtype and training mode."""
+    reference = build_model(model.config, *vocab_sizes(model), fast_paths=False).to(next(model.parameters()).dtype)
+    reference.load_state_dict(model.state_dict())                       # in the model's dtype: exact
+    return reference.train(model.training)
+
+
+# ---------------------------------------------------------------- where the fast paths are chosen
+
+@pytest.mark.parametrize("network", [build_model, RNNEncoderDecoder])
+def test_the_network_is_built_with_its_fast_paths_or_the_reference(network):
     config = make_config(order="luong", input_feeding=True, dropout=0.1)
-    fast = build_model(config, VOCAB, VOCAB)
+    torch.manual_seed(0)
+    fast = network(config, VOCAB, VOCAB)                                  # fast paths unless told otherwise
     assert fast_classes(fast) == {"SigmoidAdditiveAttention", "FusedDecoder", "GRULayerEncoder", "RandDropout", "BlockedLinear"}
-    reference = build_model(config, VOCAB, VOCAB, fast_paths=False)
-    assert fast_classes(reference) == set()
+    assert set(fast_paths_in(fast)) == RNN_FAST and len(fast_paths_in(fast)) == len(RNN_FAST)
+    torch.manual_seed(0)
+    reference = network(config, VOCAB, VOCAB, False)
+    assert fast_classes(reference) == set() and fast_paths_in(reference) == []
     assert type(reference.decoder) is Decoder and type(reference.encoder) is Encoder
+    assert type(reference.decoder.attention) is AdditiveAttention
     assert all(type(m) is nn.Dropout for m in reference.modules() if isinstance(m, nn.Dropout))
-    # Switching keeps every weight: the state dicts are the same tensors.
-    state = {k: v.clone() for k, v in fast.state_dict().items()}
-    use_fast_paths(fast, False, RNN_FAST)
-    assert fast_classes(fast) == set()
-    assert all(torch.equal(state[k], v) for k, v in fast.state_dict().items()) and state.keys() == fast.state_dict().keys()
-    use_fast_paths(fast, True, RNN_FAST)
-    assert fast_classes(fast) == {"SigmoidAdditiveAttention", "FusedDecoder", "GRULayerEncoder", "RandDropout", "BlockedLinear"}
+    assert all(type(m) is nn.Linear for m in reference.modules() if isinstance(m, nn.Linear))
+    # The same weights under the same names: each loads the other's, and the same seed draws the same.
+    assert fast.state_dict().keys() == reference.state_dict().keys()
+    assert all(torch.equal(v, reference.state_dict()[k]) for k, v in fast.state_dict().items())
+    with torch.no_grad():
+        for p in fast.parameters():
+            p.add_(1.0)
+    reference.load_state_dict(fast.state_dict())
+    assert all(torch.equal(v, reference.state_dict()[k]) for k, v in fast.state_dict().items())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_reference_copy_is_the_reference_with_the_same_weights(dtype):
+    model = make_model(order="luong", input_feeding=True, dropout=0.1).to(dtype).train()
+    before = torch.get_rng_state()
+    copied = reference_copy(model, VOCAB, VOCAB)
+    assert torch.equal(torch.get_rng_state(), before)                    # the caller's draws are left alone
+    assert fast_paths_in(copied) == [] and fast_classes(model) and not copied.training and model.training
+    assert all(p.dtype == dtype for p in copied.parameters())
+    assert all(torch.equal(v, copied.state_dict()[k]) for k, v in model.state_dict().items())
+    assert all(a is not b for a, b in zip(model.parameters(), copied.parameters()))
+
+
+def test_reference_copy_keeps_float64_weights_exactly():
+    model = make_model(order="luong", input_feeding=True).double()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(1e-12)                                        # off float32's grid
+    copied = reference_copy(model, VOCAB, VOCAB)
+    assert all(torch.equal(v, copied.state_dict()[k]) for k, v in model.state_dict().items())
 
 
 def test_every_fast_class_extends_its_reference_without_new_state():
-    for reference, fast in FAST_CLASSES.items():
-        assert issubclass(fast, reference)
+    for fast in FAST_CLASSES:
+        assert fast.replaces is not fast and issubclass(fast, fast.replaces), fast.__name__
         assert not set(vars(fast)) & {"__init__", "_parameters", "_buffers"}, fast.__name__
+    # Every fast class that a network of either family is built with is one of these (and so tested here).
+    seen = {type(m) for model in (make_model(order="luong", input_feeding=True), random_model(**TRANSFORMER))
+            for m in model.modules() if hasattr(type(m), "replaces")}
+    assert seen == set(FAST_CLASSES)
+
+
+def test_use_fast_layers_changes_exactly_the_plain_dropouts_and_linears():
+    class OwnLinear(nn.Linear):
+        pass
+
+    torch.manual_seed(0)
+    network = nn.Sequential(nn.Linear(3, 4), nn.Dropout(0.1), nn.Sequential(nn.Linear(4, 2), OwnLinear(2, 2)),
+                            nn.LSTM(2, 2), nn.Embedding(5, 2))
+    weights = {k: v.clone() for k, v in network.state_dict().items()}
+    assert use_fast_layers(network) is network
+    assert [type(m) for m in network.modules()][1:] == [BlockedLinear, RandDropout, nn.Sequential, BlockedLinear,
+                                                         OwnLinear, nn.LSTM, nn.Embedding]
+    assert weights.keys() == network.state_dict().keys()
+    assert all(torch.equal(weights[k], v) for k, v in network.state_dict().items())
 
 
 @pytest.mark.parametrize("rnn,order,feeding,attention,layers", [
@@ -87,22 +151,24 @@ def test_fast_model_trains_and_decodes_like_the_reference(rnn, order, feeding, a
 
 def assert_trains_and_decodes_alike(model: nn.Module) -> None:
     """A float64 model's loss, every gradient and its greedy outputs, through its family's fast paths
-    and through the reference modules."""
+    and through the reference modules with the same weights; the loss as training computes it."""
     batch = collate([([5, 6, 7, 8, 9], [9, 10, 11]), ([4, 5], [6, 7, 8, 9, 10, 11]), ([7, 8, 9], [4, 5])], [0, 1, 2])
+    at = batch.target_mask
     results = []
-    for fast in (True, False):
-        use_fast_paths(model, fast, model.fast_classes)
-        model.zero_grad()
-        logits, _ = model(batch.src, batch.src_lengths, batch.tgt_in)
-        loss = sequence_loss(logits, batch.tgt_out)
+    for network in (model, reference_of(model)):
+        assert bool(fast_paths_in(network)) is (network is model)
+        network.zero_grad()
+        logits = TeacherForced(network)(batch.src, batch.src_lengths, batch.tgt_in, at)
+        loss = sequence_loss(logits, batch.tgt_out[at])
         loss.backward()
-        grads = {name: p.grad.clone() for name, p in model.named_parameters()}
-        model.eval()
-        outputs = [h.ids for h in greedy(model, batch.src, batch.src_lengths, torch.tensor([8, 8, 8]))]
-        model.train()
+        grads = {name: p.grad.clone() for name, p in network.named_parameters()}
+        network.eval()
+        outputs = [h.ids for h in greedy(network, batch.src, batch.src_lengths, torch.tensor([8, 8, 8]))]
+        network.train()
         results.append((loss.detach(), grads, outputs))
     (loss, grads, outputs), (ref_loss, ref_grads, ref_outputs) = results
     assert_close(loss, ref_loss, atol=1e-12, rtol=1e-12)
+    assert grads.keys() == ref_grads.keys()
     for name in ref_grads:
         assert_close(grads[name], ref_grads[name], atol=1e-12, rtol=1e-9, msg=name)
     assert outputs == ref_outputs
@@ -131,14 +197,14 @@ def test_sigmoid_score_gradients(T):
 @pytest.mark.parametrize("bias", [False, True])
 def test_sigmoid_additive_attention_equals_the_tanh_form(bias):
     torch.manual_seed(1)
-    attention = SigmoidAdditiveAttention(6, 5, 7, bias).double()
+    fast = SigmoidAdditiveAttention(6, 5, 7, bias).double()
+    reference = AdditiveAttention(6, 5, 7, bias).double()
+    reference.load_state_dict(fast.state_dict())
     query = torch.randn(2, 3, 6, dtype=torch.float64, requires_grad=True)
     memory = torch.randn(2, 4, 5, dtype=torch.float64, requires_grad=True)
     mask = torch.tensor([[True] * 4, [True, True, False, False]])
     results = []
-    for fast in (True, False):
-        use_fast_paths(attention, fast, RNN_FAST)
-        attention.zero_grad()
+    for attention in (fast, reference):
         context, weights = attention(query, attention.project_keys(memory), memory, mask)
         probe = torch.linspace(-1, 1, weights.numel(), dtype=torch.float64).view_as(weights)
         grads = torch.autograd.grad(context.sum() + (weights * probe).sum(), [query, memory, *attention.parameters()])
@@ -146,20 +212,27 @@ def test_sigmoid_additive_attention_equals_the_tanh_form(bias):
     (context, weights, grads), (ref_context, ref_weights, ref_grads) = results
     assert_close(context, ref_context)
     assert_close(weights, ref_weights)
-    for ours, reference in zip(grads, ref_grads, strict=True):
-        assert_close(ours, reference)
+    for ours, theirs in zip(grads, ref_grads, strict=True):
+        assert_close(ours, theirs)
 
 
 # ---------------------------------------------------------------- the encoder's GRU layers
 
-def encoder_runs(encoder: Encoder, precision: str = "fp32"):
+def gru_encoders(layers: int, bidirectional: bool, emb: int = 8, hidden: int = 6, dropout: float = 0.0
+                 ) -> tuple[GRULayerEncoder, Encoder]:
+    """A GRULayerEncoder and the reference Encoder with its weights."""
+    fast = GRULayerEncoder(VOCAB, emb, hidden, layers, bidirectional, "gru", dropout)
+    reference = Encoder(VOCAB, emb, hidden, layers, bidirectional, "gru", dropout)
+    reference.load_state_dict(fast.state_dict())
+    return fast, reference
+
+
+def encoder_runs(encoders: tuple[Encoder, Encoder], precision: str = "fp32"):
     """Outputs, final states and every gradient from GRULayer and from nn.GRU on the packed batch."""
     src = pad([[5, 6, 7], [8, 9, 10, 11, 4, 5, 6], [7], [4, 5, 6, 7, 8, 9, 10], [11, 10, 9, 8, 7]])
     lengths = torch.tensor([3, 7, 1, 7, 5])                      # unsorted, a one-token sentence
     results = []
-    for fast in (True, False):
-        use_fast_paths(encoder, fast, RNN_FAST)
-        encoder.zero_grad()
+    for encoder in encoders:
         with autocast(precision, torch.device("cpu")):
             outputs, (final,) = encoder.run_rnn(encoder.embedding(src), lengths)
         outputs, final = outputs.double(), final.double()
@@ -174,15 +247,14 @@ def encoder_runs(encoder: Encoder, precision: str = "fp32"):
 def test_gru_layer_encoder_equals_packed_gru(layers, bidirectional):
     """GRULayer's forward and backward against autograd through nn.GRU, in float64."""
     torch.manual_seed(0)
-    encoder = Encoder(VOCAB, 8, 6, layers, bidirectional, "gru", dropout=0.0).double()
-    (outputs, final, grads), (ref_outputs, ref_final, ref_grads) = encoder_runs(encoder)
+    encoder, reference = (e.double() for e in gru_encoders(layers, bidirectional))
+    (outputs, final, grads), (ref_outputs, ref_final, ref_grads) = encoder_runs((encoder, reference))
     assert_close(outputs, ref_outputs, atol=1e-12, rtol=1e-10)
     assert_close(final, ref_final, atol=1e-12, rtol=1e-10)
-    assert set(grads) == {name for name, _ in encoder.named_parameters()}
+    assert set(grads) == {name for name, _ in encoder.named_parameters()} == set(ref_grads)
     for name in ref_grads:
         assert_close(grads[name], ref_grads[name], atol=1e-12, rtol=1e-9, msg=name)
     # Training on a CPU goes through GRULayer, decoding through nn.GRU.
-    use_fast_paths(encoder, True, RNN_FAST)
     calls = []
     encoder.rnn.register_forward_hook(lambda *_: calls.append(1))
     encoder(pad([[5, 6], [7]]), torch.tensor([2, 1]))
@@ -195,8 +267,7 @@ def test_gru_layer_encoder_equals_packed_gru(layers, bidirectional):
 def test_gru_layer_encoder_in_bfloat16_stays_close():
     """Under bf16 autocast GRULayer's products round, its states and gates stay float32."""
     torch.manual_seed(0)
-    encoder = Encoder(VOCAB, 32, 48, 2, True, "gru", dropout=0.0)
-    (outputs, final, grads), (ref_outputs, ref_final, ref_grads) = encoder_runs(encoder, "bf16")
+    (outputs, final, grads), (ref_outputs, ref_final, ref_grads) = encoder_runs(gru_encoders(2, True, 32, 48), "bf16")
     assert_close(outputs, ref_outputs, atol=0.01, rtol=0)                 # 0.003 measured
     assert_close(final, ref_final, atol=0.01, rtol=0)
     for name in ref_grads:                                                 # 0.009 at most, measured
@@ -206,11 +277,14 @@ def test_gru_layer_encoder_in_bfloat16_stays_close():
 @pytest.mark.parametrize("layers", [1, 2])
 def test_gru_layer_encoder_ignores_padding(layers):
     torch.manual_seed(0)
-    encoder = use_fast_paths(Encoder(VOCAB, 8, 6, layers, True, "gru", dropout=0.3).eval(), True, RNN_FAST)
-    assert isinstance(encoder, GRULayerEncoder)
+    encoder, _ = gru_encoders(layers, True, dropout=0.3)
+    encoder.eval()
     short, longer = [5, 6, 7], [8, 9, 10, 11, 4, 5, 6]
+    calls = []
+    encoder.rnn.register_forward_hook(lambda *_: calls.append(1))
     alone = encoder(torch.tensor([short]), torch.tensor([3]))
     batched = encoder(pad([short, longer]), torch.tensor([3, 7]))
+    assert calls == []                                                    # GRULayer's, not nn.GRU's
     assert_close(batched.outputs[0, :3], alone.outputs[0], atol=1e-6, rtol=0)
     assert (batched.outputs[0, 3:] == 0).all()
     assert_close(batched.final[0][:, :1], alone.final[0], atol=1e-6, rtol=0)
@@ -224,14 +298,14 @@ def test_gru_layer_encoder_ignores_padding(layers):
     ("lstm", "luong", True, 1, "bahdanau", False), ("gru", "luong", False, 1, "bahdanau", False),
     ("gru", "bahdanau", False, 1, "bahdanau", False), ("gru", "luong", True, 1, "local_m", False)])
 def test_fused_flag(rnn, order, feeding, dec_layers, attention, fused):
-    model = use_fast_paths(make_model(rnn=rnn, order=order, input_feeding=feeding, dec_layers=dec_layers,
-                                      attention=attention), True, RNN_FAST)
+    model = make_model(rnn=rnn, order=order, input_feeding=feeding, dec_layers=dec_layers, attention=attention)
     assert isinstance(model.decoder, FusedDecoder)
     assert model.decoder.fused is fused
 
 
 def fused_and_reference(model: RNNEncoderDecoder, dtype=torch.float64, precision="fp32", read_weights=True):
-    """Logits, weights and every parameter's gradient, from the fused loop and from the reference model.
+    """Logits, weights and every parameter's gradient, from the fused loop (`model`, built with its
+    fast paths) and from the reference model with its weights.
 
     With read_weights the loss reads the attention weights too, so their gradient path is checked
     as well; without, their gradient is None (as in training).
@@ -239,20 +313,20 @@ def fused_and_reference(model: RNNEncoderDecoder, dtype=torch.float64, precision
     model = model.to(dtype).train()
     batch = collate([([5, 6, 7, 8, 9], [9, 10, 11]), ([4, 5], [6, 7, 8, 9, 10, 11]), ([7, 8, 9], [4, 5])], [0, 1, 2])
     results = []
-    for fast in (True, False):
-        use_fast_paths(model, fast, RNN_FAST)
-        model.zero_grad()
+    for network in (model, reference_of(model)):
+        network.zero_grad()
         with autocast(precision, torch.device("cpu")):
-            memory, state = model.encode(batch.src, batch.src_lengths)
-            calls = count_rnn_calls(model.decoder)
-            logits, weights = model.decoder(batch.tgt_in, state, memory)
-            assert (calls == []) is fast                          # fused: nn.GRU is not called at all
+            memory, state = network.encode(batch.src, batch.src_lengths)
+            calls = count_rnn_calls(network.decoder)
+            features, weights = network.decoder.features(batch.tgt_in, state, memory)
+            logits = network.output_layer(features)
+            assert (calls == []) is (network is model)              # fused: nn.GRU is not called at all
         probe = torch.linspace(-1, 1, weights.numel(), dtype=dtype).view_as(weights)
         loss = sequence_loss(logits.to(dtype), batch.tgt_out)
         if read_weights:
             loss = loss + (weights.to(dtype) * probe).sum()
         loss.backward()
-        grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+        grads = {name: p.grad.clone() for name, p in network.named_parameters() if p.grad is not None}
         results.append((logits.detach().to(dtype), weights.detach().to(dtype), grads))
     return results
 
@@ -288,6 +362,24 @@ def test_fused_loop_in_bfloat16_is_as_close_as_the_reference(attention):
 
     assert error(fused) < 0.2
     assert error(fused) <= 1.5 * error(plain)
+
+
+def test_fused_decoder_steps_aside_for_scheduled_sampling():
+    """With teacher forcing below 1 each step's input depends on the last step's output: the fused loop
+    gives way to the reference loop, which draws the same coin flips."""
+    torch.manual_seed(0)
+    model = make_model(order="luong", attention="bahdanau", input_feeding=True, teacher_forcing=0.5).double().train()
+    assert model.decoder.fused
+    batch = collate([([5, 6, 7, 8, 9], [9, 10, 11, 4, 5]), ([4, 5], [6, 7, 8, 9, 10, 11])], [0, 1])
+    results = []
+    for network in (model, reference_of(model)):
+        calls = count_rnn_calls(network.decoder)
+        torch.manual_seed(3)
+        features, weights = network.features(batch.src, batch.src_lengths, batch.tgt_in)
+        assert calls == [1] * batch.tgt_in.shape[1]
+        results.append((features.detach(), weights.detach()))
+    for ours, theirs in zip(*results, strict=True):
+        assert_close(ours, theirs, atol=1e-12, rtol=1e-10)
 
 
 # ---------------------------------------------------------------- dropout
@@ -361,20 +453,25 @@ def test_blocked_linear_computes_what_linear_does(outputs, bias):
 
 # ---------------------------------------------------------------- the Transformer's decoding caches
 
-def test_the_transformers_fast_path_is_its_decoding_state():
-    """The switch changes the class of the decoder's layers, which make the state: in-place caches
-    grown by doubling (fast.py) or the reference's (cache.py); the weights stay."""
-    fast = random_model(**TRANSFORMER)
+@pytest.mark.parametrize("network", [build_model, Transformer])
+def test_the_transformers_fast_path_is_its_decoding_state(network):
+    """The network's constructor picks the class of the decoder's layers, which make the state: in-place
+    caches grown by doubling (fast.py) or the reference's (cache.py); the weights are the same."""
+    config = TransformerConfig(**TRANSFORMER, emb_dim=16, dropout=0.1)
+    torch.manual_seed(0)
+    fast = network(config, 30, 12)
     assert fast_classes(fast) == {"InPlaceDecoderLayers", "RandDropout", "BlockedLinear"}
+    assert set(fast_paths_in(fast)) == TRANSFORMER_FAST and len(fast_paths_in(fast)) == len(TRANSFORMER_FAST)
     _, state = fast.encode(torch.tensor([[5, 6]]), torch.tensor([2]))
     assert type(state) is InPlaceState
-    weights = {k: v.clone() for k, v in fast.state_dict().items()}
-    reference = use_fast_paths(fast, False, TRANSFORMER_FAST)
-    assert fast_classes(reference) == set()
+    torch.manual_seed(0)
+    reference = network(config, 30, 12, False)
+    assert fast_classes(reference) == set() and fast_paths_in(reference) == []
+    assert type(reference.decoder_layers) is DecoderLayers
     _, state = reference.encode(torch.tensor([[5, 6]]), torch.tensor([2]))
     assert type(state) is TransformerState
-    assert weights.keys() == reference.state_dict().keys()
-    assert all(torch.equal(weights[k], v) for k, v in reference.state_dict().items())
+    assert fast.state_dict().keys() == reference.state_dict().keys()
+    assert all(torch.equal(v, reference.state_dict()[k]) for k, v in fast.state_dict().items())
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -386,10 +483,9 @@ def test_transformer_decodes_like_the_reference(dtype, kind):
     model = random_model(7, **kind).to(dtype)
     src, lengths, max_lengths = random_batch(7, batch=40)
     results = []
-    for fast in (True, False):
-        use_fast_paths(model, fast, TRANSFORMER_FAST)
-        results.append([[h] for h in greedy(model, src, lengths, max_lengths, batch_size=5)]
-                       + beam_search(model, src, lengths, max_lengths, 3, 0.6, 3, batch_size=5))
+    for network in (model, reference_of(model)):
+        results.append([[h] for h in greedy(network, src, lengths, max_lengths, batch_size=5)]
+                       + beam_search(network, src, lengths, max_lengths, 3, 0.6, 3, batch_size=5))
     assert len({len(hyps[0].ids) for hyps in results[1]}) >= 4                 # outputs of many lengths
     for ours, theirs in zip(*results, strict=True):
         assert [h.ids for h in ours] == [h.ids for h in theirs]
@@ -411,6 +507,7 @@ def test_in_place_reorder_is_select(index):
     reordered = InPlaceState(steps.clone(), [c.clone() for c in caches])
     tensors = reordered.caches
     reordered = reordered.reorder(rows)
+    assert type(reordered) is InPlaceState
     assert torch.equal(reordered.steps, expected.steps)
     for ours, theirs, same in zip(reordered.caches, expected.caches, tensors, strict=True):
         assert ours is same
@@ -470,7 +567,8 @@ def test_reference_decoding_gives_the_fast_translations(family, request):
     sentences = ["March 3, 2021", "12/24/1999", "the 5th of May 1987"]
     fast = Translator.load(dates_model, "cpu")
     reference = Translator.load(dates_model, "cpu", fast_paths=False)
-    assert fast_classes(fast.model) and not fast_classes(reference.model)
+    assert fast_classes(fast.model) and fast_paths_in(fast.model)
+    assert not fast_classes(reference.model) and fast_paths_in(reference.model) == []
     for beam in (1, 4):
         assert ([t.text for t in reference.translate(sentences, beam_size=beam)]
                 == [t.text for t in fast.translate(sentences, beam_size=beam)])

@@ -100,3 +100,89 @@ def test_registering_makes_a_familys_config_loadable_and_an_arch_is_registered_o
     finally:
         unregister("house")
     assert "house" not in MODEL_CONFIGS
+
+
+# One training iteration (from one optimizer step to the next) and one beam step read few modules: the
+# issue's bound, for the default recipes (their model and training settings, tiny sizes, the dates).
+TRAINING_MODULES = {"multi30k_de_en.yaml": 12, "multi30k_de_en_transformer.yaml": 10}
+SMALL = {"multi30k_de_en.yaml": ["model.emb_dim=16", "model.enc_hidden=16", "model.dec_hidden=32", "model.attn_dim=16"],
+         "multi30k_de_en_transformer.yaml": ["model.emb_dim=16", "model.heads=2", "model.ff_dim=32", "model.enc_layers=2",
+                                             "model.dec_layers=2"]}
+DATES = ["data.format=dates", "data.path=", "data.num_pairs=300", "data.valid_size=20", "data.test_size=0",
+         "tokenizer.level=char", "train.batch_size=16", "train.epochs=1", "train.max_minutes=0"]
+
+
+def recipe(name: str, out_dir: Path):
+    """The recipe's model and training settings, at tiny sizes, on the generated dates."""
+    from attnmt.config import load_config
+
+    return load_config(PACKAGE.parent / "configs" / name, [*DATES, *SMALL[name], f"train.out_dir={out_dir}"])
+
+
+def modules_run(during) -> set[str]:
+    """The attnmt modules whose Python code runs while `during()` runs: it is handed `start` and `stop`,
+    which turn the count on and off."""
+    seen: set[str] = set()
+
+    def record(frame, event, arg) -> None:
+        if event == "call" and f"{PACKAGE}/" in frame.f_code.co_filename:
+            seen.add(str(Path(frame.f_code.co_filename).relative_to(PACKAGE.parent)))
+
+    during(lambda: sys.setprofile(record), lambda: sys.setprofile(None))
+    return seen
+
+
+@pytest.mark.parametrize("name", TRAINING_MODULES)
+def test_one_training_iteration_runs_few_modules(name, tmp_path, monkeypatch):
+    import torch
+
+    from attnmt.train import train
+
+    class Stop(Exception):
+        pass
+
+    def during(start, stop) -> None:
+        step, calls = torch.optim.Adam.step, []
+
+        def counted(optimizer, *args, **kwargs):
+            calls.append(1)
+            if len(calls) == 3:
+                start()
+            if len(calls) == 4:
+                stop()
+                raise Stop
+            return step(optimizer, *args, **kwargs)
+
+        monkeypatch.setattr(torch.optim.Adam, "step", counted)
+        with pytest.raises(Stop):
+            train(recipe(name, tmp_path), log=lambda _: None)
+
+    modules = modules_run(during)
+    assert "attnmt/step.py" in modules and len(modules) <= TRAINING_MODULES[name], sorted(modules)
+    assert not {"attnmt/seam.py", "attnmt/distributed.py", "attnmt/precision.py"} & modules, sorted(modules)
+
+
+@pytest.mark.parametrize("name", TRAINING_MODULES)
+def test_one_beam_step_runs_few_modules(name, tmp_path, monkeypatch):
+    import torch
+
+    from attnmt import search
+    from attnmt.families import build_model
+
+    model = build_model(recipe(name, tmp_path).model, 40, 40).eval()   # one vocabulary: the recipes share it
+    decode = search.DecodingBatch.decode
+
+    def during(start, stop) -> None:
+        calls = []
+
+        def counted(batch):
+            calls.append(1)
+            (start if len(calls) == 3 else stop if len(calls) == 4 else (lambda: None))()
+            return decode(batch)
+
+        monkeypatch.setattr(search.DecodingBatch, "decode", counted)
+        src = torch.randint(4, 40, (4, 9), generator=torch.Generator().manual_seed(0))
+        search.beam_search(model, src, torch.full((4,), 9), torch.full((4,), 20), 3, 1.0)
+
+    modules = modules_run(during)
+    assert "attnmt/search.py" in modules and len(modules) <= 6, sorted(modules)

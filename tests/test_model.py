@@ -16,8 +16,9 @@ from attnmt.errors import AttnmtError
 from attnmt.families.rnn.config import RNNConfig
 from attnmt.families.rnn.encoder import Encoder
 from attnmt.families.rnn.network import RNNEncoderDecoder
-from attnmt.loss import sequence_loss
+from attnmt.seam import forced_logits
 from attnmt.search import greedy
+from attnmt.step import TeacherForced, sequence_loss
 from attnmt.vocab import EOS_ID, PAD_ID, SOS_ID
 
 VOCAB = 12
@@ -39,12 +40,13 @@ def one_thread():
 
 
 def make_config(rnn="gru", order="bahdanau", attention="bahdanau", input_feeding=False, bidirectional=True,
-                enc_layers=1, dec_layers=1, bridge="linear", dropout=0.0, emb=16, dec_hidden=32) -> RNNConfig:
+                enc_layers=1, dec_layers=1, bridge="linear", dropout=0.0, emb=16, dec_hidden=32,
+                teacher_forcing=1.0) -> RNNConfig:
     # enc_hidden x directions == dec_hidden, so `dot` and `copy` are always possible.
     model = RNNConfig(rnn=rnn, emb_dim=emb, enc_hidden=dec_hidden // (2 if bidirectional else 1),
-                        enc_layers=enc_layers, bidirectional=bidirectional, dec_hidden=dec_hidden,
-                        dec_layers=dec_layers, attention=attention, attn_dim=16, decoder=order,
-                        input_feeding=input_feeding, bridge=bridge, dropout=dropout)
+                      enc_layers=enc_layers, bidirectional=bidirectional, dec_hidden=dec_hidden,
+                      dec_layers=dec_layers, attention=attention, attn_dim=16, decoder=order,
+                      input_feeding=input_feeding, bridge=bridge, dropout=dropout, teacher_forcing=teacher_forcing)
     validate(Config(data=DataConfig(path="unused"), model=model))
     return model
 
@@ -52,6 +54,19 @@ def make_config(rnn="gru", order="bahdanau", attention="bahdanau", input_feeding
 def make_model(seed=0, src_vocab=VOCAB, tgt_vocab=VOCAB, **kwargs) -> RNNEncoderDecoder:
     torch.manual_seed(seed)
     return RNNEncoderDecoder(make_config(**kwargs), src_vocab, tgt_vocab)
+
+
+def logits_and_weights(model, src: torch.Tensor, lengths: torch.Tensor, tgt_in: torch.Tensor):
+    """The teacher-forced pass of the seam: logits [B, T, V] (the output layer over the features) and
+    the attention weights [B, T, S] (or None)."""
+    features, weights = model.features(src, lengths, tgt_in)
+    return model.output_layer(features), weights
+
+
+def decoder_logits(decoder, tgt_in: torch.Tensor, state, memory, teacher_forcing: float = 1.0):
+    """Decoder.features at a given teacher-forcing rate, through the output layer: logits and weights."""
+    features, weights = decoder.features(tgt_in, state, memory, teacher_forcing)
+    return decoder.output_layer(features), weights
 
 
 def tiny_corpus(seed=0, n=8):
@@ -127,7 +142,7 @@ def test_architecture_overfits_tiny_corpus(case):
     assert (batch.src == PAD_ID).any() and (batch.tgt_out == PAD_ID).any()   # really a padded batch
 
     model.eval()
-    logits, weights = model(batch.src, batch.src_lengths, batch.tgt_in)
+    logits, weights = logits_and_weights(model, batch.src, batch.src_lengths, batch.tgt_in)
     B, T = batch.tgt_in.shape
     assert tuple(logits.shape) == (B, T, VOCAB)
     if case["attention"] == "none":
@@ -143,7 +158,7 @@ def test_architecture_overfits_tiny_corpus(case):
     losses, solved = [], False
     for step in range(1, 301):
         model.train()
-        logits, _ = model(batch.src, batch.src_lengths, batch.tgt_in)
+        logits = forced_logits(model, batch.src, batch.src_lengths, batch.tgt_in)
         loss = sequence_loss(logits, batch.tgt_out) / batch.num_target_tokens
         optimizer.zero_grad()
         loss.backward()
@@ -209,10 +224,10 @@ def test_model_output_independent_of_batch_padding(rnn, order, feeding, attentio
                        enc_layers=2, dropout=0.3).eval()
     examples = [([5, 6, 7], [8, 9]), ([4, 5, 6, 7, 8, 9, 10], [11, 10, 9, 8, 7])]
     batch = collate(examples, [0, 1])
-    logits, weights = model(batch.src, batch.src_lengths, batch.tgt_in)
+    logits, weights = logits_and_weights(model, batch.src, batch.src_lengths, batch.tgt_in)
     for row, example in enumerate(examples):
         one = collate([example], [0])
-        alone_logits, alone_weights = model(one.src, one.src_lengths, one.tgt_in)
+        alone_logits, alone_weights = logits_and_weights(model, one.src, one.src_lengths, one.tgt_in)
         T, S = one.tgt_in.shape[1], one.src.shape[1]
         assert_close(logits[row : row + 1, :T], alone_logits, atol=1e-5, rtol=0)
         if attention != "none":
@@ -264,7 +279,7 @@ def test_parallel_path_equals_stepping(rnn, dec_layers, attention):
     memory, state = model.encode(batch.src, batch.src_lengths)
 
     calls = count_rnn_calls(decoder)
-    logits, weights = decoder(batch.tgt_in, state, memory, teacher_forcing=1.0)
+    logits, weights = decoder_logits(decoder, batch.tgt_in, state, memory, teacher_forcing=1.0)
     T = batch.tgt_in.shape[1]
     assert calls == [T]                                   # one RNN call for the whole target
     assert tuple(logits.shape) == (2, T, VOCAB)
@@ -272,7 +287,7 @@ def test_parallel_path_equals_stepping(rnn, dec_layers, attention):
     step_state = state
     step_logits, step_weights = [], []
     for t in range(T):
-        out, step_state, w = decoder.step(batch.tgt_in[:, t : t + 1], step_state, memory)
+        out, step_state, w = model.step(batch.tgt_in[:, t : t + 1], step_state, memory)
         step_logits.append(out)
         step_weights.append(w)
     assert calls == [T] + [1] * T
@@ -282,7 +297,8 @@ def test_parallel_path_equals_stepping(rnn, dec_layers, attention):
     else:
         assert_close(weights, torch.cat(step_weights, dim=1), atol=1e-5, rtol=0)
     # The whole model uses the same path.
-    model_logits, _ = model(batch.src, batch.src_lengths, batch.tgt_in)
+    model_logits = forced_logits(model, batch.src, batch.src_lengths, batch.tgt_in)
+    assert calls == [T] + [1] * T + [T]
     assert_close(model_logits, logits, atol=0, rtol=0)
 
 
@@ -298,12 +314,12 @@ def test_teacher_forced_loop_equals_stepping(rnn, order, feeding, attention):
     batch = collate([([5, 6, 7, 8], [9, 10, 11]), ([4, 5], [6, 7, 8, 9, 10, 11])], [0, 1])
     memory, state = model.encode(batch.src, batch.src_lengths)
     calls = count_rnn_calls(decoder)
-    logits, weights = decoder(batch.tgt_in, state, memory, teacher_forcing=1.0)
+    logits, weights = decoder_logits(decoder, batch.tgt_in, state, memory, teacher_forcing=1.0)
     T = batch.tgt_in.shape[1]
     assert calls == [1] * T
     step_logits, step_weights = [], []
     for t in range(T):
-        out, state, w = decoder.step(batch.tgt_in[:, t : t + 1], state, memory)
+        out, state, w = model.step(batch.tgt_in[:, t : t + 1], state, memory)
         step_logits.append(out)
         step_weights.append(w)
     assert_close(logits, torch.cat(step_logits, dim=1), atol=1e-5, rtol=0)
@@ -321,27 +337,43 @@ def test_parallel_flag(order, feeding, parallel):
 
 
 def test_parallel_path_not_used_with_teacher_forcing_below_one():
-    model = make_model(order="luong", attention="general").eval()
+    """Scheduled sampling runs step by step: model.teacher_forcing below 1 in training, and only there
+    (evaluation and decoding feed the gold prefix)."""
+    model = make_model(order="luong", attention="general", teacher_forcing=0.5).eval()
     batch = collate([([5, 6, 7], [8, 9, 10, 11])], [0])
+    T = batch.tgt_in.shape[1]
     memory, state = model.encode(batch.src, batch.src_lengths)
     calls = count_rnn_calls(model.decoder)
-    model.decoder(batch.tgt_in, state, memory, teacher_forcing=0.5)
-    assert calls == [1] * batch.tgt_in.shape[1]
+    model.decoder.features(batch.tgt_in, state, memory, teacher_forcing=0.5)
+    assert calls == [1] * T
+    calls.clear()
+    model.features(batch.src, batch.src_lengths, batch.tgt_in)      # eval: full teacher forcing, in parallel
+    assert calls == [T]
+    calls.clear()
+    model.train()
+    model.features(batch.src, batch.src_lengths, batch.tgt_in)      # training: the config's rate
+    assert calls == [1] * T
+    model.config.teacher_forcing = 1.0
+    calls.clear()
+    model.features(batch.src, batch.src_lengths, batch.tgt_in)
+    assert calls == [T]
 
 
 @pytest.mark.parametrize("order,feeding,attention,ratio", [
     ("luong", False, "general", 1.0), ("luong", True, "bahdanau", 1.0), ("luong", True, "none", 1.0),
     ("bahdanau", False, "bahdanau", 1.0), ("bahdanau", False, "dot", 0.5)])
 def test_logits_at_the_real_tokens_only(order, feeding, attention, ratio):
-    """classify_at gives the rows of the full logits at its True positions, on every decoder path, and the same loss."""
-    model = make_model(order=order, input_feeding=feeding, attention=attention).double().eval()
+    """step.TeacherForced gives the rows of the full logits at the True positions of `at`, on every
+    decoder path (scheduled sampling in training mode), and the same loss."""
+    model = make_model(order=order, input_feeding=feeding, attention=attention, teacher_forcing=ratio).double()
+    model.train(ratio < 1)            # the config's teacher forcing applies in training only (dropout is 0)
     batch = collate([([5, 6, 7, 8], [9, 10, 11]), ([4, 5], [6, 7, 8, 9, 10, 11]), ([7], [4])], [0, 1, 2])
     at = batch.target_mask
     assert int(at.sum()) == batch.num_target_tokens == 4 + 7 + 2
     torch.manual_seed(1)
-    full, _ = model(batch.src, batch.src_lengths, batch.tgt_in, ratio)
+    full = forced_logits(model, batch.src, batch.src_lengths, batch.tgt_in)
     torch.manual_seed(1)
-    kept, _ = model(batch.src, batch.src_lengths, batch.tgt_in, ratio, classify_at=at)
+    kept = TeacherForced(model)(batch.src, batch.src_lengths, batch.tgt_in, at)
     assert kept.shape == (13, VOCAB)
     assert_close(kept, full[at], atol=1e-12, rtol=0)
     assert_close(sequence_loss(kept, batch.tgt_out[at]), sequence_loss(full, batch.tgt_out), atol=1e-10, rtol=0)
@@ -364,7 +396,7 @@ def test_bahdanau_order_attends_with_previous_state(rnn, attention):
     queries = capture_queries(model.decoder.attention)
     for t in range(3):
         previous_top = state.hidden[0][-1]
-        _, state, _ = model.decoder.step(batch.tgt_in[:, t : t + 1], state, memory)
+        _, state, _ = model.step(batch.tgt_in[:, t : t + 1], state, memory)
         assert_close(queries[-1], previous_top.unsqueeze(1), atol=0, rtol=0)   # s_{t-1}
 
 
@@ -376,7 +408,7 @@ def test_luong_order_attends_with_new_state(rnn, feeding, attention):
     memory, state = model.encode(batch.src, batch.src_lengths)
     queries = capture_queries(model.decoder.attention)
     for t in range(3):
-        _, state, _ = model.decoder.step(batch.tgt_in[:, t : t + 1], state, memory)
+        _, state, _ = model.step(batch.tgt_in[:, t : t + 1], state, memory)
         new_top = state.hidden[0][-1]
         assert_close(queries[-1], new_top.unsqueeze(1), atol=0, rtol=0)        # h_t
 
@@ -393,7 +425,7 @@ def test_input_feeding_passes_the_attentional_vector(rnn, attention):
     vectors = []
     for t in range(3):
         tokens = batch.tgt_in[:, t : t + 1]
-        logits, new_state, _ = decoder.step(tokens, state, memory)
+        logits, new_state, _ = model.step(tokens, state, memory)
         h_tilde = new_state.attn_vector
         assert tuple(h_tilde.shape) == (2, 32)
         # h~_t is what the classifier reads: logits = W_s h~_t + b.
@@ -401,8 +433,9 @@ def test_input_feeding_passes_the_attentional_vector(rnn, attention):
         assert (h_tilde.abs() <= 1).all() and h_tilde.abs().sum() > 0          # a tanh, not zeros
         if t > 0:
             # The previous h~ is really fed: zeroing it changes this step.
-            blank = state._replace(attn_vector=torch.zeros_like(state.attn_vector))
-            other, _, _ = decoder.step(tokens, blank, memory)
+            blank = state.like([torch.zeros_like(t) if name == "attn_vector" else t for name, t in state.tensors.items()])
+            assert (blank.attn_vector == 0).all() and blank.hidden[0] is state.hidden[0]
+            other, _, _ = model.step(tokens, blank, memory)
             assert not torch.allclose(other, logits, atol=1e-4)
         vectors.append(h_tilde)
         state = new_state
@@ -416,18 +449,19 @@ def test_input_feeding_passes_the_attentional_vector(rnn, attention):
                                                          ("gru", "luong", True, "concat"),
                                                          ("lstm", "bahdanau", False, "none")])
 def test_teacher_forcing_below_one_is_reproducible(rnn, order, feeding, attention):
-    model = make_model(rnn=rnn, order=order, attention=attention, input_feeding=feeding, dropout=0.2)
+    model = make_model(rnn=rnn, order=order, attention=attention, input_feeding=feeding, dropout=0.2,
+                       teacher_forcing=0.5)
     examples = tiny_corpus(seed=3, n=6)
     batch = collate(examples, list(range(6)))
 
-    def run(seed, ratio):
+    def run(seed):
+        """A training pass: scheduled sampling at model.teacher_forcing, with dropout."""
         torch.manual_seed(seed)
         model.train()
-        logits, weights = model(batch.src, batch.src_lengths, batch.tgt_in, teacher_forcing=ratio)
-        return logits, weights
+        return logits_and_weights(model, batch.src, batch.src_lengths, batch.tgt_in)
 
-    a, wa = run(123, 0.5)
-    b, wb = run(123, 0.5)
+    a, wa = run(123)
+    b, wb = run(123)
     assert tuple(a.shape) == (6, batch.tgt_in.shape[1], VOCAB)
     assert torch.equal(a, b)
     if attention != "none":
@@ -438,18 +472,20 @@ def test_teacher_forcing_below_one_is_reproducible(rnn, order, feeding, attentio
     loss.backward()
     assert all(p.grad is not None for p in model.parameters())
     # Other seeds give other coin flips (and dropout masks): not all runs are the same.
-    others = [run(seed, 0.5)[0] for seed in range(5)]
+    others = [run(seed)[0] for seed in range(5)]
     assert any(not torch.equal(a, o) for o in others)
 
     # Without dropout: the first step always sees <sos>, so it matches full teacher forcing.
     model.eval()
-    full, _ = model(batch.src, batch.src_lengths, batch.tgt_in, teacher_forcing=1.0)
+    memory, state = model.encode(batch.src, batch.src_lengths)
+    full = forced_logits(model, batch.src, batch.src_lengths, batch.tgt_in)
     torch.manual_seed(5)
-    half, _ = model(batch.src, batch.src_lengths, batch.tgt_in, teacher_forcing=0.5)
+    half, _ = decoder_logits(model.decoder, batch.tgt_in, state, memory, teacher_forcing=0.5)
     assert_close(half[:, 0], full[:, 0], atol=1e-5, rtol=0)
+    assert not torch.allclose(half, full, atol=1e-5)                      # later steps were fed other tokens
     # With ratio 0 the decoder feeds itself its own argmax: that is greedy decoding.
     torch.manual_seed(6)
-    own, _ = model(batch.src, batch.src_lengths, batch.tgt_in, teacher_forcing=0.0)
+    own, _ = decoder_logits(model.decoder, batch.tgt_in, state, memory, teacher_forcing=0.0)
     T = batch.tgt_in.shape[1]
     ids = greedy_ids(model, batch.src, batch.src_lengths, torch.full((6,), T))
     predicted = own.argmax(-1)
@@ -529,7 +565,7 @@ def test_greedy_same_alone_and_in_batch_and_consistent_with_forward(attention):
         if attention != "none":
             assert_close(together[row].attention, alone.attention, atol=1e-6, rtol=0)
         # Teacher forcing the greedy output reproduces it step by step.
-        logits, _ = model(torch.tensor([source]), lengths[row : row + 1], torch.tensor([[SOS_ID] + alone.ids]))
+        logits = forced_logits(model, torch.tensor([source]), lengths[row : row + 1], torch.tensor([[SOS_ID] + alone.ids]))
         predicted = logits.argmax(-1)[0].tolist()
         assert predicted[:-1] == alone.ids
         if len(alone.ids) + 1 < max_lengths[row].item():  # ended by EOS, not by the limit
@@ -562,12 +598,12 @@ def test_loss_ignores_pad_targets(label_smoothing):
     examples = [([5, 6, 7], [8, 9]), ([4, 5, 6, 7, 8], [11, 10, 9, 8, 7, 6]), ([9], [10, 11, 4])]
     batch = collate(examples, [0, 1, 2])
     assert batch.num_target_tokens == 3 + 7 + 4
-    logits, _ = model(batch.src, batch.src_lengths, batch.tgt_in)
+    logits = forced_logits(model, batch.src, batch.src_lengths, batch.tgt_in)
     batch_loss = sequence_loss(logits, batch.tgt_out, label_smoothing)
     per_sentence = []
     for example in examples:
         one = collate([example], [0])
-        one_logits, _ = model(one.src, one.src_lengths, one.tgt_in)
+        one_logits = forced_logits(model, one.src, one.src_lengths, one.tgt_in)
         per_sentence.append(sequence_loss(one_logits, one.tgt_out, label_smoothing))
     assert_close(batch_loss, torch.stack(per_sentence).sum(), atol=1e-4, rtol=1e-6)
     # Garbage logits at pad targets change nothing.

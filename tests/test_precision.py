@@ -19,9 +19,8 @@ from attnmt.errors import AttnmtError
 from attnmt.families.rnn.network import RNNEncoderDecoder
 from attnmt.families.transformer.network import Transformer
 from attnmt.fast import int8 as int8_module
-from attnmt.fast import use_fast_paths
 from attnmt.fast.int8 import Int8Linear, Int8RNN, int8_decoding_copy, int8_products_exact
-from attnmt.step import make_optimizer, train_step
+from attnmt.step import TeacherForced, make_optimizer, train_step
 from attnmt.train import train
 from attnmt.training_data import Part
 from attnmt.translate import Translator
@@ -53,7 +52,8 @@ def test_bf16_training_step_gives_the_fp32_loss_and_update(model, tmp_path):
         torch.manual_seed(1)  # the same dropout masks
         optimizer = make_optimizer(model_, configs[kind].train)
         before = {n: p.detach().clone() for n, p in model_.named_parameters()}
-        losses[kind] = train_step(model_, optimizer, [Part(batch)], configs[kind], step=1)
+        losses[kind] = train_step(TeacherForced(model_), optimizer, [Part(batch)], configs[kind].train, 1,
+                                  batch.num_target_tokens)
         updates[kind] = torch.cat([(p.detach() - before[n]).flatten() for n, p in model_.named_parameters()])
         assert all(p.dtype == torch.float32 for p in model_.parameters())  # weights stay fp32
     assert not torch.equal(updates["bf16"], updates["fp32"])  # bf16 really ran
@@ -175,7 +175,7 @@ def test_int8_transformer_runs_each_step_product_in_int8_and_reads_the_source_in
     torch.manual_seed(0)
     values = tiny_dates_config("unused", arch="transformer", emb_dim=32, heads=4, ff_dim=64, enc_layers=2, dec_layers=2,
                                tie_embeddings=True)
-    fp32 = use_fast_paths(Transformer(config_from_dict(values).model, 30, 20).eval(), fast, Transformer.fast_classes)
+    fp32 = Transformer(config_from_dict(values).model, 30, 20, fast=fast).eval()
     int8 = int8_decoding_copy(fp32)
     assert type(int8.decoder_layers) is type(fp32.decoder_layers)
     for layer in int8.decoder_layers:
@@ -376,7 +376,8 @@ def test_lstms_train_in_fp32_under_bf16_where_onednn_has_no_kernel(monkeypatch, 
     seen = []
     for rnn in (model.encoder.rnn, model.decoder.rnn):
         rnn.register_forward_hook(lambda module, inputs, output: seen.append(output[0].data.dtype))
-    loss = train_step(model, make_optimizer(model, config.train), [Part(batch)], config, step=1)
+    loss = train_step(TeacherForced(model), make_optimizer(model, config.train), [Part(batch)], config.train, 1,
+                      batch.num_target_tokens)
     assert seen == [torch.float32, torch.float32] and loss > 0
     monkeypatch.setattr(precision, "cpu_bf16_features", lambda: ())
     warning = precision.precision_note({"train.precision": "bf16"}, torch.device("cpu"), lstm=True)

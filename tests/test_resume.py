@@ -201,7 +201,7 @@ def test_out_of_memory_says_what_to_lower_and_keeps_the_checkpoint(tmp_path, mon
     def no_memory(self, *args, **kwargs):
         raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 123456789 bytes")
 
-    monkeypatch.setattr(RNNEncoderDecoder, "forward", no_memory)
+    monkeypatch.setattr(RNNEncoderDecoder, "features", no_memory)
     values["train"].update(epochs=2)
     with pytest.raises(AttnmtError, match="out of memory at step .* lower train.batch_size"):
         train(config_from_dict(values), resume=True, log=lambda _: None)

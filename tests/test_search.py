@@ -10,6 +10,7 @@ from attnmt.batch import pad
 from attnmt.families import build_model
 from attnmt.families.rnn.config import RNNConfig
 from attnmt.families.transformer.config import TransformerConfig
+from attnmt.seam import forced_logits
 from attnmt.search import beam_search, greedy, length_penalty
 from attnmt.vocab import EOS_ID, SOS_ID
 
@@ -46,7 +47,7 @@ def sequence_log_prob(model, src: torch.Tensor, length: torch.Tensor, ids: list[
     """log P(ids + EOS | src) by teacher forcing: the number beam search should report."""
     with torch.no_grad():
         tgt_in = torch.tensor([[SOS_ID] + ids])
-        logits, _ = model(src.unsqueeze(0)[:, : int(length)], length.view(1), tgt_in)
+        logits = forced_logits(model, src.unsqueeze(0)[:, : int(length)], length.view(1), tgt_in)
         log_probs = torch.log_softmax(logits.float(), dim=-1)[0]
         targets = ids + [EOS_ID]
         return float(sum(log_probs[t, token] for t, token in enumerate(targets)))

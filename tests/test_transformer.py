@@ -12,37 +12,47 @@ from torch.testing import assert_close
 
 from attnmt import Translator
 from attnmt.batch import collate, pad
-from attnmt.config import Config, DataConfig, TrainConfig, validate
+from attnmt.config import Config, DataConfig, TrainConfig, config_from_dict, validate
 from attnmt.errors import AttnmtError
 from attnmt.families import build_model
 from attnmt.families.transformer.cache import TransformerState
 from attnmt.families.transformer.config import TransformerConfig
 from attnmt.families.transformer.fast import InPlaceState
 from attnmt.families.transformer.network import MultiHeadAttention, Transformer, sinusoids
-from attnmt.fast import use_fast_paths
-from attnmt.loss import sequence_loss
+from attnmt.fast import fast_paths_in
+from attnmt.seam import forced_logits
 from attnmt.search import greedy
-from attnmt.step import make_optimizer
+from attnmt.step import make_optimizer, sequence_loss
 from attnmt.vocab import EOS_ID, SOS_ID
 
 VOCAB = 12
 
 
-def make_transformer(seed: int = 0, **kwargs) -> Transformer:
+def make_transformer(seed: int = 0, fast: bool = True, **kwargs) -> Transformer:
+    """A small Transformer in eval mode, built with its fast paths or of the reference modules alone."""
     torch.manual_seed(seed)
     values = {"arch": "transformer", "emb_dim": 16, "heads": 2, "ff_dim": 32, "enc_layers": 2, "dec_layers": 2,
               "dropout": 0.0, **kwargs}
     config = TransformerConfig(**values)
     validate(Config(data=DataConfig(path="unused"), model=config))
-    return build_model(config, VOCAB, VOCAB).eval()
+    model = build_model(config, VOCAB, VOCAB, fast_paths=fast).eval()
+    assert bool(fast_paths_in(model)) is fast
+    return model
 
 
 def test_config_refusals_name_the_keys():
     with pytest.raises(AttnmtError, match=r"model.emb_dim \(30\) must be a multiple of model.heads \(4\)"):
         validate(Config(data=DataConfig(path="x"), model=TransformerConfig(emb_dim=30, heads=4)))
-    with pytest.raises(AttnmtError, match="train.teacher_forcing below 1 is for model.arch rnn"):
-        validate(Config(data=DataConfig(path="x"), model=TransformerConfig(),
-                        train=TrainConfig(teacher_forcing=0.5)))
+    # Teacher forcing below 1 (scheduled sampling) is the RNN's: a Transformer trains on the gold prefix,
+    # and refuses the key, in its place (model) or where earlier configs kept it (train).
+    for where in ("model", "train"):
+        values = {"data": {"path": "x"}, "model": {"arch": "transformer"}}
+        values.setdefault(where, {})["teacher_forcing"] = 0.5
+        with pytest.raises(AttnmtError, match=r"model.teacher_forcing is a key of model.arch rnn"):
+            config_from_dict(values)
+    # An earlier config's train.teacher_forcing 1.0, what a Transformer always trained with, still reads.
+    config = config_from_dict({"data": {"path": "x"}, "model": {"arch": "transformer"}, "train": {"teacher_forcing": 1.0}})
+    assert config.model.arch == "transformer" and not hasattr(config.model, "teacher_forcing")
 
 
 def test_attention_by_hand():
@@ -80,10 +90,10 @@ def test_encoder_ignores_padding_and_decoder_never_sees_the_future(norm, positio
     assert all((w[0, :, :, 3:] == 0).all() for w in weights)                 # pads get no weight
     src, lengths = pad([short, longer]), torch.tensor([3, 6])
     tgt = torch.tensor([[SOS_ID, 5, 6, 7, 8], [SOS_ID, 9, 10, 11, 4]])
-    logits, _ = model(src, lengths, tgt)
+    logits = forced_logits(model, src, lengths, tgt)
     changed = tgt.clone()
     changed[:, 3:] = 11                                                      # another future
-    other, _ = model(src, lengths, changed)
+    other = forced_logits(model, src, lengths, changed)
     assert_close(logits[:, :3], other[:, :3], atol=1e-5, rtol=0)
     assert not torch.allclose(logits[:, 3:], other[:, 3:])
 
@@ -94,11 +104,12 @@ def test_encoder_ignores_padding_and_decoder_never_sees_the_future(norm, positio
 def test_incremental_decoding_equals_the_teacher_forced_forward(kwargs, fast):
     """Step by step with each layer's cache (the fast path's and the reference's), rows at different
     positions, the logits of the whole forward."""
-    model = use_fast_paths(make_transformer(**kwargs), fast, Transformer.fast_classes)
+    model = make_transformer(fast=fast, **kwargs)
     src, lengths = pad([[5, 6, 7, 8], [9, 10]]), torch.tensor([4, 2])
     tgt = torch.tensor([[SOS_ID, 5, 6, 7, 8, 9], [SOS_ID, 10, 11, 4, 5, 6]])
     with torch.no_grad():
-        full, full_weights = model(src, lengths, tgt)
+        features, full_weights = model.features(src, lengths, tgt)
+        full = model.output_layer(features)
         memory, state = model.encode(src, lengths)
         steps = []
         for t in range(tgt.shape[1]):
@@ -111,7 +122,7 @@ def test_incremental_decoding_equals_the_teacher_forced_forward(kwargs, fast):
         _, fresh = model.encode(src[1:, :2], lengths[1:])
         state.put(torch.tensor([1]), fresh)
         logits, state, _ = model.step(torch.tensor([[7], [SOS_ID]]), state, memory)
-        alone, _ = model(src[1:, :2], lengths[1:], torch.tensor([[SOS_ID]]))
+        alone = forced_logits(model, src[1:, :2], lengths[1:], torch.tensor([[SOS_ID]]))
         assert_close(logits[1, 0], alone[0, 0], atol=1e-5, rtol=0)
         assert state.steps.tolist() == [7, 1]
 
@@ -120,7 +131,7 @@ def test_incremental_decoding_equals_the_teacher_forced_forward(kwargs, fast):
 def test_state_caches_grow_by_doubling_or_as_needed(fast, capacities):
     """The fast path's caches grow by doubling and take each step in place; the reference's grow to
     exactly the positions decoded, a new tensor each step."""
-    model = use_fast_paths(make_transformer(), fast, Transformer.fast_classes)
+    model = make_transformer(fast=fast)
     memory, state = model.encode(torch.tensor([[5, 6]]), torch.tensor([2]))
     grown, written_in_place = [], []
     for _ in range(9):
@@ -145,7 +156,7 @@ def test_overfits_a_tiny_corpus():
     optimizer = make_optimizer(model, TrainConfig(lr=3e-3))
     for _ in range(300):
         optimizer.zero_grad()
-        logits, _ = model(batch.src, batch.src_lengths, batch.tgt_in)
+        logits = forced_logits(model, batch.src, batch.src_lengths, batch.tgt_in)
         loss = sequence_loss(logits, batch.tgt_out)
         loss.backward()
         optimizer.step()

@@ -60,8 +60,8 @@ def add_plot(commands: Commands) -> None:
 
 
 def _plot(args: argparse.Namespace) -> None:
-    from ..families.seam import AttentionView
     from ..plot import missing_glyphs, plot_attention, plot_attention_grid
+    from ..seam import AttentionView
 
     check_parent_dir(args.out)
     if args.target is not None and engine_of(args, args.model) == "ctranslate2":
@@ -257,7 +257,7 @@ def _explain(args: argparse.Namespace) -> None:
 
     from ..attribution import Attribution, explain_or_attribute, render
     from ..explain import render as render_explanation
-    from ..families.seam import AttentionView
+    from ..seam import AttentionView
     from ..translate import Translator
 
     use_decoding_threads(args)

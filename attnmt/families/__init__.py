@@ -16,15 +16,17 @@ from .rnn.config import RNNConfig
 from .transformer.config import TransformerConfig
 
 if TYPE_CHECKING:
-    from .seam import Model
+    from ..seam import Model
 
-Network = Callable[[ModelConfig, int, int], "Model"]
+# (config, source vocabulary size, target vocabulary size, fast) -> the network, its fast paths
+# chosen where it is built (fast: the family's fast classes; False: the reference modules alone).
+Network = Callable[[ModelConfig, int, int, bool], "Model"]
 
 
 @dataclass(frozen=True)
 class Family:
-    """A model family: its config class and its network, built from (config, source vocabulary size,
-    target vocabulary size): the class itself, or where it lives ("package.module:Class")."""
+    """A model family: its config class and its network (a `Network`): the class itself, or where it
+    lives ("package.module:Class")."""
 
     config: type[ModelConfig]
     network: Union[Network, str]
@@ -56,10 +58,16 @@ def unregister(arch: str) -> None:
 
 def build_model(config: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, fast_paths: bool = True) -> Model:
     """The network of the family `config.arch`, with its fast paths (fast/) or the reference modules only."""
-    from torch import nn
+    return FAMILIES[config.arch].network_class()(config, src_vocab_size, tgt_vocab_size, fast_paths)
 
-    from ..fast import use_fast_paths
 
-    network = FAMILIES[config.arch].network_class()(config, src_vocab_size, tgt_vocab_size)
-    assert isinstance(network, nn.Module), "a family's network is an nn.Module"
-    return use_fast_paths(network, fast_paths, network.fast_classes)
+def reference_copy(model: Model, src_vocab_size: int, tgt_vocab_size: int) -> Model:
+    """A copy of `model` built of its family's reference modules alone (no fast paths), in eval mode,
+    on its device and in its dtype: what attnmt explain and the attributions read."""
+    import torch
+
+    parameter = next(model.parameters())
+    with torch.random.fork_rng(devices=[]):   # building draws initial weights: leave the caller's draws alone
+        network = build_model(model.config, src_vocab_size, tgt_vocab_size, fast_paths=False)
+    network.to(parameter.device, parameter.dtype).load_state_dict(model.state_dict())   # in its dtype: no rounding
+    return network.eval()

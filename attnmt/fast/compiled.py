@@ -34,22 +34,22 @@ import torch
 from torch import nn
 
 from ..errors import AttnmtError, first_line
-from ..families.seam import Memory, Model, State
 from ..files import cache_dir
+from ..seam import Model, Rows
 from ..vocab import UNK_ID
 
 
 class StepProgram(nn.Module):
     """A model's step for one token over flat tensors, the form torch.export takes.
 
-    Inputs: tokens [B, 1], the memory's tensors, then the state's (`State.tensors`), shaped as
-    those of `memory` and `state`. Outputs: logits [B, V], the new state's tensors, and the
-    attention weights [B, S] if the model returns them.
+    Inputs: tokens [B, 1], the memory's tensors, then the state's, shaped as those of `memory` and
+    `state`. Outputs: logits [B, V], the new state's tensors, and the attention weights [B, S] if
+    the model returns them.
     """
 
-    def __init__(self, model: Model, memory: Memory, state: State):
+    def __init__(self, model: Model, memory: Rows, state: Rows):
         super().__init__()
-        self.model, self.memory_fields = model, len(memory.dims())
+        self.model, self.memory_fields = model, len(memory.tensors)
         self.memory_like, self.state_like = memory.like, state.like
 
     def forward(self, tokens: torch.Tensor, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -57,25 +57,26 @@ class StepProgram(nn.Module):
         state = self.state_like(list(tensors[self.memory_fields :]))
         logits, new_state, weights = self.model.step(tokens, state, memory)
         weights_out = [] if weights is None else [weights[:, -1]]
-        return (logits[:, -1], *new_state.tensors(), *weights_out)
+        return (logits[:, -1], *new_state, *weights_out)
 
 
 class CompiledStep:
     """Called like a model's step for one token: (prev_tokens [B, 1], state, memory) -> logits
     [B, 1, V], the new state and weights [B, 1, S] (None without attention)."""
 
-    def __init__(self, program: Callable, returns_attention: bool):
-        self.program, self.returns_attention = program, returns_attention
+    def __init__(self, program: Callable):
+        self.program = program
 
-    def __call__(self, prev_tokens: torch.Tensor, state: State, memory: Memory
-                 ) -> tuple[torch.Tensor, State, Optional[torch.Tensor]]:
+    def __call__(self, prev_tokens: torch.Tensor, state: Rows, memory: Rows
+                 ) -> tuple[torch.Tensor, Rows, Optional[torch.Tensor]]:
         state = state.make_room(prev_tokens.shape[1])   # the program writes the new positions in place
         # The program reads each input as laid out at export, contiguous: it would read a view (a
         # column of a matrix of tokens) at the wrong strides, i.e. other rows' values.
-        inputs = [t.contiguous() for t in (prev_tokens, *memory, *state.tensors())]
+        inputs = [t.contiguous() for t in (prev_tokens, *memory, *state)]
         outputs = list(self.program(*inputs))
         logits = outputs.pop(0)
-        weights = outputs.pop().unsqueeze(1) if self.returns_attention else None
+        # What is left past the state's tensors is the attention weights (a model that returns them).
+        weights = outputs.pop().unsqueeze(1) if len(outputs) > len(state.tensors) else None
         return logits.unsqueeze(1), state.like(outputs), weights
 
 
@@ -108,10 +109,11 @@ def _export(model: Model) -> torch.export.ExportedProgram:
     state = state.make_room(1)
     rows, length = torch.export.Dim("rows", min=1), torch.export.Dim("source_length", min=1)
     decoded = torch.export.Dim("decoded_positions", min=1)
-    memory_shapes = tuple({row: rows, position: length} for row, position in memory.dims())
+    memory_shapes = tuple({row: rows} if position is None else {row: rows, position: length}
+                          for row, position in memory.dims.values())
     state_shapes = tuple({row: rows} if position is None else {row: rows, position: decoded}
-                         for row, position in state.dims())
-    return torch.export.export(StepProgram(model, memory, state), (tokens, *memory, *state.tensors()),
+                         for row, position in state.dims.values())
+    return torch.export.export(StepProgram(model, memory, state), (tokens, *memory, *state),
                                dynamic_shapes=({0: rows}, (*memory_shapes, *state_shapes)))
 
 
@@ -131,7 +133,7 @@ def compiled_step(model: Model) -> CompiledStep:
     except Exception as err:
         raise AttnmtError(f"{path}: cannot load the compiled decoding step ({first_line(err)}); "
                           f"delete it to compile again") from None
-    return CompiledStep(program, model.returns_attention)
+    return CompiledStep(program)
 
 
 def _compile(model: Model, path: Path) -> None:

@@ -4,7 +4,7 @@ replaces the bfloat16 products of those layers).
 A decoding step multiplies the batch's vectors by weight matrices: for the RNN its decoder RNN's
 input and recurrent weights, the attention's query projection, the combine layer and the output
 layer; for the Transformer each decoder layer's projections and feed-forward pair, and the output
-layer (each family lists them: `int8_layers`). The int8 copy runs those in int8; what runs once
+layer (a family that supports int8 lists them: `Int8Layers`). The int8 copy runs those in int8; what runs once
 per sentence (the encoder, the bridge, the source's keys and values) and the attention's own
 arithmetic stay bfloat16.
 """
@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import copy
 import functools
-from typing import Optional, Union
+from typing import Optional, Protocol, Union, runtime_checkable
 
 import torch
 from torch import nn
 
 from ..errors import AttnmtError
-from ..families.seam import Model
 from ..precision import TorchRNNState
+from ..seam import Model, require
 from .gru import gru_cell
 
 INT8_MAX = 127
@@ -128,16 +128,23 @@ def int8_products_exact() -> bool:
     return torch.equal(torch._int_mm(a, b), a.int() @ b.int())
 
 
+@runtime_checkable
+class Int8Layers(Protocol):
+    """What int8 decoding asks of a family's network (seam.py: a capability, not every family's)."""
+
+    def int8_layers(self) -> list[tuple[nn.Module, torch.dtype]]:
+        """The nn.Linear, nn.GRU and nn.LSTM layers of a decoding step, each with the dtype its output keeps."""
+        ...
+
+
 def int8_decoding_copy(model: Model) -> Model:
     """A bfloat16 copy of `model` for decoding on a CPU, the products of each decoding step in int8
-    (module docstring): the layers model.int8_layers() names, quantized from their float32 weights."""
+    (module docstring): the layers Int8Layers.int8_layers names, quantized from their float32 weights."""
     device = next(model.parameters()).device
     if device.type != "cpu":
         raise AttnmtError(f"decode precision int8 runs on CPUs only; use bf16 on {device}")
-    layers = model.int8_layers()
-    if not layers:
-        raise AttnmtError(f"decode precision int8 does not support model.arch {model.config.arch} yet; "
-                          f"use bf16 or fp32")
+    quantizable: Int8Layers = require(model, Int8Layers, "decode precision int8 (use bf16 or fp32)")
+    layers = quantizable.int8_layers()
     if not int8_products_exact():
         raise AttnmtError("decode precision int8: this CPU's int8 matrix products (oneDNN without VNNI "
                           "kernels) are not exact here; use bf16 or fp32")

@@ -19,7 +19,7 @@ from ..attribution import IG_STEPS, Work, explain_or_attribute
 from ..config import ServeConfig, source_languages, validate_serve
 from ..errors import AttnmtError
 from ..explain import FIELDS
-from ..families.seam import AttentionView
+from ..seam import AttentionView
 from ..tokenize import Tokenizer
 from ..translate import TextTranslator, Translation, Translator, lines_of, texts_of
 from .batching import Batcher

@@ -21,12 +21,13 @@ between calls, so one model can serve concurrent requests.
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
 from torch import nn
 
-from ..seam import Probe
+from ...seam import Probe
 
 
 class Attention(nn.Module):
@@ -92,6 +93,16 @@ class DotAttention(Attention):
 
     def score(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         return torch.bmm(query, keys.transpose(1, 2))                # [B, T, S]
+
+
+class ScaledDotAttention(DotAttention):
+    """Scaled dot product (the Transformer's score, Vaswani et al. 2017): score = qᵀ h / √d, which keeps
+    the scores' spread from growing with the width d."""
+
+    formula = "q · h_j / √d"
+
+    def score(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        return super().score(query, keys) / math.sqrt(query.shape[-1])   # [B, T, S]
 
 
 class GeneralAttention(DotAttention):
@@ -189,6 +200,10 @@ class AttentionProbe(nn.Module):
     def needs_positions(self) -> bool:
         return self.attention.needs_positions
 
+    @property
+    def formula(self) -> str:
+        return self.attention.formula
+
     def forward(self, query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor,
                 positions: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
         scores = self.attention.score(query, keys).unsqueeze(1)                   # [B, 1, T, S], one "head"
@@ -199,17 +214,20 @@ class AttentionProbe(nn.Module):
 
 
 def make_attention(kind: str, query_dim: int, key_dim: int, attn_dim: int, local_score: str = "general",
-                   local_window: int = 10) -> tuple[Attention, int]:
-    """The attention module and the width of the context it returns."""
+                   local_window: int = 10, additive: type[AdditiveAttention] = AdditiveAttention) -> tuple[Attention, int]:
+    """The attention module and the width of the context it returns; `additive`: the class of the
+    additive scores (a fast path's, or the reference)."""
     if kind in ("local_m", "local_p"):
-        scorer, width = make_attention(local_score, query_dim, key_dim, attn_dim)
+        scorer, width = make_attention(local_score, query_dim, key_dim, attn_dim, additive=additive)
         return LocalAttention(scorer, local_window, kind == "local_p", query_dim, attn_dim), width
     if kind == "bahdanau":
-        return AdditiveAttention(query_dim, key_dim, attn_dim, bias=False), key_dim
+        return additive(query_dim, key_dim, attn_dim, bias=False), key_dim
     if kind == "concat":
-        return AdditiveAttention(query_dim, key_dim, attn_dim, bias=True), key_dim
+        return additive(query_dim, key_dim, attn_dim, bias=True), key_dim
     if kind == "dot":
         return DotAttention(), key_dim
+    if kind == "scaled_dot":
+        return ScaledDotAttention(), key_dim
     if kind == "general":
         return GeneralAttention(query_dim, key_dim), key_dim
     if kind == "none":

@@ -9,68 +9,62 @@ luong order (Luong et al. 2015): run the RNN on the embedding (plus, with input 
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import Optional
 
 import torch
 from torch import nn
 
-from ...precision import run_rnn
+from ...seam import Rows
 from ...vocab import PAD_ID
-from ..seam import SourceMemory
 from .attention import Attention, AttentionProbe
-from .encoder import RNN_CLASSES, RNNState, as_state, as_torch_state
+from .encoder import RNN_CLASSES, RNNState
 
 
-class RNNMemory(SourceMemory):
+class RNNMemory(Rows):
     """What the decoder attends to, computed once per sentence; rows are sentences (or beams)."""
 
     def __init__(self, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor):
-        super().__init__(keys, values, mask)
-        self.keys = keys      # [B, S, A] projected for the attention kind
-        self.values = values  # [B, S, D] encoder outputs h_j
-        self.mask = mask      # [B, S] True at real tokens
+        # keys [B, S, A] projected for the attention kind; values [B, S, D], the encoder outputs h_j;
+        # mask [B, S], True at real tokens.
+        self.tensors = {"keys": keys, "values": values, "mask": mask}
+        self.dims = {"keys": (0, 1), "values": (0, 1), "mask": (0, 1)}
+
+    @property
+    def keys(self) -> torch.Tensor:
+        return self.tensors["keys"]
+
+    @property
+    def values(self) -> torch.Tensor:
+        return self.tensors["values"]
+
+    @property
+    def mask(self) -> torch.Tensor:
+        return self.tensors["mask"]
 
 
-class RNNDecoderState(NamedTuple):
+class RNNDecoderState(Rows):
     """The decoder's state between steps; rows are sentences (or beams)."""
 
-    hidden: tuple[torch.Tensor, ...]      # (h,) for a GRU, (h, c) for an LSTM, each [layers, B, H]
-    attn_vector: Optional[torch.Tensor]   # [B, O] previous h~_t, for input feeding (luong order)
-    position: Optional[torch.Tensor] = None  # [B] long: t of the next step, from 1 (for local attention)
+    def __init__(self, hidden: RNNState, attn_vector: Optional[torch.Tensor], position: Optional[torch.Tensor] = None):
+        # hidden: (h,) for a GRU, (h, c) for an LSTM, each [layers, B, H]; attn_vector [B, O], the
+        # previous h~_t, for input feeding (luong order); position [B] long: t of the next step, from
+        # 1 (for local attention).
+        named = {"h": hidden[0], "c": hidden[1] if len(hidden) > 1 else None, "attn_vector": attn_vector,
+                 "position": position}
+        self.tensors = {name: t for name, t in named.items() if t is not None}
+        self.dims = {name: ((1, None) if name in ("h", "c") else (0, None)) for name in self.tensors}
 
-    def _extras(self) -> list[torch.Tensor]:
-        return [t for t in (self.attn_vector, self.position) if t is not None]
+    @property
+    def hidden(self) -> RNNState:
+        return tuple(self.tensors[name] for name in ("h", "c") if name in self.tensors)
 
-    def tensors(self) -> list[torch.Tensor]:
-        """The state as a flat list: the hidden tensors, then the attentional vector and the position if kept."""
-        return [*self.hidden, *self._extras()]
+    @property
+    def attn_vector(self) -> Optional[torch.Tensor]:
+        return self.tensors.get("attn_vector")
 
-    def dims(self) -> list[tuple[int, Optional[int]]]:
-        """For each of `tensors()`: the dimension that indexes rows, and None (no decoded positions kept)."""
-        rows: list[tuple[int, Optional[int]]] = [(1, None)] * len(self.hidden)
-        return rows + [(0, None)] * len(self._extras())
-
-    def make_room(self, positions: int) -> "RNNDecoderState":
-        return self  # its tensors keep no positions: a step never grows them
-
-    def like(self, tensors: list[torch.Tensor]) -> "RNNDecoderState":
-        """A state of this one's structure from a flat list as `tensors()` gives it."""
-        rest = iter(tensors[len(self.hidden):])
-        return RNNDecoderState(tuple(tensors[: len(self.hidden)]), None if self.attn_vector is None else next(rest),
-                            None if self.position is None else next(rest))
-
-    def select(self, index: torch.Tensor) -> "RNNDecoderState":
-        """Keep (or repeat) the rows `index`, e.g. to follow beams."""
-        return self.like([t.index_select(dim, index) for t, (dim, _) in zip(self.tensors(), self.dims())])
-
-    def reorder(self, index: torch.Tensor) -> "RNNDecoderState":
-        """select(index): a few small tensors, copied."""
-        return self.select(index)
-
-    def put(self, index: torch.Tensor, source: "RNNDecoderState") -> None:
-        """Overwrite the rows `index` in place with the rows of `source`."""
-        for mine, theirs, (dim, _) in zip(self.tensors(), source.tensors(), self.dims()):
-            mine.index_copy_(dim, index, theirs)
+    @property
+    def position(self) -> Optional[torch.Tensor]:
+        return self.tensors.get("position")
 
 
 def top_layer(hidden: RNNState) -> torch.Tensor:
@@ -88,7 +82,7 @@ class Decoder(nn.Module):
         self.output_size = emb_dim if tie_embeddings else hidden
         self.embedding = nn.Embedding(vocab_size, emb_dim, padding_idx=PAD_ID)
         self.dropout = nn.Dropout(dropout)
-        self.attention: Attention | AttentionProbe = attention  # an AttentionProbe in RNNEncoderDecoder.probed's copy
+        self.attention: Attention | AttentionProbe = attention  # an AttentionProbe in the copy attnmt explain probes (fit_probe)
         if order == "bahdanau":
             rnn_input = emb_dim + context_dim
             combine_input = hidden + context_dim + emb_dim  # the paper's deep output over [s_t; c_t; y_{t-1}]
@@ -114,22 +108,17 @@ class Decoder(nn.Module):
                     if self.attention.needs_positions else None)
         return RNNDecoderState(hidden, attn_vector, position)
 
-    def step(self, prev_tokens: torch.Tensor, state: RNNDecoderState, memory: RNNMemory
-             ) -> tuple[torch.Tensor, RNNDecoderState, Optional[torch.Tensor]]:
-        """Decode T steps given the previous tokens [B, T]; T > 1 only when `parallel`.
-
-        Returns logits [B, T, V], the new state and the attention weights [B, T, S] (None for `none`).
-        """
-        features, state, weights = self._features(self.embed(prev_tokens), state, memory)
-        return self.classify(features), state, weights
+    def step_features(self, prev_tokens: torch.Tensor, state: RNNDecoderState, memory: RNNMemory
+                      ) -> tuple[torch.Tensor, RNNDecoderState, Optional[torch.Tensor]]:
+        """Decode T steps given the previous tokens [B, T] (T > 1 only when `parallel`): the features
+        [B, T, O] the output layer reads, the new state and the attention weights [B, T, S] (None for `none`)."""
+        return self._features(self.embed(prev_tokens), state, memory)
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.dropout(self.embedding(tokens))                         # [B, T, E]
 
-    def classify(self, features: torch.Tensor, at: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """Logits [B, T, V] from features [B, T, O]; [N, V] for the N positions where `at` [B, T] is True."""
-        if at is not None:
-            features = features[at]                                         # [N, O]
+    def output_layer(self, features: torch.Tensor) -> torch.Tensor:
+        """Logits [.., V] from features [.., O]."""
         return self.classifier(self.dropout(features))
 
     def _features(self, embedded: torch.Tensor, state: RNNDecoderState, memory: RNNMemory
@@ -162,29 +151,25 @@ class Decoder(nn.Module):
 
     def _recur(self, inputs: torch.Tensor, hidden: RNNState) -> tuple[torch.Tensor, RNNState]:
         """The RNN over inputs [B, T, I]: its outputs [B, T, H] and the new hidden state."""
-        output, new = run_rnn(self.rnn, inputs, as_torch_state(self.rnn, hidden))
-        return output, as_state(new)
+        output, new = self.rnn(inputs, hidden if self.rnn.mode == "LSTM" else hidden[0])  # nn.LSTM takes (h, c), nn.GRU h
+        return output, new if isinstance(new, tuple) else (new,)
 
-    def forward(self, tgt_in: torch.Tensor, state: RNNDecoderState, memory: RNNMemory, teacher_forcing: float = 1.0,
-                classify_at: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-        """Logits [B, T, V] and weights [B, T, S] for the whole target, `<sos> y1 .. yn` [B, T].
+    def features(self, tgt_in: torch.Tensor, state: RNNDecoderState, memory: RNNMemory, teacher_forcing: float = 1.0
+                 ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """Features [B, T, O] and weights [B, T, S] for the whole target, `<sos> y1 .. yn` [B, T].
 
-        With teacher_forcing < 1, each step feeds each sentence its gold previous token with that
-        probability and its own previous prediction otherwise. Given `classify_at` [B, T] (True
-        where a loss will read the logits), the logits are only those positions', [N, V]: under
-        full teacher forcing the classifier, the largest layer, then skips the pads.
+        With teacher_forcing < 1 (scheduled sampling), each step feeds each sentence its gold previous
+        token with that probability and its own previous prediction otherwise.
         """
         if teacher_forcing >= 1.0 and self.parallel:
             features, _, weights = self._features(self.embed(tgt_in), state, memory)
-            return self.classify(features, classify_at), weights
-        return self.forward_step_by_step(tgt_in, state, memory, teacher_forcing, classify_at)
+            return features, weights
+        return self.features_step_by_step(tgt_in, state, memory, teacher_forcing)
 
-    def forward_step_by_step(self, tgt_in: torch.Tensor, state: RNNDecoderState, memory: RNNMemory,
-                             teacher_forcing: float = 1.0, classify_at: Optional[torch.Tensor] = None
-                             ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-        """`forward` for any configuration, one `_features` call per step."""
-        # Under full teacher forcing the inputs are known: embed them once, and run the classifier,
-        # the largest layer, once over all steps afterwards (one big matrix product, not T small ones).
+    def features_step_by_step(self, tgt_in: torch.Tensor, state: RNNDecoderState, memory: RNNMemory,
+                              teacher_forcing: float = 1.0) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """`features` for any configuration, one `_features` call per step."""
+        # Under full teacher forcing the inputs are known: embed them once.
         forced = teacher_forcing >= 1.0
         embedded = self.embed(tgt_in) if forced else None                   # [B, T, E]
         outputs: list[torch.Tensor] = []
@@ -193,21 +178,13 @@ class Decoder(nn.Module):
         for t in range(tgt_in.shape[1]):
             step_input = self.embed(tokens) if embedded is None else embedded[:, t : t + 1]
             features, state, weights = self._features(step_input, state, memory)
+            outputs.append(features)
             if weights is not None:
                 all_weights.append(weights)
-            if forced:
-                outputs.append(features)
-                continue
-            logits = self.classify(features)
-            outputs.append(logits)
-            if t + 1 < tgt_in.shape[1]:
-                own = logits.argmax(-1)                                     # [B, 1]
+            if not forced and t + 1 < tgt_in.shape[1]:
+                with torch.no_grad():                                       # a choice: no gradient flows through it
+                    own = self.output_layer(features).argmax(-1)            # [B, 1]
                 use_gold = torch.rand(own.shape, device=own.device) < teacher_forcing
                 tokens = torch.where(use_gold, tgt_in[:, t + 1 : t + 2], own)
-        stacked = torch.cat(outputs, dim=1)                                 # [B, T, H] or [B, T, V]
-        if forced:
-            logits = self.classify(stacked, classify_at)
-        else:
-            logits = stacked if classify_at is None else stacked[classify_at]
         weights = torch.cat(all_weights, dim=1) if all_weights else None
-        return logits, weights
+        return torch.cat(outputs, dim=1), weights                           # [B, T, O], [B, T, S]

@@ -13,26 +13,14 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from ...precision import TorchRNNState, run_rnn
+from ...precision import FallbackLSTM
 from ...vocab import PAD_ID
 
 # GRU: (h,); LSTM: (h, c); each [layers, B, H].
 RNNState = tuple[torch.Tensor, ...]
 
-RNN_CLASSES = {"gru": nn.GRU, "lstm": nn.LSTM}
-
-
-def as_state(torch_state: TorchRNNState) -> RNNState:
-    """An RNNState from the state nn.GRU (h) or nn.LSTM ((h, c)) returns."""
-    return torch_state if isinstance(torch_state, tuple) else (torch_state,)
-
-
-def as_torch_state(rnn: nn.RNNBase, state: RNNState) -> TorchRNNState:
-    """The state as nn.GRU (h) or nn.LSTM ((h, c)) takes it."""
-    if rnn.mode == "LSTM":
-        hidden, cell = state
-        return hidden, cell
-    return state[0]
+# An LSTM in bf16 runs in fp32 on a CPU whose oneDNN has no bf16 kernel for it (precision.py).
+RNN_CLASSES = {"gru": nn.GRU, "lstm": FallbackLSTM}
 
 
 class EncoderOutput(NamedTuple):
@@ -67,9 +55,9 @@ class Encoder(nn.Module):
         (h, c), each [layers x directions, B, H]."""
         # Packing keeps pads out of the states; the backward direction starts at the real end.
         packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
-        packed_out, final = run_rnn(self.rnn, packed)                    # an LSTM in fp32 where oneDNN has no bf16 kernel
+        packed_out, final = self.rnn(packed)
         outputs, _ = pad_packed_sequence(packed_out, batch_first=True, total_length=x.shape[1])
-        return outputs, as_state(final)
+        return outputs, final if isinstance(final, tuple) else (final,)   # nn.LSTM's (h, c), nn.GRU's h
 
     def _join_directions(self, state: torch.Tensor) -> torch.Tensor:
         layers_x_dirs, batch, hidden = state.shape                          # [layers*dirs, B, H]

@@ -51,5 +51,7 @@ class SigmoidScore(torch.autograd.Function):
 class SigmoidAdditiveAttention(AdditiveAttention):
     """AdditiveAttention scoring 2 vᵀ σ(2 W_q q + 2 W_k h): the same weights (module docstring)."""
 
+    replaces = AdditiveAttention
+
     def score(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         return SigmoidScore.apply(self.query_proj(query), keys, self.v.weight[0])  # [B, T, S]

@@ -1,6 +1,6 @@
 """Recurrent loops of training as single autograd nodes with hand-written backwards: the
 teacher-forced decoder loop of the Luong order with input feeding (replaces
-Decoder.forward_step_by_step there) and the encoder's GRU layers (replaces nn.GRU over packed
+Decoder.features_step_by_step there) and the encoder's GRU layers (replaces nn.GRU over packed
 sequences when training on CPUs).
 
 Through autograd every step of a loop adds dozens of small nodes, and every weight gets a small
@@ -13,7 +13,7 @@ the gold target known the decoder runs step by step. Products that read the same
 one call: the new state h_t feeds the query, the combine layer and the next step's recurrent
 gates, so those three weights are stacked. InputFedGRUAttention covers one-layer GRU decoders
 with additive, dot or general attention: the peers' model of the speed benchmark.
-FusedDecoder.forward uses it for them under full teacher forcing, GRULayerEncoder uses GRULayer
+FusedDecoder.features uses it for them under full teacher forcing, GRULayerEncoder uses GRULayer
 when it trains on a CPU; tests/test_fast.py checks both compute what autograd through the
 reference modules computes.
 """
@@ -26,10 +26,10 @@ import torch
 from torch.nn import functional as F
 
 from ...fast.gru import gru_cell, gru_cell_backward, tanh_
-from .attention import AdditiveAttention
+from .attention import AdditiveAttention, DotAttention, GeneralAttention
 from .decoder import Decoder, RNNDecoderState, RNNMemory
 from .encoder import Encoder, RNNState
-from .fast_attention import sigmoid_hidden, sigmoid_hidden_grad
+from .fast_attention import SigmoidAdditiveAttention, sigmoid_hidden, sigmoid_hidden_grad
 
 
 def product_dtype(device: torch.device, state_dtype: torch.dtype) -> torch.dtype:
@@ -362,6 +362,8 @@ class GRULayerEncoder(Encoder):
     packed sequence there: on CPUs its backward runs autograd through every step's small products,
     on GPUs cuDNN's fused kernels are faster still)."""
 
+    replaces = Encoder
+
     def run_rnn(self, x: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, RNNState]:
         if not (self.rnn.mode == "GRU" and torch.is_grad_enabled() and x.device.type == "cpu"):
             return super().run_rnn(x, lengths)
@@ -380,20 +382,24 @@ class GRULayerEncoder(Encoder):
         return x, (torch.cat(finals),)                                      # [B, S, D], ([layers x D, B, H],)
 
 
+FUSED_SCORES = (AdditiveAttention, SigmoidAdditiveAttention, DotAttention, GeneralAttention)
+
+
 class FusedDecoder(Decoder):
     """Decoder whose teacher-forced loop runs as one InputFedGRUAttention node when it can (replaces
-    forward_step_by_step for one-layer input-fed GRU decoders of the Luong order with global attention)."""
+    features_step_by_step for one-layer input-fed GRU decoders of the Luong order with global attention)."""
+
+    replaces = Decoder
 
     @property
     def fused(self) -> bool:
+        # The loop computes the scores it knows (additive, dot, general); any other kind runs step by step.
         return (self.order == "luong" and self.input_feeding and self.rnn.mode == "GRU"
-                and self.rnn.num_layers == 1 and self.attention.returns_weights
-                and not self.attention.needs_positions)
+                and self.rnn.num_layers == 1 and type(self.attention) in FUSED_SCORES)
 
-    def forward(self, tgt_in: torch.Tensor, state: RNNDecoderState, memory: RNNMemory, teacher_forcing: float = 1.0,
-                classify_at: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    def features(self, tgt_in: torch.Tensor, state: RNNDecoderState, memory: RNNMemory, teacher_forcing: float = 1.0
+                 ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         if teacher_forcing < 1.0 or not self.fused:
-            return super().forward(tgt_in, state, memory, teacher_forcing, classify_at)
-        features, weights = InputFedGRUAttention.apply(self.embed(tgt_in), state.hidden[0][0], memory.keys,
-                                                       memory.values, memory.mask, *LoopWeights.of(self))
-        return self.classify(features, classify_at), weights
+            return super().features(tgt_in, state, memory, teacher_forcing)
+        return InputFedGRUAttention.apply(self.embed(tgt_in), state.hidden[0][0], memory.keys, memory.values,
+                                          memory.mask, *LoopWeights.of(self))

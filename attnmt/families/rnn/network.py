@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import copy
 from typing import Optional
 
 import torch
 from torch import nn
 
 from ...errors import AttnmtError
-from ...fast import use_fast_paths
+from ...fast.layers import use_fast_layers
+from ...seam import AttentionView, Probe
 from ...vocab import PAD_ID
-from ..seam import AttentionView, Probe
 from .attention import AdditiveAttention, Attention, AttentionProbe, make_attention
 from .config import RNNConfig
 from .decoder import Decoder, RNNDecoderState, RNNMemory
@@ -21,20 +20,21 @@ from .fast_recurrence import FusedDecoder, GRULayerEncoder
 
 
 class RNNEncoderDecoder(nn.Module):
-    """An encoder-decoder RNN with attention (Bahdanau et al. 2015; Luong et al. 2015)."""
+    """An encoder-decoder RNN with attention (Bahdanau et al. 2015; Luong et al. 2015): seam.Model."""
 
-    # The fast paths of its modules (fast_attention.py, fast_recurrence.py); fast.use_fast_paths switches them.
-    fast_classes: dict[type, type] = {AdditiveAttention: SigmoidAdditiveAttention, Decoder: FusedDecoder,
-                                      Encoder: GRULayerEncoder}
-
-    def __init__(self, config: RNNConfig, src_vocab_size: int, tgt_vocab_size: int):
+    def __init__(self, config: RNNConfig, src_vocab_size: int, tgt_vocab_size: int, fast: bool = True):
         super().__init__()
         self.config = config
-        self.encoder = Encoder(src_vocab_size, config.emb_dim, config.enc_hidden, config.enc_layers,
+        # The fast paths, chosen here (fast: the classes that replace the reference ones, same weights):
+        # fast_recurrence.py's encoder and decoder loops, fast_attention.py's additive score, and
+        # fast/layers.py's dropout and output product.
+        encoder, decoder = (GRULayerEncoder, FusedDecoder) if fast else (Encoder, Decoder)
+        self.encoder = encoder(src_vocab_size, config.emb_dim, config.enc_hidden, config.enc_layers,
                                config.bidirectional, config.rnn, config.dropout)
         attention, context_dim = make_attention(config.attention, config.dec_hidden, self.encoder.output_size,
-                                                config.attn_dim, config.local_score, config.local_window)
-        self.decoder = Decoder(tgt_vocab_size, config.emb_dim, config.dec_hidden, config.dec_layers,
+                                                config.attn_dim, config.local_score, config.local_window,
+                                                SigmoidAdditiveAttention if fast else AdditiveAttention)
+        self.decoder = decoder(tgt_vocab_size, config.emb_dim, config.dec_hidden, config.dec_layers,
                                config.rnn, attention, context_dim, config.decoder,
                                config.input_feeding, config.dropout, config.tie_embeddings)
         self.bridge = (nn.Linear(self.encoder.output_size, config.dec_hidden)
@@ -47,8 +47,33 @@ class RNNEncoderDecoder(nn.Module):
             with torch.no_grad():  # padding embeddings stay zero, as nn.Embedding makes them
                 self.encoder.embedding.weight[PAD_ID].zero_()
                 self.decoder.embedding.weight[PAD_ID].zero_()
+        if fast:
+            use_fast_layers(self)
 
-    # What the rest of attnmt may ask of a model family (seam.Model).
+    # What every family gives (seam.Model).
+    def encode(self, src: torch.Tensor, src_lengths: torch.Tensor) -> tuple[RNNMemory, RNNDecoderState]:
+        """Run the encoder once; return what the decoder attends to and its first state."""
+        encoded = self.encoder(src, src_lengths)
+        keys = self.decoder.attention.project_keys(encoded.outputs)          # [B, S, A]
+        memory = RNNMemory(keys, encoded.outputs, encoded.mask)
+        return memory, self.decoder.initial_state(self._bridge(encoded), src.shape[0])
+
+    def step(self, prev_tokens: torch.Tensor, state: RNNDecoderState, memory: RNNMemory
+             ) -> tuple[torch.Tensor, RNNDecoderState, Optional[torch.Tensor]]:
+        """One decoding step (T > 1 only when the decoder is `parallel`)."""
+        features, state, weights = self.decoder.step_features(prev_tokens, state, memory)
+        return self.output_layer(features), state, weights
+
+    def features(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor
+                 ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """Features [B, T, O] and attention weights [B, T, S]; in training, with model.teacher_forcing
+        below 1, scheduled sampling (Decoder.features)."""
+        memory, state = self.encode(src, src_lengths)
+        return self.decoder.features(tgt_in, state, memory, self.config.teacher_forcing if self.training else 1.0)
+
+    def output_layer(self, features: torch.Tensor) -> torch.Tensor:
+        return self.decoder.output_layer(features)
+
     def describe(self) -> dict[str, int | str | bool]:
         c = self.config
         local = ({"local_window": c.local_window, "local_score": c.local_score}
@@ -57,38 +82,6 @@ class RNNEncoderDecoder(nn.Module):
                 "rnn": c.rnn, "decoder": c.decoder, "attention": c.attention, **local, "emb_dim": c.emb_dim,
                 "enc_hidden": c.enc_hidden, "bidirectional": c.bidirectional, "enc_layers": c.enc_layers,
                 "dec_hidden": c.dec_hidden, "dec_layers": c.dec_layers, "input_feeding": c.input_feeding}
-
-    def map_shapes(self) -> dict[str, tuple[int, int]]:
-        return {"cross": (1, 1)} if self.returns_attention else {}
-
-    def int8_layers(self) -> list[tuple[nn.Module, torch.dtype]]:
-        """The layers whose products run at every decoding step, each with the dtype of its output
-        in int8 decoding (fast/int8.py): the decoder's RNN, the attention's query projection, the
-        combine layer and the classifier (float32 logits)."""
-        decoder, attention = self.decoder, self.decoder.attention
-        query = [(attention.query_proj, torch.bfloat16)] if isinstance(attention, AdditiveAttention) else []
-        return [(decoder.rnn, torch.bfloat16), *query, (decoder.combine, torch.bfloat16),
-                (decoder.classifier, torch.float32)]
-
-    @property
-    def returns_attention(self) -> bool:
-        """Whether decoding steps return attention weights (not for the baseline without attention)."""
-        return self.decoder.attention.returns_weights
-
-    def step(self, prev_tokens: torch.Tensor, state: RNNDecoderState, memory: RNNMemory
-             ) -> tuple[torch.Tensor, RNNDecoderState, Optional[torch.Tensor]]:
-        """One decoding step (T > 1 only when the decoder is `parallel`): Decoder.step."""
-        return self.decoder.step(prev_tokens, state, memory)
-
-    def encode(self, src: torch.Tensor, src_lengths: torch.Tensor) -> tuple[RNNMemory, RNNDecoderState]:
-        """Run the encoder once; return what the decoder attends to and its first state."""
-        encoded = self.encoder(src, src_lengths)
-        keys = self.decoder.attention.project_keys(encoded.outputs)          # [B, S, A]
-        memory = RNNMemory(keys, encoded.outputs, encoded.mask)
-        return memory, self.decoder.initial_state(self._bridge(encoded), src.shape[0])
-
-    def token_embeddings(self) -> tuple[nn.Embedding, nn.Embedding]:
-        return self.encoder.embedding, self.decoder.embedding
 
     def _bridge(self, encoded: EncoderOutput) -> RNNState:
         """The decoder's initial hidden state from the encoder's final top-layer state."""
@@ -104,35 +97,48 @@ class RNNEncoderDecoder(nn.Module):
 
         return tuple(map(convert, encoded.final))
 
+    # Capabilities, each asked by the code that uses it (seam.py).
+    def map_shapes(self) -> dict[str, tuple[int, int]]:
+        """translate.AttentionMaps: one map, one layer, one head; none without attention."""
+        return {"cross": (1, 1)} if self.decoder.attention.returns_weights else {}
+
     def attention_maps(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor
                        ) -> dict[str, torch.Tensor]:
         """The attention of the teacher-forced pass over tgt_in [B, T]: cross [B, 1, 1, T, S] (one
         layer, one head); none without attention."""
-        _, weights = self(src, src_lengths, tgt_in)
+        _, weights = self.features(src, src_lengths, tgt_in)
         return {} if weights is None else {"cross": weights[:, None, None]}
 
-    def probed(self, view: AttentionView) -> tuple["RNNEncoderDecoder", Probe, AttentionView]:
+    def token_embeddings(self) -> tuple[nn.Embedding, nn.Embedding]:
+        """attribution.TokenEmbeddings."""
+        return self.encoder.embedding, self.decoder.embedding
+
+    def int8_layers(self) -> list[tuple[nn.Module, torch.dtype]]:
+        """fast.int8.Int8Layers: the layers whose products run at every decoding step, each with the
+        dtype of its output in int8 decoding: the decoder's RNN, the attention's query projection, the
+        combine layer and the classifier (float32 logits)."""
+        decoder, attention = self.decoder, self.decoder.attention
+        query = [(attention.query_proj, torch.bfloat16)] if isinstance(attention, AdditiveAttention) else []
+        return [(decoder.rnn, torch.bfloat16), *query, (decoder.combine, torch.bfloat16),
+                (decoder.classifier, torch.float32)]
+
+    def fit_probe(self, view: AttentionView) -> tuple[Probe, AttentionView]:
+        """explain.Explainable: this network (a reference copy made for the purpose) with its attention
+        recording through a Probe."""
         if view.kind != "cross" or view.layer is not None or view.head is not None:
             raise AttnmtError("an RNN model has one attention, of the output over the source: layers, heads and "
                               "self-attention are for Transformer models")
-        if not self.returns_attention:
+        attention = self.decoder.attention
+        if not attention.returns_weights:
             raise AttnmtError("this model has no attention (model.attention none): there is nothing to explain")
-        network = use_fast_paths(copy.deepcopy(self), False, self.fast_classes).eval()
-        attention = network.decoder.attention
-        assert isinstance(attention, Attention), "probed twice"
+        assert isinstance(attention, Attention), "probed once"
         probe = Probe()
-        network.decoder.attention = AttentionProbe(attention, probe)
-        return network, probe, view
+        self.decoder.attention = AttentionProbe(attention, probe)
+        return probe, view
 
     def score_function(self, view: AttentionView) -> str:
+        """explain.Explainable: the score in one line, for learners."""
         query = ("q = s_{i-1}, the decoder's previous state" if self.config.decoder == "bahdanau"
                  else "q = h_t, the decoder's new state")
         return (f"score(q, h_j) = {self.decoder.attention.formula}  ({self.config.attention}; {query}; "
                 f"h_j the encoder's output at source position j)")
-
-    def forward(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor,
-                teacher_forcing: float = 1.0, classify_at: Optional[torch.Tensor] = None
-                ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-        """Logits [B, T, V] ([N, V] at `classify_at`, see Decoder.forward) and attention weights [B, T, S]."""
-        memory, state = self.encode(src, src_lengths)
-        return self.decoder(tgt_in, state, memory, teacher_forcing, classify_at)

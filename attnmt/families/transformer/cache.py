@@ -8,11 +8,12 @@ room made ahead by doubling (tests/test_fast.py checks both decode alike).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import torch
-import torch.nn.functional as F
 from torch import nn
+
+from ...seam import Rows
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -35,7 +36,7 @@ class LayerCache:
         return self.keys, self.values
 
 
-class TransformerState:
+class TransformerState(Rows):
     """The decoder's state between steps: `steps` [B], the target positions each row has decoded,
     and each layer's self-attention cache, keys and values [B, h, C, d_k] with C ≥ max(steps) (a row's
     positions past its steps are stale and masked out). Rows are sentences or beams and may be at
@@ -44,13 +45,18 @@ class TransformerState:
     layer_cache = LayerCache   # what layer_caches gives each layer
 
     def __init__(self, steps: torch.Tensor, caches: list[torch.Tensor]):
-        self.steps, self.caches = steps, caches            # caches: keys_1, values_1, keys_2, ...
+        # caches: keys of layer 1, values of layer 1, keys of layer 2, ...
+        names = [f"{kind}{layer}" for layer in range(1, len(caches) // 2 + 1) for kind in ("keys", "values")]
+        self.tensors = {"steps": steps, **dict(zip(names, caches, strict=True))}
+        self.dims = {name: (0, None if name == "steps" else 2) for name in self.tensors}
 
-    def tensors(self) -> list[torch.Tensor]:
-        return [self.steps, *self.caches]
+    @property
+    def steps(self) -> torch.Tensor:
+        return self.tensors["steps"]
 
-    def dims(self) -> list[tuple[int, Optional[int]]]:
-        return [(0, None)] + [(0, 2)] * len(self.caches)
+    @property
+    def caches(self) -> list[torch.Tensor]:
+        return list(self.tensors.values())[1:]
 
     def make_room(self, positions: int) -> Self:
         """This state with caches that hold `positions` more positions of every row: grown, where they
@@ -59,26 +65,7 @@ class TransformerState:
 
     def grown(self, capacity: int) -> Self:
         """This state with caches of `capacity` positions if they hold fewer (the new ones zeros)."""
-        held = self.caches[0].shape[2]
-        if held >= capacity:
-            return self
-        return self.like([self.steps, *(F.pad(c, (0, 0, 0, capacity - held)) for c in self.caches)])
-
-    def like(self, tensors: list[torch.Tensor]) -> Self:
-        return type(self)(tensors[0], list(tensors[1:]))
-
-    def select(self, index: torch.Tensor) -> Self:
-        return self.like([t.index_select(0, index) for t in self.tensors()])
-
-    def reorder(self, index: torch.Tensor) -> Self:
-        """select(index), into new tensors (fast.py reorders in place)."""
-        return self.select(index)
-
-    def put(self, index: torch.Tensor, source: Self) -> None:
-        """Overwrite the rows `index` in place with the rows of `source`, whose caches may be shorter."""
-        self.steps.index_copy_(0, index, source.steps)
-        for mine, theirs in zip(self.caches, source.caches):
-            mine.narrow(2, 0, theirs.shape[2]).index_copy_(0, index, theirs)
+        return self if self.caches[0].shape[2] >= capacity else self.pad(capacity)
 
     def layer_caches(self, positions: torch.Tensor) -> list[LayerCache]:
         """Each layer's cache, to receive the new `positions` [B, T] of every row (make_room made room)."""

@@ -33,6 +33,3 @@ class TransformerConfig(ModelConfig):
         if self.emb_dim % self.heads:
             raise AttnmtError(f"model.emb_dim ({self.emb_dim}) must be a multiple of model.heads ({self.heads}): "
                               f"each head gets emb_dim / heads dimensions")
-        if config.train.teacher_forcing < 1:
-            raise AttnmtError("train.teacher_forcing below 1 is for model.arch rnn; the Transformer trains on "
-                              "the gold prefix (1.0)")

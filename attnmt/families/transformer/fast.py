@@ -65,4 +65,6 @@ class InPlaceState(TransformerState):
 class InPlaceDecoderLayers(DecoderLayers):
     """DecoderLayers whose states are InPlaceStates."""
 
+    replaces = DecoderLayers
+
     state = InPlaceState

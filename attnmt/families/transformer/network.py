@@ -10,12 +10,12 @@ with FeedForward(x) = W_2 act(W_1 x + b_1) + b_2. Pre-norm (the default) normali
 input, LayerNorm inside the residual, and the stack's output once more; post-norm, the paper's,
 normalises after each residual sum. Embeddings are scaled by √d and positions added (sinusoids
 of the paper, or learned). Decoding runs one position at a time: each layer caches the keys and
-values of the positions so far (cache.py), so a step computes only the new position.
+values of the positions so far (cache.py), so a step computes only the new position; training
+computes every position at once and keeps no cache.
 """
 
 from __future__ import annotations
 
-import copy
 import math
 from typing import Optional, cast
 
@@ -23,9 +23,9 @@ import torch
 from torch import nn
 
 from ...errors import AttnmtError
-from ...fast import use_fast_paths
+from ...fast.layers import use_fast_layers
+from ...seam import AttentionView, Probe, Rows
 from ...vocab import PAD_ID
-from ..seam import AttentionView, Probe, SourceMemory
 from .cache import DecoderLayers, LayerCache, TransformerState
 from .config import TransformerConfig
 from .fast import InPlaceDecoderLayers
@@ -128,23 +128,26 @@ class DecoderLayer(nn.Module):
     def __init__(self, config: TransformerConfig):
         super().__init__()
         dim, pre = config.emb_dim, config.norm == "pre"
-        # HeadsProbes in attnmt explain's probed copy (Transformer.probed)
+        # HeadsProbes in the copy attnmt explain probes (Transformer.fit_probe)
         self.self_attention: MultiHeadAttention | HeadsProbe = MultiHeadAttention(dim, config.heads, config.attn_dropout)
         self.cross_attention: MultiHeadAttention | HeadsProbe = MultiHeadAttention(dim, config.heads, config.attn_dropout)
         self.feed_forward = FeedForward(dim, config.ff_dim, config.activation, config.act_dropout)
         self.attend_self, self.attend_source, self.transform = (Residual(dim, pre, config.dropout) for _ in range(3))
 
-    def forward(self, y: torch.Tensor, cache: LayerCache, causal: torch.Tensor, cross_keys: torch.Tensor,
-                cross_values: torch.Tensor, source_allowed: torch.Tensor
+    def forward(self, y: torch.Tensor, causal: torch.Tensor, cross_keys: torch.Tensor, cross_values: torch.Tensor,
+                source_allowed: torch.Tensor, cache: Optional[LayerCache] = None
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """y [B, T, D] at the new positions; `cache` receives their keys and values and attends over
-        all positions so far, as `causal` [B, T, C] allows; cross-attention reads the encoder's
-        keys and values [B, h, S, d_k] where source_allowed [B, 1, S]. Returns the new y and
-        the self- and cross-attention weights [B, h, T, C] and [B, h, T, S]."""
+        """y [B, T, D] at the new positions, attending over the positions so far as `causal` [B, T, C]
+        allows: the new ones alone (C = T), or, given a decoding `cache`, those it holds too, which
+        receives the new positions' keys and values. Cross-attention reads the encoder's keys and
+        values [B, h, S, d_k] where source_allowed [B, 1, S]. Returns the new y and the self- and
+        cross-attention weights [B, h, T, C] and [B, h, T, S]."""
         self_attention = self.self_attention
 
         def attend_self(h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            keys, values = cache.write(*self_attention.keys_values(h))
+            keys, values = self_attention.keys_values(h)
+            if cache is not None:
+                keys, values = cache.write(keys, values)
             return self_attention(h, keys, values, causal)
 
         y, self_weights = self.attend_self(y, attend_self)
@@ -154,19 +157,23 @@ class DecoderLayer(nn.Module):
         return y, self_weights, cross_weights
 
 
-class TransformerMemory(SourceMemory):
+class TransformerMemory(Rows):
     """The source as the decoder reads it: the mask [B, S], then each decoder layer's
     cross-attention keys and values [B, h, S, d_k], projected once per sentence."""
 
-    def dims(self) -> list[tuple[int, int]]:
-        return [(0, 1)] + [(0, 2)] * (len(self.tensors) - 1)
+    def __init__(self, mask: torch.Tensor, cross: list[tuple[torch.Tensor, torch.Tensor]]):
+        self.tensors = {"mask": mask}
+        for layer, (keys, values) in enumerate(cross, 1):
+            self.tensors.update({f"keys{layer}": keys, f"values{layer}": values})
+        self.dims = {name: (0, 1 if name == "mask" else 2) for name in self.tensors}
 
     @property
     def mask(self) -> torch.Tensor:
-        return self.tensors[0]
+        return self.tensors["mask"]
 
     def cross(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.tensors[1 + 2 * layer], self.tensors[2 + 2 * layer]
+        """Layer `layer`'s (from 0) keys and values."""
+        return self.tensors[f"keys{layer + 1}"], self.tensors[f"values{layer + 1}"]
 
 
 def sinusoids(positions: torch.Tensor, dim: int) -> torch.Tensor:
@@ -180,11 +187,7 @@ def sinusoids(positions: torch.Tensor, dim: int) -> torch.Tensor:
 class Transformer(nn.Module):
     """Encoder and decoder stacks, the embeddings and the output layer: seam.Model."""
 
-    returns_attention = True
-    # The fast path of its decoding caches (fast.py); fast.use_fast_paths switches it.
-    fast_classes: dict[type, type] = {DecoderLayers: InPlaceDecoderLayers}
-
-    def __init__(self, config: TransformerConfig, src_vocab_size: int, tgt_vocab_size: int):
+    def __init__(self, config: TransformerConfig, src_vocab_size: int, tgt_vocab_size: int, fast: bool = True):
         super().__init__()
         self.config = config
         dim = config.emb_dim
@@ -193,7 +196,10 @@ class Transformer(nn.Module):
         self.positions = nn.Embedding(config.max_positions, dim) if config.positions == "learned" else None
         self.dropout = nn.Dropout(config.dropout)
         self.encoder_layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.enc_layers))
-        self.decoder_layers = DecoderLayers(DecoderLayer(config) for _ in range(config.dec_layers))
+        # The fast paths, chosen here: decoding caches written in place (fast.py), and fast/layers.py's
+        # dropout and output product.
+        decoder_layers = InPlaceDecoderLayers if fast else DecoderLayers
+        self.decoder_layers = decoder_layers(DecoderLayer(config) for _ in range(config.dec_layers))
         pre = config.norm == "pre"
         self.encoder_norm = nn.LayerNorm(dim) if pre else nn.Identity()   # pre-norm: the stack's output
         self.decoder_norm = nn.LayerNorm(dim) if pre else nn.Identity()
@@ -203,6 +209,8 @@ class Transformer(nn.Module):
             self.src_embedding.weight = self.tgt_embedding.weight
         if config.tie_embeddings:
             self.classifier.weight = self.tgt_embedding.weight
+        if fast:
+            use_fast_layers(self)
 
     def _initialise(self) -> None:
         for name, parameter in self.named_parameters():
@@ -216,30 +224,43 @@ class Transformer(nn.Module):
             self.src_embedding.weight[PAD_ID].zero_()
             self.tgt_embedding.weight[PAD_ID].zero_()
 
+    # What every family gives (seam.Model).
+    def encode(self, src: torch.Tensor, src_lengths: torch.Tensor) -> tuple[TransformerMemory, TransformerState]:
+        encoded, mask, _ = self.encode_layers(src, src_lengths)
+        return self.memory(encoded, mask), self.decoder_layers.empty_state(src.shape[0], self.config.heads, encoded)
+
+    def step(self, prev_tokens: torch.Tensor, state: TransformerState, memory: TransformerMemory
+             ) -> tuple[torch.Tensor, TransformerState, torch.Tensor]:
+        """prev_tokens [B, T] at positions steps..steps+T-1 -> logits [B, T, V], the new state and the
+        attention weights [B, T, S] that heatmaps show: the last layer's cross-attention, mean over heads."""
+        state = state.make_room(prev_tokens.shape[1])
+        positions = state.steps.unsqueeze(1) + torch.arange(prev_tokens.shape[1], device=prev_tokens.device)  # [B, T]
+        caches = state.layer_caches(positions)
+        # Every layer's cache has the same capacity C (T when it starts empty): one mask for all.
+        capacity = caches[0].keys.shape[2] or positions.shape[1]
+        causal = torch.arange(capacity, device=positions.device) <= positions.unsqueeze(-1)  # [B, T, C]
+        y, _, cross = self.decode_layers(prev_tokens, positions, causal, memory, caches)
+        new_state = state.like([state.steps + prev_tokens.shape[1],
+                                *(t for cache in caches for t in (cache.keys, cache.values))])
+        return self.classifier(y), new_state, cross[-1].mean(1)
+
+    def features(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The decoder's output [B, T, D] for the whole target `<sos> y1 .. yn` [B, T], every position
+        at once, each attending to those before it; the weights [B, T, S] as `step` gives them."""
+        y, _, _, cross = self.teacher_forced(src, src_lengths, tgt_in)
+        return y, cross[-1].mean(1)
+
+    def output_layer(self, features: torch.Tensor) -> torch.Tensor:
+        return self.classifier(features)
+
     def describe(self) -> dict[str, int | str | bool]:
         c = self.config
         return {"summary": f"Transformer {c.enc_layers}+{c.dec_layers} layers, d {c.emb_dim}, {c.heads} heads",
                 "d_model": c.emb_dim, "heads": c.heads, "ff_dim": c.ff_dim, "enc_layers": c.enc_layers,
                 "dec_layers": c.dec_layers, "norm": c.norm, "positions": c.positions, "activation": c.activation}
 
-    def map_shapes(self) -> dict[str, tuple[int, int]]:
-        c = self.config
-        return {"cross": (c.dec_layers, c.heads), "encoder": (c.enc_layers, c.heads), "decoder": (c.dec_layers, c.heads)}
-
-    def int8_layers(self) -> list[tuple[nn.Module, torch.dtype]]:
-        """The layers whose products run at every decoding step (fast/int8.py): in each decoder layer
-        the self-attention's four projections, the cross-attention's query and output projections
-        and the feed-forward pair; then the classifier (float32 logits). The cross-attention's key
-        and value projections read the source once per sentence and stay bfloat16."""
-        layers: list[tuple[nn.Module, torch.dtype]] = []
-        for layer in self.decoder_stack():
-            # A probed copy (HeadsProbe around the attention) is never quantized.
-            own, cross = (cast(MultiHeadAttention, a) for a in (layer.self_attention, layer.cross_attention))
-            for linear in (own.query_proj, own.key_proj, own.value_proj, own.out_proj, cross.query_proj,
-                           cross.out_proj, layer.feed_forward[0], layer.feed_forward[3]):
-                layers.append((linear, torch.bfloat16))
-        return [*layers, (self.classifier, torch.float32)]
-
+    # The pieces of both.
     def embed(self, embedding: nn.Embedding, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """√d-scaled token embeddings plus position encodings, [B, T, D]."""
         x = embedding(tokens) * math.sqrt(self.config.emb_dim)
@@ -259,97 +280,93 @@ class Transformer(nn.Module):
             all_weights.append(weights)
         return self.encoder_norm(x), mask, all_weights
 
-    def encode(self, src: torch.Tensor, src_lengths: torch.Tensor) -> tuple[TransformerMemory, TransformerState]:
-        encoded, mask, _ = self.encode_layers(src, src_lengths)
-        return self.memory(encoded, mask), self.initial_state(src.shape[0], encoded)
-
-    def token_embeddings(self) -> tuple[nn.Embedding, nn.Embedding]:
-        return self.src_embedding, self.tgt_embedding
-
     def decoder_stack(self) -> list[DecoderLayer]:
         """The decoder layers, typed (an nn.ModuleList yields them as plain nn.Modules)."""
         return cast(list[DecoderLayer], list(self.decoder_layers))
 
     def memory(self, encoded: torch.Tensor, mask: torch.Tensor) -> TransformerMemory:
         """The mask and each decoder layer's cross-attention keys and values of the encoder's output."""
-        cross = [t for layer in self.decoder_stack() for t in layer.cross_attention.keys_values(encoded)]
-        return TransformerMemory(mask, *cross)
+        return TransformerMemory(mask, [layer.cross_attention.keys_values(encoded) for layer in self.decoder_stack()])
 
-    def initial_state(self, rows: int, like: torch.Tensor) -> TransformerState:
-        """Nothing decoded yet: steps 0 and empty caches."""
-        return self.decoder_layers.empty_state(rows, self.config.heads, like)
-
-    def decode_layers(self, prev_tokens: torch.Tensor, state: TransformerState, memory: TransformerMemory
-                      ) -> tuple[torch.Tensor, TransformerState, list[torch.Tensor], list[torch.Tensor]]:
-        """The decoder's output [B, T, D] for the T new positions, the new state, and each layer's
-        self- and cross-attention weights ([B, h, T, C] and [B, h, T, S]). `state` has room for the
-        new positions (make_room), or nothing cached."""
-        positions = state.steps.unsqueeze(1) + torch.arange(prev_tokens.shape[1], device=prev_tokens.device)  # [B, T]
-        caches = state.layer_caches(positions)
+    def decode_layers(self, prev_tokens: torch.Tensor, positions: torch.Tensor, causal: torch.Tensor,
+                      memory: TransformerMemory, caches: Optional[list[LayerCache]] = None
+                      ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
+        """The decoder's output [B, T, D] for the tokens [B, T] at `positions` [B, T], attending as
+        `causal` [B, T, C] allows (over the decoding `caches` of each layer, if given), and each layer's
+        self- and cross-attention weights ([B, h, T, C] and [B, h, T, S])."""
         y = self.embed(self.tgt_embedding, prev_tokens, positions)
         source_allowed = memory.mask.unsqueeze(1)                                   # [B, 1, S]
-        # Every layer's cache has the same capacity C (T when it starts empty): one mask for all.
-        capacity = caches[0].keys.shape[2] or positions.shape[1]
-        causal = torch.arange(capacity, device=y.device) <= positions.unsqueeze(-1)  # [B, T, C]
         self_weights, cross_weights = [], []
-        for i, (layer, cache) in enumerate(zip(self.decoder_layers, caches)):
-            y, s, c = layer(y, cache, causal, *memory.cross(i), source_allowed)
+        for i, layer in enumerate(self.decoder_stack()):
+            y, s, c = layer(y, causal, *memory.cross(i), source_allowed, None if caches is None else caches[i])
             self_weights.append(s)
             cross_weights.append(c)
-        new_state = state.like([state.steps + prev_tokens.shape[1],
-                                *(t for cache in caches for t in (cache.keys, cache.values))])
-        return self.decoder_norm(y), new_state, self_weights, cross_weights
+        return self.decoder_norm(y), self_weights, cross_weights
 
-    def step(self, prev_tokens: torch.Tensor, state: TransformerState, memory: TransformerMemory
-             ) -> tuple[torch.Tensor, TransformerState, torch.Tensor]:
-        """prev_tokens [B, T] at positions steps..steps+T-1 -> logits [B, T, V], the new state and the
-        attention weights [B, T, S] that heatmaps show: the last layer's cross-attention, mean over heads."""
-        y, new_state, _, cross = self.decode_layers(prev_tokens, state.make_room(prev_tokens.shape[1]), memory)
-        return self.classifier(y), new_state, cross[-1].mean(1)
+    def teacher_forced(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor
+                       ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
+        """The encoder, then decode_layers over the whole target tgt_in [B, T] at once, no cache (each
+        position attends to those before it): the decoder's output and each layer's encoder
+        self-attention, decoder self-attention and cross-attention weights."""
+        encoded, mask, encoder_weights = self.encode_layers(src, src_lengths)
+        positions = torch.arange(tgt_in.shape[1], device=tgt_in.device).expand(tgt_in.shape[0], -1)  # [B, T]
+        causal = positions[0] <= positions.unsqueeze(-1)                            # [B, T, T]
+        y, self_weights, cross_weights = self.decode_layers(tgt_in, positions, causal, self.memory(encoded, mask))
+        return y, encoder_weights, self_weights, cross_weights
+
+    # Capabilities, each asked by the code that uses it (seam.py).
+    def map_shapes(self) -> dict[str, tuple[int, int]]:
+        """translate.AttentionMaps."""
+        c = self.config
+        return {"cross": (c.dec_layers, c.heads), "encoder": (c.enc_layers, c.heads), "decoder": (c.dec_layers, c.heads)}
 
     def attention_maps(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor
                        ) -> dict[str, torch.Tensor]:
         """Every attention map of the teacher-forced pass over tgt_in [B, T], each [B, layers, heads,
         queries, keys]: cross [.., T, S], encoder self-attention [.., S, S], decoder self-attention [.., T, T]."""
-        encoded, mask, encoder_weights = self.encode_layers(src, src_lengths)
-        _, _, decoder_weights, cross_weights = self.decode_layers(
-            tgt_in, self.initial_state(src.shape[0], encoded), self.memory(encoded, mask))
+        _, encoder_weights, decoder_weights, cross_weights = self.teacher_forced(src, src_lengths, tgt_in)
         return {"cross": torch.stack(cross_weights, 1), "encoder": torch.stack(encoder_weights, 1),
                 "decoder": torch.stack(decoder_weights, 1)}
 
-    def probed(self, view: AttentionView) -> tuple["Transformer", Probe, AttentionView]:
-        """Every layer's cross-attention turns uniform on request; the view's layer and kind records."""
+    def token_embeddings(self) -> tuple[nn.Embedding, nn.Embedding]:
+        """attribution.TokenEmbeddings."""
+        return self.src_embedding, self.tgt_embedding
+
+    def int8_layers(self) -> list[tuple[nn.Module, torch.dtype]]:
+        """fast.int8.Int8Layers: the layers whose products run at every decoding step: in each decoder
+        layer the self-attention's four projections, the cross-attention's query and output projections
+        and the feed-forward pair; then the classifier (float32 logits). The cross-attention's key
+        and value projections read the source once per sentence and stay bfloat16."""
+        layers: list[tuple[nn.Module, torch.dtype]] = []
+        for layer in self.decoder_stack():
+            # A probed copy (HeadsProbe around the attention) is never quantized.
+            own, cross = (cast(MultiHeadAttention, a) for a in (layer.self_attention, layer.cross_attention))
+            for linear in (own.query_proj, own.key_proj, own.value_proj, own.out_proj, cross.query_proj,
+                           cross.out_proj, layer.feed_forward[0], layer.feed_forward[3]):
+                layers.append((linear, torch.bfloat16))
+        return [*layers, (self.classifier, torch.float32)]
+
+    def fit_probe(self, view: AttentionView) -> tuple[Probe, AttentionView]:
+        """explain.Explainable: this network (a reference copy made for the purpose) with every layer's
+        cross-attention turning uniform on request and the view's layer and kind recording, through a Probe."""
         layers = len(self.decoder_layers)
         if view.kind not in ("cross", "decoder"):
             raise AttnmtError(f"attention {view.kind}: a decoding step has cross and decoder self-attention; the "
                               f"encoder's self-attention is drawn by attnmt plot --attention encoder")
         view.check(self.map_shapes())
         chosen = (view.layer or layers) - 1
-        network = use_fast_paths(copy.deepcopy(self), False, self.fast_classes).eval()
         probe = Probe()
-        for i, layer in enumerate(network.decoder_stack()):
+        for i, layer in enumerate(self.decoder_stack()):
             cross, own = layer.cross_attention, layer.self_attention
-            assert isinstance(cross, MultiHeadAttention) and isinstance(own, MultiHeadAttention), "probed twice"
+            assert isinstance(cross, MultiHeadAttention) and isinstance(own, MultiHeadAttention), "probed once"
             layer.cross_attention = HeadsProbe(cross, probe, view.kind == "cross" and i == chosen, True)
             if view.kind == "decoder" and i == chosen:
                 layer.self_attention = HeadsProbe(own, probe, True, False)
-        return network, probe, AttentionView(view.kind, chosen + 1, view.head or 1)
+        return probe, AttentionView(view.kind, chosen + 1, view.head or 1)
 
     def score_function(self, view: AttentionView) -> str:
+        """explain.Explainable: the score in one line, for learners."""
         d_k = self.config.emb_dim // self.config.heads
         keys = ("k_j the key of source position j" if view.kind == "cross"
                 else "k_j the key of output position j so far (<sos> first)")
         return f"score(q, k_j) = q · k_j / √{d_k}  (one head: q the query of this output position, {keys})"
-
-    def forward(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor,
-                teacher_forcing: float = 1.0, classify_at: Optional[torch.Tensor] = None
-                ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Logits [B, T, V] ([N, V] at `classify_at` [B, T]) and weights [B, T, S] for the whole target
-        `<sos> y1 .. yn` [B, T]: every position at once, each attending to those before it."""
-        if teacher_forcing < 1.0:
-            raise ValueError("the Transformer trains with teacher forcing 1.0 only (config.validate says so)")
-        memory, state = self.encode(src, src_lengths)
-        y, _, _, cross = self.decode_layers(tgt_in, state, memory)
-        if classify_at is not None:
-            y = y[classify_at]                                                      # [N, D]
-        return self.classifier(y), cross[-1].mean(1)
