@@ -523,7 +523,7 @@ def _moved_keys(values: dict) -> dict:
     rate = train["teacher_forcing"]
     train = {key: value for key, value in train.items() if key != "teacher_forcing"}
     if model.get("arch", DEFAULT_ARCH) == "rnn" or rate != 1.0:
-        model = {"teacher_forcing": rate, **model}
+        model = {**model, "teacher_forcing": rate}   # given last (an override): it wins
     return {**values, "train": train, "model": model}
 
 
@@ -576,6 +576,7 @@ def load_config(path: str | Path, overrides: Optional[list[str]] = None) -> Conf
         raise AttnmtError(f"{path}:{line} is not valid YAML: {getattr(err, 'problem', err)}") from None
     if not isinstance(values, dict):
         raise AttnmtError(f"{path}: expected a YAML mapping of sections (data, model, train, ...)")
+    values = _moved_keys(values)
     # The file's keys and value types are checked on their own, then each override's in turn, so that
     # a mistake is blamed on where it was made: the file, or the command line. Ranges and combinations
     # (validate) are checked once every override is in, which may settle what the file leaves open.
@@ -584,7 +585,7 @@ def load_config(path: str | Path, overrides: Optional[list[str]] = None) -> Conf
     except AttnmtError as err:
         raise AttnmtError(f"{path}: {err}") from None
     for item in overrides or []:
-        values = apply_overrides(values, [item])
+        values = _moved_keys(apply_overrides(values, [item]))
         try:
             _build(Config, values, "")
         except AttnmtError as err:

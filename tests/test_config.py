@@ -369,8 +369,11 @@ def test_out_of_range_values_name_key(section, key, value):
         config_from_dict(valid_dict(**{section: {key: value}}))
 
 
-def test_train_teacher_forcing_of_earlier_configs_and_files_is_the_rnns_model_teacher_forcing():
+def test_train_teacher_forcing_of_earlier_configs_and_files_is_the_rnns_model_teacher_forcing(tmp_path):
     assert config_from_dict(valid_dict(train={"teacher_forcing": 0.5})).model.teacher_forcing == 0.5
+    path = write(tmp_path, BASE + "  teacher_forcing: 0.7\n")             # in BASE's train section
+    assert load_config(path).model.teacher_forcing == 0.7
+    assert load_config(path, ["train.teacher_forcing=0.3"]).model.teacher_forcing == 0.3
     transformer = {"arch": "transformer", "heads": 2}
     assert config_from_dict(valid_dict(model=transformer, train={"teacher_forcing": 1.0})).train == TrainConfig()
     with pytest.raises(AttnmtError, match="model.teacher_forcing is a key of model.arch rnn, not of this config's "
