@@ -148,7 +148,7 @@ def test_scaled_dot_attention_by_hand_and_in_a_model():
     assert_close(weights, torch.tensor([[softmax_list([1 / math.sqrt(2), 0.0, 2 / math.sqrt(2)])]]))
     # In a model: the fused decoder loop knows no such score and leaves it to the step-by-step loop, so the
     # fast build computes what the reference build does.
-    config = RNNConfig(emb_dim=8, enc_hidden=4, dec_hidden=8, attention="scaled_dot", decoder="luong",
+    config = RNNConfig(emb_dim=8, enc_hidden=4, dec_hidden=8, attention="scaled_dot", decoder="luong", dropout=0.0,
                        input_feeding=True)
     fast, reference = (RNNEncoderDecoder(config, 20, 20, fast=fast).double() for fast in (True, False))
     reference.load_state_dict(fast.state_dict())
