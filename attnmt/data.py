@@ -1,19 +1,21 @@
 """Reading parallel corpora: where a corpus's raw files are (check_source: which data.format fits a
 data.path), manythings TSV files, line-aligned files, the built-in dates corpus; the seeded split into
-train, valid and test. load_corpus reads a corpus in memory; prepare.CorpusSource streams it through
-the same check_source, dates_pairs and seeded_split."""
+train, valid and test. Each file format has one row reader (tsv_rows, parallel_rows): load_corpus
+collects its rows in memory and stops at the first bad line; prepare.CorpusSource streams the same rows,
+counting bad lines, through the same check_source, dates_pairs and seeded_split."""
 
 from __future__ import annotations
 
 import gzip
 import hashlib
+import itertools
 import random
 import typing
 from array import array
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Iterator, Optional, Protocol, Sequence
+from typing import BinaryIO, Callable, Iterator, Optional, Protocol, Sequence
 
 import numpy as np
 
@@ -23,6 +25,10 @@ from .dates import generate_dates
 from .errors import AttnmtError
 
 Pair = tuple[str, str]
+# A pair as a row reader gives it: (line number, source side, target side), undecoded, without line ends.
+Row = tuple[int, bytes, bytes]
+# What a row reader does with a line that is not a pair, told as "FILE:LINE: what is wrong".
+BadLine = Callable[[str], None]
 
 
 # A longer line is refused before it is read whole: a file that is not one sentence per line
@@ -119,27 +125,86 @@ def read_lines(path: str | Path) -> Iterator[str]:
             raise AttnmtError(f"{path}: cannot read: {err}") from None
 
 
-def read_tsv(path: str | Path, max_pairs: int = 0) -> list[Pair]:
-    """Read a manythings/Tatoeba file: `English<TAB>Other[<TAB>attribution]`; quotes are plain text.
+def refuse(problem: str) -> None:
+    """The in-memory readers' answer to a line that is not a pair: stop, naming it."""
+    raise AttnmtError(problem)
 
-    Returns (english, other) pairs; blank lines are skipped.
-    """
-    pairs = []
-    for number, line in enumerate(read_lines(path), start=1):
-        if not line.strip():
-            continue
-        columns = line.split("\t")
-        if not 2 <= len(columns) <= 3:
-            raise AttnmtError(
-                f"{path}:{number}: expected 2 or 3 TAB-separated columns (English, translation, "
-                f"attribution), found {len(columns)}"
-            )
-        pairs.append((columns[0], columns[1]))
-        if max_pairs and len(pairs) >= max_pairs:
-            break
-    if not pairs:
+
+def decode_row(names: tuple[str, str], number: int, src: bytes, tgt: bytes) -> Pair:
+    """A row's texts; ValueError "FILE:LINE: what is wrong" for the first side that is not UTF-8
+    text, `names` naming each side's file."""
+    side = 0
+    try:
+        source = decode_line(src)
+        side = 1
+        return source, decode_line(tgt)
+    except ValueError as err:
+        raise ValueError(f"{names[side]}:{number}: {err}") from None
+
+
+def _texts(rows: Iterator[Row], names: tuple[str, str]) -> list[Pair]:
+    """The rows decoded, in memory; the first that is not UTF-8 text is one line naming file and line."""
+    try:
+        return [decode_row(names, number, src, tgt) for number, src, tgt in rows]
+    except ValueError as err:
+        raise AttnmtError(str(err)) from None
+
+
+# The first bytes that a line of only whitespace can have after bytes.strip(), which knows ASCII's
+# whitespace only: U+001C-U+001F, and the UTF-8 of U+0085, U+00A0, U+1680, U+2000-U+205F and U+3000.
+_SPACE_LEADS = frozenset(b"\x1c\x1d\x1e\x1f\xc2\xe1\xe2\xe3")
+
+
+def is_blank(raw: bytes) -> bool:
+    """Whether an undecoded line holds only whitespace, Unicode's spaces included (str.isspace's),
+    decoding only a line that can."""
+    rest = raw.strip()
+    if not rest:
+        return True
+    if rest[0] not in _SPACE_LEADS:
+        return False
+    try:
+        return not decode_line(raw).strip()
+    except ValueError:
+        return False
+
+
+def _not_a_pair(raw: bytes, columns: int) -> str:
+    """Why a TSV line is not a pair: that it is not UTF-8 text (the likelier cause: a binary file),
+    else its number of columns."""
+    try:
+        decode_line(raw)
+    except ValueError as err:
+        return str(err)
+    return f"expected 2 or 3 TAB-separated columns (English, translation, attribution), found {columns}"
+
+
+def tsv_rows(path: str | Path, bad: BadLine, limit: Optional[int] = None) -> Iterator[Row]:
+    """The one reader of manythings/Tatoeba files, `English<TAB>Other[<TAB>attribution]` (quotes are
+    plain text): (line number, English, other) of each pair, undecoded, as far as `limit` pairs (None:
+    all). A line of only whitespace is skipped; one too long or with another number of columns goes
+    to `bad` and is skipped. One line if the file holds no pair."""
+    count = 0
+    for number, raw in enumerate(raw_lines(path), 1):
+        if raw is None:
+            bad(f"{path}:{number}: {LONG_LINE}")
+        elif not is_blank(raw):
+            columns = raw.rstrip(b"\r\n").split(b"\t")
+            if 2 <= len(columns) <= 3:
+                count += 1
+                yield number, columns[0], columns[1]
+                if count == limit:
+                    break
+            else:
+                bad(f"{path}:{number}: {_not_a_pair(raw, len(columns))}")
+    if not count:
         raise AttnmtError(f"{path}: no sentence pairs in file")
-    return pairs
+
+
+def read_tsv(path: str | Path, max_pairs: int = 0) -> list[Pair]:
+    """A manythings/Tatoeba file's (english, other) pairs, in memory, as far as max_pairs (0: all);
+    the first line that is not a pair is one line naming it."""
+    return _texts(tsv_rows(path, refuse, max_pairs or None), (str(path), str(path)))
 
 
 def find_split_file(directory: str | Path, prefix: str, lang: str) -> Path:
@@ -151,18 +216,34 @@ def find_split_file(directory: str | Path, prefix: str, lang: str) -> Path:
     raise AttnmtError(f"{plain}: file not found (nor {plain.name}.gz)")
 
 
-def read_parallel(src_path: str | Path, tgt_path: str | Path) -> list[Pair]:
-    """Read two line-aligned files; line i of one translates line i of the other."""
-    src = list(read_lines(src_path))
-    tgt = list(read_lines(tgt_path))
-    if len(src) != len(tgt):
-        raise AttnmtError(
-            f"{src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}; "
-            "parallel files must have one line per sentence on both sides"
-        )
-    if not src:
+def parallel_rows(src_path: str | Path, tgt_path: str | Path, bad: BadLine, limit: Optional[int] = None) -> Iterator[Row]:
+    """The one reader of two line-aligned files, line i of one translating line i of the other:
+    (line number, source, target) of each pair, undecoded, as far as `limit` pairs (None: all). A line
+    too long goes to `bad` and is skipped. Past the limit the files are read on only to see that they
+    end together: files of different lengths, or empty ones, are one line whatever the limit."""
+    number = count = 0
+    # b"" marks the end of the shorter file: raw_lines yields each line with its line end.
+    for src, tgt in itertools.zip_longest(raw_lines(src_path), raw_lines(tgt_path), fillvalue=b""):
+        if src == b"" or tgt == b"":
+            longer, shorter = (src_path, tgt_path) if tgt == b"" else (tgt_path, src_path)
+            raise AttnmtError(f"{shorter} ends after line {number} but {longer} goes on at line {number + 1}; "
+                              "parallel files must have one line per sentence on both sides")
+        number += 1
+        if count == limit:
+            continue
+        if src is None or tgt is None:
+            bad(f"{src_path if src is None else tgt_path}:{number}: {LONG_LINE}")
+            continue
+        count += 1
+        yield number, src, tgt
+    if not number:
         raise AttnmtError(f"{src_path}: no lines in file")
-    return list(zip(src, tgt))
+
+
+def read_parallel(src_path: str | Path, tgt_path: str | Path, limit: Optional[int] = None) -> list[Pair]:
+    """Two line-aligned files' (source, target) pairs, in memory, as far as `limit` (None: all); the
+    first line that is not a pair, or files of different lengths, are one line."""
+    return _texts(parallel_rows(src_path, tgt_path, refuse, limit), (str(src_path), str(tgt_path)))
 
 
 @dataclass
@@ -320,10 +401,10 @@ def load_corpus(config: DataConfig) -> Corpus:
         return split_pairs(pairs, *held_out, config.seed)
     train: list[Pair] = []
     starts: list[int] = []  # each training corpus's first pair
-    for src, tgt in files.parallel.train:
+    for src, tgt in files.parallel.train:  # max_pairs in all; every file is still read to its end
         starts.append(len(train))
-        train += read_parallel(src, tgt)
-    corpus = split_pairs(train[: config.max_pairs or None], *held_out, config.seed, starts)
+        train += read_parallel(src, tgt, config.max_pairs - len(train) if config.max_pairs else None)
+    corpus = split_pairs(train, *held_out, config.seed, starts)
     valid, test = files.parallel.valid, files.parallel.test
     corpus.valid = read_parallel(*valid) if valid else corpus.valid
     corpus.test = read_parallel(*test) if test else corpus.test

@@ -43,17 +43,18 @@ from tqdm import tqdm
 from . import __version__
 from .config import Config, DataConfig, TokenizerConfig, training_corpora
 from .data import (
-    LONG_LINE,
     Pair,
     check_source,
     dates_pairs,
     decode_line,
+    decode_row,
     held_out_sizes,
     load_corpus,
-    raw_lines,
+    parallel_rows,
     read_parallel,
     seeded_split,
     text_sha256,
+    tsv_rows,
 )
 from .errors import AttnmtError
 from .files import cache_dir
@@ -193,7 +194,7 @@ class CorpusSource:
             if index in split.held:
                 name, slot = split.held[index]
                 try:
-                    held[name][slot] = (decode_line(src), decode_line(tgt))
+                    held[name][slot] = decode_row(self.names(corpus), line, src, tgt)
                 except ValueError:  # counted by the encoder for training pairs only; a held-out one is dropped
                     pass
                 continue
@@ -229,58 +230,21 @@ class CorpusSource:
         return self._counts
 
     def _rows(self, problems: Problems) -> Iterator[tuple[int, int, bytes, bytes]]:
-        """Every pair read: (corpus, line number, source bytes, target bytes), as far as data.max_pairs."""
-        if self.data.format == "parallel":
-            yield from self._parallel_rows(problems)
-        elif self.data.format == "tsv":
-            yield from ((0, line, src, tgt) for line, src, tgt in self._tsv_rows(problems))
+        """Every pair read: (corpus, line number, source bytes, target bytes), as far as data.max_pairs,
+        by data.py's row readers; the lines they find no pair in are counted as unreadable."""
+        data, bad = self.data, partial(problems.add, "unreadable")
+        if data.format == "parallel":
+            read = 0
+            for corpus, (src_path, tgt_path) in enumerate(self.corpora):  # max_pairs in all, each file read to its end
+                for line, src, tgt in parallel_rows(src_path, tgt_path, bad, data.max_pairs - read if data.max_pairs else None):
+                    read += 1
+                    yield corpus, line, src, tgt
+        elif data.format == "tsv":
+            english_first = data.src_lang == "en"
+            for line, english, other in tsv_rows(self.train_files[0], bad, data.max_pairs or None):
+                yield (0, line, english, other) if english_first else (0, line, other, english)
         else:
             yield from ((0, n, s.encode(), t.encode()) for n, (s, t) in enumerate(self._dates, 1))
-
-    def _parallel_rows(self, problems: Problems) -> Iterator[tuple[int, int, bytes, bytes]]:
-        """The training corpora's lines, one corpus after the other."""
-        read = 0
-        for corpus, (src_path, tgt_path) in enumerate(self.corpora):
-            line = 0
-            # b"" marks the end of the shorter file: raw_lines yields each line with its line end.
-            for src, tgt in itertools.zip_longest(raw_lines(src_path), raw_lines(tgt_path), fillvalue=b""):
-                if src == b"" or tgt == b"":
-                    longer, shorter = (src_path, tgt_path) if tgt == b"" else (tgt_path, src_path)
-                    raise AttnmtError(f"{shorter} ends after line {line} but {longer} goes on at line {line + 1}; "
-                                      f"parallel files must have one line per sentence on both sides")
-                if read == self.data.max_pairs > 0:
-                    return
-                line += 1
-                read += 1
-                if src is None or tgt is None:
-                    problems.add("unreadable", f"{src_path if src is None else tgt_path}:{line}: {LONG_LINE}")
-                    continue
-                yield corpus, line, src, tgt
-            if not line:
-                raise AttnmtError(f"{src_path}: no lines in file")
-
-    def _tsv_rows(self, problems: Problems) -> Iterator[tuple[int, bytes, bytes]]:
-        """(line number, source, target) of each non-blank line of the TSV file, as far as data.max_pairs."""
-        path, data = self.train_files[0], self.data
-        english_first = data.src_lang == "en"
-        count = 0
-        for line, raw in enumerate(raw_lines(path), 1):
-            if raw is None:
-                problems.add("unreadable", f"{path}:{line}: {LONG_LINE}")
-                continue
-            if not raw.strip():
-                continue
-            columns = raw.rstrip(b"\r\n").split(b"\t")
-            if not 2 <= len(columns) <= 3:
-                problems.add("unreadable", f"{path}:{line}: expected 2 or 3 TAB-separated columns (English, "
-                                           f"translation, attribution), found {len(columns)}")
-                continue
-            yield (line, columns[0], columns[1]) if english_first else (line, columns[1], columns[0])
-            count += 1
-            if count == data.max_pairs:
-                break
-        if not count:
-            raise AttnmtError(f"{path}: no sentence pairs in file")
 
     def names(self, corpus: int) -> tuple[str, str]:
         """The files that problems on each side of a training corpus are named by."""
@@ -345,13 +309,10 @@ class ChunkEncoder:
 
     def _decoded(self, chunk: RawChunk, index: int, problems: Problems) -> Optional[tuple[str, str]]:
         """A pair's texts, or None with its first unreadable side counted and named."""
-        side = 0
         try:
-            source = decode_line(chunk.src[index])
-            side = 1
-            return source, decode_line(chunk.tgt[index])
+            return decode_row(chunk.names, chunk.lines[index], chunk.src[index], chunk.tgt[index])
         except ValueError as err:
-            problems.add("unreadable", f"{chunk.names[side]}:{chunk.lines[index]}: {err}")
+            problems.add("unreadable", str(err))
             return None
 
     def _filter(self, src: np.ndarray, tgt: np.ndarray, problems: Problems) -> np.ndarray:

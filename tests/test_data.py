@@ -7,6 +7,7 @@ import gzip
 import io
 import random
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from attnmt.data import (
     Corpus,
     decode_lines,
     find_split_file,
+    is_blank,
     load_corpus,
     read_lines,
     read_parallel,
@@ -103,6 +105,14 @@ def test_tsv_blank_lines_skipped_but_line_numbers_are_physical(tmp_path):
     assert read_tsv(ok) == [("A.", "B."), ("C.", "D.")]
 
 
+def test_tsv_lines_of_unicode_spaces_are_blank(tmp_path):
+    p = write_text(tmp_path / "spaces.txt", "A.\tB.\n\u3000\u00a0\n\u2003\t\u202f\r\n\x1c\nC.\tD.\n\u201cE.\u201d\tF.\n")
+    assert read_tsv(p) == [("A.", "B."), ("C.", "D."), ("\u201cE.\u201d", "F.")]
+    spaces = [chr(c) for c in range(sys.maxunicode + 1) if chr(c).isspace()]
+    assert all(is_blank(f" {c}{c}\n".encode()) for c in spaces)  # every first byte is in data._SPACE_LEADS
+    assert not any(is_blank(f"{c}x".encode()) for c in spaces) and not is_blank(b"\xe3\x80")
+
+
 def test_tsv_crlf_line_ends_are_stripped(tmp_path):
     p = write_text(tmp_path / "crlf.txt", "A.\tB.\r\nC.\tD.\tattr\r\n")
     assert read_tsv(p) == [("A.", "B."), ("C.", "D.")]
@@ -186,15 +196,15 @@ def test_parallel_keeps_trailing_spaces_and_nbsp(tmp_path):
     assert read_parallel(src, tgt) == [("Hallo ", "Hello"), ("Ein\u00a0Hund", "A dog")]
 
 
-def test_parallel_mismatched_line_counts_names_both_files_and_counts(tmp_path):
+def test_parallel_mismatched_line_counts_name_both_files_and_the_line(tmp_path):
     src = write_text(tmp_path / "train.de", "".join(f"s{i}\n" for i in range(5)))
     tgt = write_text(tmp_path / "train.en", "".join(f"t{i}\n" for i in range(7)))
-    with pytest.raises(AttnmtError) as info:
-        read_parallel(src, tgt)
-    message = str(info.value)
-    assert str(src) in message and str(tgt) in message
-    rest = numbers_outside(message, src, tgt)
-    assert re.search(r"\b5\b", rest) and re.search(r"\b7\b", rest)
+    expected = (f"{src} ends after line 5 but {tgt} goes on at line 6; parallel files must have one line per "
+                "sentence on both sides")
+    for limit in (None, 2):  # refused even when fewer pairs are asked for
+        with pytest.raises(AttnmtError) as info:
+            read_parallel(src, tgt, limit)
+        assert str(info.value) == expected
 
 
 def test_parallel_gz_and_plain_mixed(tmp_path):

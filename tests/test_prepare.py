@@ -239,16 +239,41 @@ def test_a_file_of_many_bad_lines_is_refused_naming_the_first(tmp_path):
     assert not list((tmp_path / "prepared").iterdir())  # nothing left behind
 
 
-def test_unequal_files_are_named_with_the_line_where_they_part(tmp_path):
+@pytest.mark.parametrize("max_pairs", [0, 100])
+def test_both_paths_refuse_unequal_files_alike_naming_the_line_where_they_part(tmp_path, max_pairs):
+    """data.parallel_rows reads for both: the same line, whether or not data.max_pairs stops short of it."""
     data = small_corpus(tmp_path / "data")
     (data / "train.en").write_bytes(b"".join((data / "train.en").read_bytes().split(b"\n", 250)[:250]) + b"\n")
-    src_lines = (data / "train.de").read_bytes().count(b"\n")
     tgt_lines = (data / "train.en").read_bytes().count(b"\n")
-    assert tgt_lines < src_lines
-    with pytest.raises(AttnmtError) as info:
-        prepare_corpus(config_from_dict(config_for(data, tmp_path)), log=lambda _: None)
-    assert str(info.value) == (f"{data / 'train.en'} ends after line {tgt_lines} but {data / 'train.de'} goes on at line "
-                               f"{tgt_lines + 1}; parallel files must have one line per sentence on both sides")
+    assert tgt_lines < (data / "train.de").read_bytes().count(b"\n")
+    config = config_from_dict(config_for(data, tmp_path, max_pairs=max_pairs))
+    with pytest.raises(AttnmtError) as streamed:
+        prepare_corpus(config, log=lambda _: None)
+    with pytest.raises(AttnmtError) as in_memory:
+        load_corpus(config.data)
+    assert str(streamed.value) == str(in_memory.value) == (
+        f"{data / 'train.en'} ends after line {tgt_lines} but {data / 'train.de'} goes on at line {tgt_lines + 1}; "
+        "parallel files must have one line per sentence on both sides")
+
+
+def test_both_paths_read_a_tsv_file_alike(tmp_path):
+    """data.tsv_rows reads for both: a line of only whitespace, Unicode's spaces too, is no pair (the
+    streamed reader took "\\u3000\\u00a0" for an unreadable line and "\\u2003<TAB>\\u00a0" for a pair); a line
+    that is not a pair is named alike."""
+    path = tmp_path / "deu.txt"
+    lines = [f"English {i}{' and more' * (i % 3)}\tDeutsch {i}\n" for i in range(200)]
+    lines[10:10] = ["\u3000\u00a0\n", "\u2003\t\u00a0\n", " \t \r\n"]
+    path.write_text("".join(lines), encoding="utf-8")
+    values = config_for(path, tmp_path, format="tsv", valid_size=20, test_size=20, seed=3, max_ratio=0)
+    corpus = assert_same_as_in_memory(values)
+    assert corpus.report["left_out"]["unreadable"] == 0 and corpus.report["pairs_read"] == 160
+    path.write_text("".join(lines[:5] + ["\u3000one column\n"] + lines[5:]), encoding="utf-8")
+    with pytest.raises(AttnmtError) as streamed:
+        prepare_corpus(config_from_dict(values), log=lambda _: None)
+    with pytest.raises(AttnmtError) as in_memory:
+        load_corpus(config_from_dict(values).data)
+    assert str(in_memory.value) == f"{path}:6: expected 2 or 3 TAB-separated columns (English, translation, attribution), found 1"
+    assert str(streamed.value).startswith(f"{in_memory.value} (1 unreadable lines of ")
 
 
 def test_filters_are_counted_by_reason(tmp_path):
