@@ -37,7 +37,7 @@ import math
 import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, Protocol, cast, runtime_checkable
+from typing import Any, Callable, Optional, Protocol, cast
 
 import numpy as np
 import torch
@@ -55,7 +55,6 @@ PREFIX = "aligner."           # its tensors' names in a model file; its metadata
 IMPOSSIBLE = -1e9             # the log-score of a padded position: finite, so that no sum turns NaN
 
 
-@runtime_checkable
 class TokenEmbeddings(Protocol):
     """What the aligner and the attributions ask of a family's network (seam.py: a capability, not every family's)."""
 

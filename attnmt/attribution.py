@@ -41,7 +41,7 @@ every family and attention kind is attributed alike, a model without attention t
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Callable, Optional, Protocol, Union, runtime_checkable
+from typing import Callable, Optional, Protocol, Union, cast
 
 import numpy as np
 import torch
@@ -54,12 +54,11 @@ from .choices import IG_STEPS, METHODS
 from .errors import AttnmtError
 from .explain import FLAGS, Explanation, Naming, check_step_number, explain, kept_step, opening_steps
 from .families import reference_copy
-from .seam import AttentionView, Model, forced_logits, require
+from .seam import AttentionView, Model, forced_logits, gives, require
 from .translate import AttentionMaps, TextTranslator, Translator
 from .vocab import EOS_ID, SOS_ID
 
 
-@runtime_checkable
 class Attributable(Model, TokenEmbeddings, Protocol):
     """A network the attributions can read: a model with its token embeddings."""
 
@@ -307,9 +306,9 @@ def attribute_steps(network: Attributable, pair: Pair, outputs: Outputs, method:
         if of_no_word:                                                     # left out of the words, not of the total
             between = [round(float(a), 6) for a in pieces[:, of_no_word].sum(-1).tolist()]
     maps = {}
-    if isinstance(network, AttentionMaps):
+    if gives(network, AttentionMaps):
         with torch.no_grad():
-            maps = network.attention_maps(pair.src, torch.tensor([pair.src.shape[1]]), pair.tgt_in)
+            maps = cast(AttentionMaps, network).attention_maps(pair.src, torch.tensor([pair.src.shape[1]]), pair.tgt_in)
     attention = None
     if "cross" in maps:
         cross = chosen_map(maps["cross"], layer, head)[0, positions].float().cpu().numpy()   # [R, S]

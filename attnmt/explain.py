@@ -15,7 +15,7 @@ output is its greedy translation.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Optional, Protocol, Sequence, TypeVar, runtime_checkable
+from typing import Optional, Protocol, Sequence, TypeVar
 
 import torch
 
@@ -28,7 +28,6 @@ from .vocab import EOS_ID, SOS_ID
 TOP = 5
 
 
-@runtime_checkable
 class Explainable(Protocol):
     """What attnmt explain asks of a family's network (seam.py: a capability, not every family's)."""
 

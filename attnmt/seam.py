@@ -159,15 +159,26 @@ def forced_logits(model: Model, src: torch.Tensor, src_lengths: torch.Tensor, tg
     return model.output_layer(features)
 
 
-def require(model: object, capability: Any, doing: str) -> Any:
-    """`model`, if it has `capability` (a runtime-checkable protocol: the caller annotates what it
-    gets as one), or one line saying its family cannot do `doing` and which members it lacks."""
-    if isinstance(model, capability):
-        return model
+def _missing(model: object, capability: Any) -> list[str]:
+    """The members of the protocol `capability` that `model` lacks. Not isinstance: a runtime protocol's
+    answer is cached per class (ABCMeta), where this looks at the object itself each time."""
     members = {name for kind in capability.__mro__[:-1] for name in vars(kind) if not name.startswith("_")}
-    missing = [name for name in members if not hasattr(model, name)]
+    return sorted(name for name in members if not hasattr(model, name))
+
+
+def gives(model: object, capability: Any) -> bool:
+    """Whether `model` has every member of the protocol `capability`."""
+    return not _missing(model, capability)
+
+
+def require(model: object, capability: Any, doing: str) -> Any:
+    """`model`, if it has `capability` (a protocol: the caller annotates what it gets as one), or one line
+    saying its family cannot do `doing` and which members it lacks."""
+    missing = _missing(model, capability)
+    if not missing:
+        return model
     arch = getattr(getattr(model, "config", None), "arch", type(model).__name__)
-    raise AttnmtError(f"{doing}: model.arch {arch} does not give it (its network has no {', '.join(sorted(missing))})")
+    raise AttnmtError(f"{doing}: model.arch {arch} does not give it (its network has no {', '.join(missing)})")
 
 
 @dataclass(frozen=True)

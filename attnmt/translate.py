@@ -7,7 +7,7 @@ import copy
 import itertools
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, Optional, Protocol, runtime_checkable
+from typing import Iterable, Iterator, Optional, Protocol, cast
 
 import numpy as np
 import torch
@@ -22,7 +22,7 @@ from .fast.int8 import int8_decoding_copy
 from .modelfile import ModelDescription, describe, load_file, network_weights, read_model, save_model
 from .precision import precision_note, resolve_device
 from .precision import resolve as resolve_precision
-from .seam import Model, require
+from .seam import Model, gives, require
 from .search import Hypothesis, Step, beam_search, greedy, top_k
 from .tokenize import Tokenizer
 from .vocab import SOS_ID, Tokenization
@@ -30,7 +30,6 @@ from .vocab import SOS_ID, Tokenization
 CHUNK = 64  # batches of sentences read, handed to one search call and yielded at a time
 
 
-@runtime_checkable
 class AttentionMaps(Protocol):
     """What heatmaps, alignments and the explorer ask of a family's network (seam.py: a capability,
     not every family's): every attention map of a teacher-forced pass, and their shapes."""
@@ -48,7 +47,7 @@ class AttentionMaps(Protocol):
 
 def map_shapes(model: Model) -> dict[str, tuple[int, int]]:
     """The attention maps `model` gives, name -> (layers, heads); none for a family without AttentionMaps."""
-    return model.map_shapes() if isinstance(model, AttentionMaps) else {}
+    return cast(AttentionMaps, model).map_shapes() if gives(model, AttentionMaps) else {}
 
 
 @dataclass

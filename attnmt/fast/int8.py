@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 import functools
-from typing import Optional, Protocol, Union, runtime_checkable
+from typing import Optional, Protocol, Union
 
 import torch
 from torch import nn
@@ -128,7 +128,6 @@ def int8_products_exact() -> bool:
     return torch.equal(torch._int_mm(a, b), a.int() @ b.int())
 
 
-@runtime_checkable
 class Int8Layers(Protocol):
     """What int8 decoding asks of a family's network (seam.py: a capability, not every family's)."""
 
