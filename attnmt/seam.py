@@ -3,7 +3,7 @@
 are written here once. Nothing outside a family knows a tensor layout.
 
 What only some consumers need is not here: each such capability is a small protocol owned by the
-code that asks for it (explain.Explainable, translate.AttentionMaps, attribution.TokenEmbeddings,
+code that asks for it (explain.Explainable, translate.AttentionMaps, aligner.TokenEmbeddings,
 fast.int8.Int8Layers), and a family without it is refused in one line where it is asked
 (`require`). AttentionView and Probe are the words of attnmt explain's capability that a family's
 network needs to speak it.
@@ -31,9 +31,9 @@ Dims = tuple[int, Optional[int]]
 
 class Rows:
     """Named tensors with one row per sentence or beam: an encoder's memory or a decoder's state.
-    A family's subclass sets `tensors` (name -> tensor, in a fixed order) and `dims` (name -> Dims)
-    and names its tensors for its own code; the operations below are every family's, overridden
-    only for speed (the Transformer's in-place caches)."""
+    A family's subclass sets `tensors` (name -> tensor, in a fixed order) and `dims` (name -> Dims,
+    in the same order) and names its tensors for its own code; the operations below are
+    every family's, overridden only for speed (the Transformer's in-place caches)."""
 
     tensors: dict[str, torch.Tensor]
     dims: dict[str, Dims]

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import math
+import typing
 
 import pytest
 import torch
 from torch.testing import assert_close
 
 from attnmt.families.rnn.attention import (
+    GLOBAL_SCORES,
     AdditiveAttention,
+    Attention,
     DotAttention,
     GeneralAttention,
     LocalAttention,
@@ -83,6 +86,18 @@ def build(kind, query_dim=4, key_dim=6, attn_dim=5):
 
 
 # ---------------------------------------------------------------- make_attention
+
+def test_config_choices_name_every_score():
+    # model.attention's and model.local_score's choices (the torch-free config) and the scores built are one list:
+    # a score added to one and not the other fails here.
+    attention = set(typing.get_args(typing.get_type_hints(RNNConfig)["attention"]))
+    local_score = set(typing.get_args(typing.get_type_hints(RNNConfig)["local_score"]))
+    assert attention == set(GLOBAL_SCORES) | {"local_m", "local_p"}
+    assert local_score == set(GLOBAL_SCORES) - {"bahdanau", "none"}
+    for kind in attention:
+        module, _ = make_attention(kind, 6, 6, 5)
+        assert isinstance(module, LocalAttention if kind.startswith("local") else Attention)
+
 
 def test_make_attention_classes_and_context_width():
     expected = {"bahdanau": AdditiveAttention, "concat": AdditiveAttention, "dot": DotAttention,

@@ -22,7 +22,7 @@ between calls, so one model can serve concurrent requests.
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 from torch import nn
@@ -213,6 +213,19 @@ class AttentionProbe(nn.Module):
         return torch.bmm(weights, values), weights
 
 
+# The global scores by the name model.attention (and model.local_score) gives them: query, key and
+# additive-layer widths and the additive scores' class -> the module and the width of its context.
+# RNNConfig's choices name the same kinds (the config loads without torch); a test holds the two together.
+GLOBAL_SCORES: dict[str, Callable[[int, int, int, type[AdditiveAttention]], tuple[Attention, int]]] = {
+    "bahdanau": lambda query_dim, key_dim, attn_dim, additive: (additive(query_dim, key_dim, attn_dim, bias=False), key_dim),
+    "concat": lambda query_dim, key_dim, attn_dim, additive: (additive(query_dim, key_dim, attn_dim, bias=True), key_dim),
+    "dot": lambda query_dim, key_dim, attn_dim, additive: (DotAttention(), key_dim),
+    "scaled_dot": lambda query_dim, key_dim, attn_dim, additive: (ScaledDotAttention(), key_dim),
+    "general": lambda query_dim, key_dim, attn_dim, additive: (GeneralAttention(query_dim, key_dim), key_dim),
+    "none": lambda query_dim, key_dim, attn_dim, additive: (NoAttention(), 0),
+}
+
+
 def make_attention(kind: str, query_dim: int, key_dim: int, attn_dim: int, local_score: str = "general",
                    local_window: int = 10, additive: type[AdditiveAttention] = AdditiveAttention) -> tuple[Attention, int]:
     """The attention module and the width of the context it returns; `additive`: the class of the
@@ -220,16 +233,6 @@ def make_attention(kind: str, query_dim: int, key_dim: int, attn_dim: int, local
     if kind in ("local_m", "local_p"):
         scorer, width = make_attention(local_score, query_dim, key_dim, attn_dim, additive=additive)
         return LocalAttention(scorer, local_window, kind == "local_p", query_dim, attn_dim), width
-    if kind == "bahdanau":
-        return additive(query_dim, key_dim, attn_dim, bias=False), key_dim
-    if kind == "concat":
-        return additive(query_dim, key_dim, attn_dim, bias=True), key_dim
-    if kind == "dot":
-        return DotAttention(), key_dim
-    if kind == "scaled_dot":
-        return ScaledDotAttention(), key_dim
-    if kind == "general":
-        return GeneralAttention(query_dim, key_dim), key_dim
-    if kind == "none":
-        return NoAttention(), 0
-    raise ValueError(f"unknown attention kind {kind!r}")
+    if kind not in GLOBAL_SCORES:
+        raise ValueError(f"unknown attention kind {kind!r}")
+    return GLOBAL_SCORES[kind](query_dim, key_dim, attn_dim, additive)

@@ -110,7 +110,7 @@ class RNNEncoderDecoder(nn.Module):
         return {} if weights is None else {"cross": weights[:, None, None]}
 
     def token_embeddings(self) -> tuple[nn.Embedding, nn.Embedding]:
-        """attribution.TokenEmbeddings."""
+        """aligner.TokenEmbeddings."""
         return self.encoder.embedding, self.decoder.embedding
 
     def int8_layers(self) -> list[tuple[nn.Module, torch.dtype]]:

@@ -329,7 +329,7 @@ class Transformer(nn.Module):
                 "decoder": torch.stack(decoder_weights, 1)}
 
     def token_embeddings(self) -> tuple[nn.Embedding, nn.Embedding]:
-        """attribution.TokenEmbeddings."""
+        """aligner.TokenEmbeddings."""
         return self.src_embedding, self.tgt_embedding
 
     def int8_layers(self) -> list[tuple[nn.Module, torch.dtype]]:
