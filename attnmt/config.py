@@ -41,6 +41,8 @@ def parse_yaml(text: str) -> Any:
 TrainPrecision = Literal["fp32", "bf16", "auto"]
 DecodePrecision = Literal["fp32", "bf16", "int8", "auto"]
 PRECISIONS: tuple[DecodePrecision, ...] = typing.get_args(DecodePrecision)
+# What decodes (--engine): auto picks CTranslate2 for a directory `attnmt export --to ctranslate2` wrote.
+ENGINES = ("auto", "attnmt", "ctranslate2")
 
 
 @dataclass(frozen=True)
@@ -361,6 +363,8 @@ class ServeConfig:
                                                                  "(0 = no limit)")
     rate_window_s: int = ranged(60, "[1, 86400]", help="the moving window the per-minute limits are counted over, "
                                                        "in seconds: a window of 10 allows a sixth of each per 10 s")
+    # Every model stays loaded for the server's life; GET /models says what each took.
+    max_models: int = ranged(8, "[1, 1000]", help="models one server may load")
 
     def max_body_bytes(self) -> int:
         # A JSON-escaped character takes at most 6 bytes (\uXXXX); the rest is room for the keys.

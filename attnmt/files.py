@@ -19,6 +19,15 @@ def model_file(path: str | Path) -> Path:
     return path / MODEL_FILE if path.is_dir() and (path / MODEL_FILE).is_file() else path
 
 
+def model_name(path: str | Path) -> str:
+    """A short name for a model: its training run's folder for DIR/model.safetensors (or a checkpoint
+    there), else its file's name without the suffix, or its folder's (a CTranslate2 export)."""
+    path = Path(path)
+    if path.stem in ("model", "checkpoint") and path.parent.name:
+        return path.parent.name
+    return path.name if path.is_dir() else path.stem
+
+
 def check_parent_dir(path: str | Path) -> None:
     """Refuse a file to be written into a directory that does not exist (before any work, if called early)."""
     path = Path(path)

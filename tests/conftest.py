@@ -121,9 +121,9 @@ def write_dates_tsv(path: Path, count: int, seed: int = 1) -> list[tuple[str, st
 
 @contextlib.contextmanager
 def server_process(model: Path, *flags: str) -> Iterator[tuple[str, subprocess.Popen]]:
-    """`attnmt serve MODEL --port 0 FLAGS`; yields the URL it prints and the process, whose stdout
+    """`attnmt serve MODEL FLAGS --port 0` (FLAGS may name more models); yields the URL it prints and the process, whose stdout
     (the log) and stderr stay readable after it is stopped."""
-    process = subprocess.Popen([sys.executable, "-m", "attnmt", "serve", str(model), "--port", "0", *flags],
+    process = subprocess.Popen([sys.executable, "-m", "attnmt", "serve", str(model), *flags, "--port", "0"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                env={**os.environ, "PYTHONIOENCODING": "utf-8"})
     try:

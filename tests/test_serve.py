@@ -245,10 +245,10 @@ def test_unknown_paths_and_methods_are_json_errors(client):
 
 def test_openapi_describes_the_endpoints(client):
     spec = client.get("/openapi.json").json()
-    assert {"/translate", "/health", "/model"} <= set(spec["paths"]) and "/" not in spec["paths"]
+    assert {"/translate", "/health", "/model", "/models"} <= set(spec["paths"]) and "/" not in spec["paths"]
     schemas = spec["components"]["schemas"]
     assert set(schemas["TranslateRequest"]["properties"]) == {"text", "texts", "beam", "n_best", "attention", "maps",
-                                                              "alignments"}
+                                                              "alignments", "model"}
     assert set(schemas["SentenceResult"]["properties"]) == {"translation", "tokens", "score", "attention",
                                                             "source_tokens", "nbest", "maps", "alignment"}
     assert set(schemas["WordAlignment"]["properties"]) == {"method", "source_words", "target_words", "links"}

@@ -135,7 +135,7 @@ def test_a_misspelt_field_is_named_with_the_fields_there_are(client):
     refused = client.post("/explain", json={"txt": TEXT, "attribution": "grad"})
     assert refused.status_code == 422 and refused.json() == {"error": (
         "text: Field required; txt: not a field of this request (did you mean text?); it takes text (required), "
-        "attention, layer, head, step, attribution, target, contrast, ig_steps")}
+        "attention, layer, head, step, attribution, target, contrast, ig_steps, model")}
 
 
 def test_attribution_makes_its_own_gradients(translator):

@@ -8,7 +8,7 @@ import sys
 import typing
 from typing import Optional
 
-from ..config import PRECISIONS, DecodeConfig, Range
+from ..config import ENGINES, PRECISIONS, DecodeConfig, Range
 from ..errors import AttnmtError
 from ..threads import MAX_THREADS
 from .parsing import Number, model_argument, number_flag
@@ -48,7 +48,7 @@ def add_model(sub: argparse.ArgumentParser) -> None:
 
 
 def add_engine(sub: argparse.ArgumentParser) -> None:
-    sub.add_argument("--engine", choices=["auto", "attnmt", "ctranslate2"], default="auto",
+    sub.add_argument("--engine", choices=ENGINES, default="auto",
                      help="what decodes: attnmt's own search, or CTranslate2 for a Transformer exported with "
                           "attnmt export --to ctranslate2, whose directory then stands for the model file "
                           "(auto: CTranslate2 for such a directory)")

@@ -5,14 +5,17 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import itertools
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..config import DecodeConfig, Range, ServeConfig
 from ..errors import AttnmtError
-from ..files import check_parent_dir
+from ..files import check_parent_dir, model_name
 from .decoding import add_device, add_engine, add_model, add_search, load_translator, say_precision
 from .lines import input_lines, output, read_pairs
 from .parsing import Commands, Number, model_argument, number_flag
+
+if TYPE_CHECKING:
+    from ..translate import TextTranslator
 
 
 def add_translate(commands: Commands) -> None:
@@ -106,16 +109,22 @@ def _evaluate(args: argparse.Namespace) -> None:
 
 
 def _model_label(model_path: str, taken: dict) -> str:
-    """A short name for a model in a chart: its directory for `DIR/model.safetensors`."""
-    path = Path(model_path)
-    label = path.parent.name if path.stem in ("model", "checkpoint") and path.parent.name else path.stem
+    """A short name for a model in a chart (files.model_name), its path where two share one."""
+    label = model_name(model_path)
     return label if label not in taken else model_path
 
 
 def add_serve(commands: Commands) -> None:
     serve = commands.add_parser("serve", help="translate over HTTP, with the attention explorer page at /")
-    add_model(serve)
+    serve.add_argument("models", nargs="+", metavar="MODEL",
+                       help="what to serve: a model file, a training run's folder, a CTranslate2 export, NAME=PATH to "
+                            "name one, a folder of such models, or a YAML file listing them (models: [{name, path, "
+                            "precision, engine}]); LibreTranslate's API picks the model by source and target")
+    add_device(serve)
     add_engine(serve)
+    serve.add_argument("--pivot", metavar="LANG",
+                       help="translate a pair no model serves through LANG where two models make the way (de to en, "
+                            "then en to fr); the answer says it pivoted")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     serve.add_argument("--port", type=Number(int, Range("[0, 65535]")), default=8000,
                        help="port (default: %(default)s; 0 = any free port)")
@@ -136,12 +145,19 @@ def _serve(args: argparse.Namespace) -> None:
     from ..access import KeyFile
     from ..config import validate_serve
     from ..serve import serve  # imported here: FastAPI and uvicorn take a while to import
+    from ..serve.models import ModelSet, ModelSpec, load_models, model_specs
 
     def log(line: str) -> None:
         print(line, flush=True)
 
     limits = ServeConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(ServeConfig)})
-    validate_serve(limits)  # the flags, and the key file below, are refused before the model loads
+    validate_serve(limits)  # the flags, the models' list and the key file are refused before a model loads
+    specs = model_specs(args.models)
     keys = KeyFile(args.api_keys, log) if args.api_keys else None
-    serve(load_translator(args, args.model), args.host, args.port, limits, log=log, name=args.model, keys=keys,
-          access_log=args.access_log)
+
+    def load(spec: ModelSpec) -> TextTranslator:
+        overrides = {"precision": spec.precision or args.precision, "engine": spec.engine or args.engine}
+        return load_translator(argparse.Namespace(**{**vars(args), **overrides}), spec.path)
+
+    models = ModelSet(load_models(specs, load, limits.max_models), args.pivot)
+    serve(models, args.host, args.port, limits, log=log, keys=keys, access_log=args.access_log)

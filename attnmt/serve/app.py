@@ -1,8 +1,9 @@
 """create_app: attnmt's routes (/translate, /explain, /health, /model, the explorer page) and the
-LibreTranslate API over one translator, behind the server's limits, keys and rates."""
+LibreTranslate API over the server's models, behind the server's limits, keys and rates."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from dataclasses import asdict
 from pathlib import Path
@@ -26,8 +27,10 @@ from .batching import Batcher
 from .errors import ServeError, answer_errors
 from .libretranslate import PREFIX, LibreTranslate, RouteLibreTranslate
 from .middleware import BodyLimit, Guard, ParsedBodyRoute
+from .models import ModelSet, Route, ServedModel
 from .schemas import (
     EXPLAIN_RESPONSES,
+    MODEL_RESPONSES,
     TRANSLATE_RESPONSES,
     AttributionResponse,
     ExplainRequest,
@@ -43,13 +46,15 @@ STATIC = Path(__file__).parent.parent / "static"
 ATTENTION_DECIMALS = 4
 
 
-def create_app(translator: TextTranslator, limits: Optional[ServeConfig] = None, keys: Optional[KeyFile] = None) -> FastAPI:
-    """The ASGI app: /translate, /explain, the LibreTranslate API, /health, /model, the explorer page
-    at / and its /static files. With `keys`, what translates needs one of them; /health, /model,
-    /languages and the page stay open (they tell nothing a key protects, and run no model)."""
+def create_app(models: TextTranslator | ModelSet, limits: Optional[ServeConfig] = None, keys: Optional[KeyFile] = None
+               ) -> FastAPI:
+    """The ASGI app over one translator or a ModelSet: /translate, /explain, the LibreTranslate API
+    (routed by language pair), /health, /model, /models, the explorer page at / and its /static
+    files. With `keys`, what translates needs one of them; /health, /model(s), /languages and the
+    page stay open (they tell nothing a key protects, and run no model)."""
     limits = limits or ServeConfig()
     validate_serve(limits)
-    routes = Routes(translator, limits)
+    routes = Routes(models if isinstance(models, ModelSet) else ModelSet.one(models), limits)
     # FastAPI's /docs and /redoc pages load scripts from a CDN; the server must work offline.
     app = FastAPI(title="attnmt", description="Attention-based NMT: translations with their attention weights.",
                   lifespan=routes.lifespan, docs_url=None, redoc_url=None)
@@ -65,54 +70,40 @@ def create_app(translator: TextTranslator, limits: Optional[ServeConfig] = None,
     app.router.add_api_route("/translate", routes.translate, methods=["POST"], response_model=TranslateResponse,
                              response_model_exclude_none=True, responses=TRANSLATE_RESPONSES,
                              route_class_override=ParsedBodyRoute)
-    libretranslate = LibreTranslate(translator, routes.decode_nbest, limits, keys is not None)
+    libretranslate = LibreTranslate(routes.models, routes.decode_routes, limits, keys is not None)
     app.include_router(libretranslate.router())
     app.include_router(libretranslate.router(prefix="", with_translate=False))
     app.add_api_route("/explain", routes.explain_step_by_step, methods=["POST"],
                       response_model=Union[ExplainResponse, AttributionResponse], responses=EXPLAIN_RESPONSES)
     app.add_api_route("/health", routes.health, methods=["GET"], response_model=Health)
-    app.add_api_route("/model", routes.model, methods=["GET"], response_model=ModelInfo)
+    app.add_api_route("/model", routes.model, methods=["GET"], response_model=ModelInfo, responses=MODEL_RESPONSES)
+    app.add_api_route("/models", routes.all_models, methods=["GET"], response_model=list[ModelInfo])
     app.add_api_route("/", explorer, methods=["GET"], include_in_schema=False)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     return app
 
 
-class Routes:
-    """attnmt's own routes over one translator: each request's limits, then the batcher."""
+class ModelService:
+    """One model behind the server: its batching queue, its aligner, the limits it enforces, and
+    what /model says of it."""
 
-    batcher: Batcher  # made by lifespan, in the event loop the app runs in
+    batcher: Batcher  # made by start, in the event loop the app runs in
 
-    def __init__(self, translator: TextTranslator, limits: ServeConfig):
+    def __init__(self, served: ServedModel, limits: ServeConfig, names: list[str]):
+        translator = served.translator
+        self.name = served.name
         self.translator = translator
         self.limits = limits
-        self.rates = RateLimits(limits)
         self.default_beam = translator.config.decode.beam_size
         self.engine = translator.engine_info().engine
         # Never let the translator cut a long input silently: refuse it instead.
         self.max_tokens = min(limits.max_tokens, translator.config.decode.max_src_len)
         # Read once, at start: what `alignments: true` links words with, and /model says.
         self.aligner = model_aligner(translator)
-        self.info = model_info(translator, limits, self.max_tokens, alignment_method(translator, self.aligner))
-
-    @contextlib.asynccontextmanager
-    async def lifespan(self, _app: FastAPI) -> AsyncIterator[None]:
-        self.batcher = Batcher(self.translator, self.limits)
-        self.batcher.start()
-        yield
-        await self.batcher.stop()
-
-    def check(self, http: Request, texts: list[str], beam: int, n_best: int) -> None:
-        """Refuse what is over a limit; a request that passes counts its sentences against its caller."""
-        limits = self.limits
-        if len(texts) > limits.max_sentences:
-            raise ServeError(413, f"{len(texts)} sentences in one request; the limit is {limits.max_sentences}")
-        for i, text in enumerate(texts, 1):
-            self.check_length(f"sentence {i}", text, self.translator.src_tokenizer)
-        if beam > limits.max_beam:
-            raise ServeError(422, f"beam: {beam} is over this server's limit of {limits.max_beam}")
-        if n_best > beam:
-            raise ServeError(422, f"n_best: {n_best} is more than the beam ({beam})")
-        self.rates.sentences_of(http.state.caller, len(texts))
+        self.info = {**model_info(translator, limits, self.max_tokens, alignment_method(translator, self.aligner)),
+                     "name": served.name, "models": names,
+                     "load_s": None if served.load_s is None else round(served.load_s, 3),
+                     "rss_mb": None if served.rss_mb is None else round(served.rss_mb, 1)}
 
     def check_length(self, what: str, text: str, tokenizer: Tokenizer) -> None:
         """Refuse a text over the characters or tokens a sentence may have."""
@@ -122,20 +113,85 @@ class Routes:
         if tokens > self.max_tokens:
             raise ServeError(413, f"{what} has {tokens} tokens; the limit is {self.max_tokens}")
 
-    async def decode_nbest(self, http: Request, texts: list[str], beam: int, n_best: int) -> list[list[Translation]]:
-        """The n_best translations of each text, checked and batched (LibreTranslate's translate)."""
-        self.check(http, texts, beam, n_best)
-        return await self.batcher.translate(texts, beam, n_best)
+    def check(self, texts: list[str], beam: int, n_best: int) -> None:
+        """Refuse what is over a limit of this model's."""
+        for i, text in enumerate(texts, 1):
+            self.check_length(f"sentence {i}", text, self.translator.src_tokenizer)
+        if beam > self.limits.max_beam:
+            raise ServeError(422, f"beam: {beam} is over this server's limit of {self.limits.max_beam}")
+        if n_best > beam:
+            raise ServeError(422, f"n_best: {n_best} is more than the beam ({beam})")
+
+
+class Routes:
+    """attnmt's own routes over the server's models: each request's model and limits, then its batcher."""
+
+    def __init__(self, models: ModelSet, limits: ServeConfig):
+        self.models = models
+        self.limits = limits
+        self.rates = RateLimits(limits)
+        names = list(models.models)
+        self.services = {name: ModelService(served, limits, names) for name, served in models.models.items()}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, _app: FastAPI) -> AsyncIterator[None]:
+        for service in self.services.values():
+            service.batcher = Batcher(service.translator, self.limits)
+            service.batcher.start()
+        yield
+        for service in self.services.values():
+            await service.batcher.stop()
+
+    def service(self, name: Optional[str]) -> ModelService:
+        """The model a request names (`model`), or the only one; 422 naming the models otherwise."""
+        try:
+            return self.services[self.models.named(name).name]
+        except KeyError as err:
+            raise ServeError(422, err.args[0]) from None
+
+    def limit_sentences(self, texts: list[str]) -> None:
+        if len(texts) > self.limits.max_sentences:
+            raise ServeError(413, f"{len(texts)} sentences in one request; the limit is {self.limits.max_sentences}")
+
+    def admit(self, http: Request, service: ModelService, texts: list[str], beam: int, n_best: int) -> None:
+        """Refuse what is over a limit; a request that passes counts its sentences against its caller."""
+        self.limit_sentences(texts)
+        service.check(texts, beam, n_best)
+        self.rates.sentences_of(http.state.caller, len(texts))
+
+    async def decode_routes(self, http: Request, groups: list[tuple[Route, list[str]]], n_best: int
+                            ) -> list[list[list[Translation]]]:
+        """LibreTranslate's translate: each group of texts along its route, checked as one request (its
+        sentences counted once), the groups' models working side by side; [group][text][rank]."""
+        self.limit_sentences([text for _, texts in groups for text in texts])
+        for route, texts in groups:
+            first = self.services[route.models[0].name]
+            first.check(texts, *leg_search(first, route, 0, n_best))
+        self.rates.sentences_of(http.state.caller, sum(len(texts) for _, texts in groups))
+        return list(await asyncio.gather(*(self.along(route, texts, n_best) for route, texts in groups)))
+
+    async def along(self, route: Route, texts: list[str], n_best: int) -> list[list[Translation]]:
+        """The n_best of each text by the route's one model, or the first model's best translation
+        translated again by the second (its n_best); the texts already checked for the first."""
+        for leg, model in enumerate(route.models):
+            service = self.services[model.name]
+            beam, wanted = leg_search(service, route, leg, n_best)
+            if leg > 0:
+                service.check(texts, beam, wanted)
+            nbests = await service.batcher.translate(texts, beam, wanted)
+            texts = [nbest[0].text for nbest in nbests]
+        return nbests
 
     async def translate(self, request: TranslateRequest, http: Request) -> JSONResponse:
         """Translate one sentence or several; concurrent requests are decoded together. A text of several
         lines is translated line by line and answered as one result, its lines joined (translate.join_lines)."""
+        service = self.service(request.model)
         if request.texts is not None:
             texts = request.texts
         else:
             assert request.text is not None                                 # _one_input: one of the two is given
             texts = [request.text]
-        beam = request.beam or self.default_beam
+        beam = request.beam or service.default_beam
         # Each line of a text is a sentence, as on LibreTranslate's path: translated on its own, then joined.
         counts, lines = lines_of(texts)
         if request.maps and max(counts) > 1:
@@ -143,49 +199,53 @@ class Routes:
         if request.alignments and max(counts) > 1:
             raise ServeError(422, "alignments: a text of several lines is aligned line by line; send its lines as "
                                   "`texts`")
-        if request.alignments and not self.translator.explains:        # an engine without the model's weights
-            raise ServeError(501, f"this server decodes with {self.engine}, which cannot align words: serve the "
+        if request.alignments and not service.translator.explains:     # an engine without the model's weights
+            raise ServeError(501, f"this model decodes with {service.engine}, which cannot align words: serve the "
                                   f"model file (.safetensors) for alignments")
-        nbests = texts_of(counts, await self.decode_nbest(http, lines, beam, request.n_best), request.n_best)
-        maps = await self.batcher.maps([nbest[0] for nbest in nbests]) if request.maps else [None] * len(nbests)
+        self.admit(http, service, lines, beam, request.n_best)
+        nbests = texts_of(counts, await service.batcher.translate(lines, beam, request.n_best), request.n_best)
+        maps = await service.batcher.maps([nbest[0] for nbest in nbests]) if request.maps else [None] * len(nbests)
         results = [_sentence(nbest, request.attention, request.n_best, sentence_maps)
                    for nbest, sentence_maps in zip(nbests, maps)]
         if request.alignments:
-            for result, alignment in zip(results, await self.alignments(texts, [n[0].text for n in nbests]), strict=True):
+            alignments = await self.alignments(service, texts, [n[0].text for n in nbests])
+            for result, alignment in zip(results, alignments, strict=True):
                 result["alignment"] = alignment
         # Built to match TranslateResponse (the tests check it) and sent as is: validating attention
         # matrices again on the way out costs the event loop more than the model call under load.
         return JSONResponse({"results": results, "beam": beam, "n_best": request.n_best})
 
-    async def alignments(self, sources: list[str], translations: list[str]) -> list[dict[str, Any]]:
+    async def alignments(self, service: ModelService, sources: list[str], translations: list[str]
+                         ) -> list[dict[str, Any]]:
         """Each sentence's word alignment with its translation (TranslateRequest.alignments), on the model's thread."""
-        translator = self.translator
+        translator = service.translator
         assert isinstance(translator, Translator)                           # explains: attnmt's own engine
 
         def work() -> list[dict[str, Any]]:
             try:
-                method, alignments = translation_alignments(translator, self.aligner, sources, translations)
+                method, alignments = translation_alignments(translator, service.aligner, sources, translations)
             except AttnmtError as err:
                 raise ServeError(422, f"alignments: {err}") from None
             return [{"method": method, "source_words": a.source_words, "target_words": a.target_words,
                      "links": [list(link) for link in a.links]} for a in alignments]
 
-        return await self.batcher.run(work, "the alignments")
+        return await service.batcher.run(work, "the alignments")
 
     async def explain_step_by_step(self, request: ExplainRequest, http: Request) -> dict[str, Any]:
         """Every number of each greedy decoding step of one sentence, or with `attribution` how much
         each source word decides each step (attnmt explain [--attribution] --json)."""
-        translator = self.translator
+        service = self.service(request.model)
+        translator = service.translator
         if not translator.explains:
-            raise ServeError(501, f"this server decodes with {self.engine}, which gives no per-step numbers: serve "
+            raise ServeError(501, f"this model decodes with {service.engine}, which gives no per-step numbers: serve "
                                   f"the model file (.safetensors) to explain")
         if request.target is not None:
-            self.check_length("target", request.target, translator.tgt_tokenizer)
+            service.check_length("target", request.target, translator.tgt_tokenizer)
         ig_steps = request.ig_steps or IG_STEPS
         if request.attribution == "ig" and ig_steps > self.limits.max_ig_steps:
             raise ServeError(422, f"ig_steps: {ig_steps} is over this server's limit of {self.limits.max_ig_steps} "
                                   f"(attnmt serve --max-ig-steps)")
-        self.check(http, [request.text], 1, 1)
+        self.admit(http, service, [request.text], 1, 1)
         view = AttentionView(request.attention, request.layer, request.head)
 
         def work() -> dict[str, Any]:
@@ -196,7 +256,7 @@ class Routes:
             except AttnmtError as err:
                 raise ServeError(422, str(err)) from None
 
-        return await self.batcher.run(work, "the attribution" if request.attribution else "the explanation")
+        return await service.batcher.run(work, "the attribution" if request.attribution else "the explanation")
 
     def afford(self, work: Work) -> None:
         """Refuse an attribution over the server's bound on its work."""
@@ -206,12 +266,24 @@ class Routes:
                                   f"for one step, fewer ig_steps or a shorter sentence")
 
     async def health(self) -> dict[str, Any]:
-        return {"status": "ok", "queued": self.batcher.queue.qsize(), "model_calls": self.batcher.model_calls,
-                "sentences": self.batcher.sentences}
+        batchers = [service.batcher for service in self.services.values()]
+        return {"status": "ok", "queued": sum(b.queue.qsize() for b in batchers),
+                "model_calls": sum(b.model_calls for b in batchers), "sentences": sum(b.sentences for b in batchers)}
 
-    async def model(self) -> dict[str, Any]:
-        """What the server translates with, and its limits."""
-        return self.info
+    async def model(self, name: Optional[str] = None) -> dict[str, Any]:
+        """What the server translates with, and its limits: the model `name`, else the first (its
+        `models` names them all)."""
+        return self.service(name).info if name is not None else self.services[self.models.first.name].info
+
+    async def all_models(self) -> list[dict[str, Any]]:
+        """What /model says of each model, in the order they were given."""
+        return [service.info for service in self.services.values()]
+
+
+def leg_search(service: ModelService, route: Route, leg: int, n_best: int) -> tuple[int, int]:
+    """The beam and n-best of one model on a route: the last gives n_best, a pivot leg its best."""
+    wanted = n_best if leg == len(route.models) - 1 else 1
+    return max(service.default_beam, wanted), wanted
 
 
 async def explorer() -> FileResponse:

@@ -9,7 +9,9 @@ LibreTranslate (libretranslate.com) is the common API of self-hosted machine tra
 /libretranslate/, and at the root: a POST /translate whose body has `q` is LibreTranslate's
 (`RouteLibreTranslate`, which parses the body once for both APIs), any other is attnmt's. A model translates from the languages it
 declares (`data.source_languages`) into one, sentence by sentence, so a text is translated line
-by line; detection picks among the declared languages (detect.py).
+by line; detection picks among the declared languages (detect.py). With several models, a request
+goes to the model of its pair (models.ModelSet.route), or through the pivot language where the
+server has one; `source: auto` detects among the languages that reach the target.
 """
 
 from __future__ import annotations
@@ -21,11 +23,12 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..config import ServeConfig, source_languages
+from ..config import ServeConfig
 from ..detect import detect
-from ..translate import TextTranslator, Translation, lines_of, texts_of
+from ..translate import Translation, lines_of, texts_of
 from .errors import ServeError
 from .middleware import FORM, UnreadableBody, body_fields, body_of
+from .models import ModelSet, Route
 from .schemas import BODY_LIMIT_RESPONSES, ERROR_RESPONSES, ErrorResponse
 
 PREFIX = "/libretranslate"
@@ -53,8 +56,8 @@ class LibreTranslateError(ServeError):
 
 class LibreTranslateRequest(BaseModel):
     q: Union[str, list[str]] = Field(description="a text, or a list of texts answered as a list")
-    source: str = Field(description="the model's source language, or auto")
-    target: str = Field(description="the model's target language")
+    source: str = Field(description="a source language of the server's (GET /languages), or auto")
+    target: str = Field(description="a language the source is translated into (its `targets` in GET /languages)")
     format: str = Field("text", description="text (html is not supported)")
     alternatives: Union[Annotated[int, Field(ge=0)], Annotated[str, Field(pattern="^[0-9]+$")]] = Field(
         0, description="how many next best translations to give, per text; its digits as a form sends them")
@@ -62,7 +65,7 @@ class LibreTranslateRequest(BaseModel):
 
 
 class DetectedLanguage(BaseModel):
-    language: str = Field(description="one of the model's source languages")
+    language: str = Field(description="one of the server's source languages")
     confidence: float = Field(ge=0, le=100, description="percent (detect.py says how it is reckoned)")
 
 
@@ -72,6 +75,9 @@ class LibreTranslateResponse(BaseModel):
         None, description="when `alternatives` > 0: the next best translations, per text")
     detectedLanguage: Optional[Union[DetectedLanguage, list[DetectedLanguage]]] = Field(
         None, description="when `source` is auto: the language detected, per text for a list")
+    pivot: Optional[str] = Field(
+        None, description="when a text was translated through this language (attnmt serve --pivot): no model "
+                          "translates its pair directly")
 
 
 class DetectRequest(BaseModel):
@@ -135,24 +141,25 @@ def api_key_is_text(fields: dict[str, Any]) -> None:
         raise LibreTranslateError("Invalid request: api_key must be a text")
 
 
-# The server's batched, limit-checked n-best translation: (request, texts, beam, n_best) -> [text][rank].
-DecodeNbest = Callable[[Request, list[str], int, int], Awaitable[list[list[Translation]]]]
+# The server's batched, limit-checked n-best translation of groups of texts, each along its route:
+# (request, [(route, texts)], n_best) -> [group][text][rank].
+DecodeRoutes = Callable[[Request, list[tuple[Route, list[str]]], int], Awaitable[list[list[list[Translation]]]]]
 
 
 class LibreTranslate:
-    """The LibreTranslate API over one model: its handlers, and the routers that serve them.
-    `decode_nbest` translates; `limits` and `keys_required` are what /frontend/settings tells."""
+    """The LibreTranslate API over the server's models: its handlers, and the routers that serve them.
+    `decode` translates; `limits` and `keys_required` are what /frontend/settings tells."""
 
-    def __init__(self, translator: TextTranslator, decode_nbest: DecodeNbest, limits: ServeConfig,
-                 keys_required: bool):
-        self.decode_nbest = decode_nbest
-        self.sources, self.tgt = source_languages(translator.config.data), translator.config.data.tgt_lang
-        self.pair = f"this server translates {', '.join(self.sources)} to {self.tgt}"
-        self.default_beam = translator.config.decode.beam_size
+    def __init__(self, models: ModelSet, decode: DecodeRoutes, limits: ServeConfig, keys_required: bool):
+        self.models, self.decode = models, decode
+        self.sources = models.sources()
+        self.targets = [language for language in models.languages() if models.sources_for(language)]
+        self.pairs = f"this server translates {models.pairs()}"
+        first = models.first
         self.settings = {"charLimit": limits.max_chars, "frontendTimeout": FRONTEND_TIMEOUT_MS,
                          "apiKeys": keys_required, "keyRequired": keys_required, "suggestions": False,
                          "filesTranslation": False, "supportedFilesFormat": [],
-                         "language": {"source": _named(self.sources[0]), "target": _named(self.tgt)}}
+                         "language": {"source": _named(first.sources[0]), "target": _named(first.target)}}
 
     def router(self, prefix: str = PREFIX, with_translate: bool = True) -> APIRouter:
         """The API under `prefix`; the root gets all but /translate: its /translate is attnmt's, and
@@ -160,10 +167,10 @@ class LibreTranslate:
         router = APIRouter(prefix=prefix, tags=["LibreTranslate"])
         if with_translate:
             # The handler reads the body itself (JSON or a form); its schema is described here, with
-            # the languages this model translates.
+            # the languages this server translates.
             fields = LibreTranslateRequest.model_json_schema()
             fields["properties"]["source"]["enum"] = [*self.sources, "auto"]
-            fields["properties"]["target"]["enum"] = [self.tgt]
+            fields["properties"]["target"]["enum"] = self.targets
             fields["properties"]["format"]["enum"] = ["text"]
             router.add_api_route("/translate", self.translate, methods=["POST"], response_model=LibreTranslateResponse,
                                  response_model_exclude_none=True, openapi_extra=_body(fields),
@@ -195,9 +202,11 @@ class LibreTranslate:
         if source is None or target is None:
             raise LibreTranslateError(f"Invalid request: missing {'source' if source is None else 'target'} parameter")
         if source != "auto" and source not in self.sources:
-            raise LibreTranslateError(f"{source} is not supported: {self.pair}")
-        if target != self.tgt:
-            raise LibreTranslateError(f"{target} is not supported: {self.pair}")
+            raise LibreTranslateError(f"{source} is not supported: {self.pairs}")
+        if target not in self.targets:
+            raise LibreTranslateError(f"{target} is not supported: {self.pairs}")
+        if source != "auto" and self.models.route(source, target) is None:
+            raise LibreTranslateError(f"{source} to {target} is not supported: {self.pairs}")
         if fields.get("format", "text") != "text":
             raise LibreTranslateError(f"format {fields['format']} is not supported: this server translates plain text")
         # A whole number, or its digits as a form sends them (and some JSON clients); never a bool or 1.5.
@@ -209,26 +218,39 @@ class LibreTranslate:
                                       f"not {fields.get('alternatives')!r}")
         api_key_is_text(fields)
 
-        counts, lines = lines_of(texts)
+        # Each text's source language (detected among those that reach the target), then the texts
+        # grouped by it, each group along its route.
+        detected = [detect(text, self.models.sources_for(target))[0] for text in texts] if source == "auto" else None
+        languages = [d.language for d in detected] if detected else [source] * len(texts)
+        groups = {language: [i for i, lang in enumerate(languages) if lang == language] for language in languages}
+        routes = {language: self._route(language, target) for language in groups}
         n_best = alternatives + 1
-        nbests = texts_of(counts, await self.decode_nbest(request, lines, max(self.default_beam, n_best), n_best),
-                          n_best)
+        lined = {language: lines_of([texts[i] for i in members]) for language, members in groups.items()}
+        decoded = await self.decode(request, [(routes[language], lined[language][1]) for language in groups], n_best)
+        nbests: list[list[Translation]] = [[] for _ in texts]
+        for (language, members), group_nbests in zip(groups.items(), decoded, strict=True):
+            for i, nbest in zip(members, texts_of(lined[language][0], group_nbests, n_best), strict=True):
+                nbests[i] = nbest
         # [text][rank]; a rank a text lacks (an empty text has one translation) repeats its last.
         ranked = [[nbest[min(rank, len(nbest) - 1)].text for rank in range(n_best)] for nbest in nbests]
         answer: dict[str, Any] = {"translatedText": ranked[0][0] if isinstance(q, str) else [r[0] for r in ranked]}
         if alternatives:
             answer["alternatives"] = ranked[0][1:] if isinstance(q, str) else [r[1:] for r in ranked]
-        if source == "auto":
-            answer["detectedLanguage"] = (self._detected(q) if isinstance(q, str)
-                                          else [self._detected(text) for text in texts])
+        if detected:
+            found = [{"language": d.language, "confidence": d.confidence} for d in detected]
+            answer["detectedLanguage"] = found[0] if isinstance(q, str) else found
+        pivots = {route.pivot for route in routes.values() if route.pivot is not None}
+        if pivots:
+            answer["pivot"] = pivots.pop()
         return answer
 
-    def _detected(self, text: str) -> dict[str, Any]:
-        best = detect(text, self.sources)[0]
-        return {"language": best.language, "confidence": best.confidence}
+    def _route(self, source: str, target: str) -> Route:
+        route = self.models.route(source, target)
+        assert route is not None          # checked above, or detected among the sources that reach the target
+        return route
 
     async def detect_language(self, request: Request) -> list[dict[str, Any]]:
-        """LibreTranslate's detect: `q`, a text (JSON or a form) -> the model's source languages, likeliest
+        """LibreTranslate's detect: `q`, a text (JSON or a form) -> the server's source languages, likeliest
         first, with confidences in percent; detection picks only among those (see the serving docs)."""
         fields = _fields(request)
         api_key_is_text(fields)
@@ -240,9 +262,8 @@ class LibreTranslate:
         return [{"language": d.language, "confidence": d.confidence} for d in detect(q, self.sources)]
 
     async def languages(self) -> list[dict[str, Any]]:
-        """The languages this server translates from and into."""
-        return [{**_named(code), "targets": [self.tgt] if code in self.sources else []}
-                for code in [*self.sources, *([self.tgt] if self.tgt not in self.sources else [])]]
+        """The languages this server translates from and into, each with the languages it reaches."""
+        return [{**_named(code), "targets": self.models.targets_of(code)} for code in self.models.languages()]
 
     async def frontend_settings(self) -> dict[str, Any]:
         """What LibreTranslate's web front end (and clients that ask first) read: limits, keys, languages."""

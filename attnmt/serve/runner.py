@@ -20,6 +20,7 @@ from ..config import ServeConfig, validate_serve
 from ..errors import AttnmtError
 from ..translate import TextTranslator
 from .app import create_app
+from .models import ModelSet
 
 
 def logging_config(access_log: bool) -> dict[str, Any]:
@@ -59,18 +60,16 @@ class Server(uvicorn.Server):
             self.loop.call_soon_threadsafe(self.stopping.set)
 
 
-def serve(translator: TextTranslator, host: str, port: int, limits: ServeConfig, log: Callable[[str], None] = print,
-          name: str = "the model", keys: Optional[KeyFile] = None, access_log: bool = True) -> None:
-    """Serve the translator's model (`name` in the log) until SIGTERM or SIGINT: the requests in flight
-    are answered, the log's last line says the server stopped, then serve() returns (SIGTERM) or
-    raises KeyboardInterrupt (SIGINT). Port 0 picks a free port (printed). With `keys`, translating
-    needs a key; SIGHUP reads the key file again. With `access_log`, each request is logged on stdout
-    (uvicorn's access log)."""
+def serve(models: TextTranslator | ModelSet, host: str, port: int, limits: ServeConfig,
+          log: Callable[[str], None] = print, keys: Optional[KeyFile] = None, access_log: bool = True) -> None:
+    """Serve one translator or a set of models until SIGTERM or SIGINT: the requests in flight are
+    answered, the log's last line says the server stopped, then serve() returns (SIGTERM) or raises
+    KeyboardInterrupt (SIGINT). The log's first line is the address; port 0 picks a free port. With
+    `keys`, translating needs a key; SIGHUP reads the key file again. With `access_log`, each request
+    is logged on stdout (uvicorn's access log)."""
     validate_serve(limits)
-    note = translator.precision_note()
-    if note:
-        log(f"attnmt serve: {note}")
-    app = create_app(translator, limits, keys)
+    models = models if isinstance(models, ModelSet) else ModelSet.one(models, "the model")
+    app = create_app(models, limits, keys)
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
@@ -111,7 +110,10 @@ def serve(translator: TextTranslator, host: str, port: int, limits: ServeConfig,
     previous = {signum: signal.signal(signum, handler) for signum, handler in handlers.items()} if main_thread else {}
     try:
         shown = f"[{host}]" if ":" in host else host
-        log(f"attnmt serve: {name} on http://{shown}:{sock.getsockname()[1]}/ (Ctrl-C stops)")
+        what = models.first.path if len(models.models) == 1 else f"{len(models.models)} models"
+        log(f"attnmt serve: {what} on http://{shown}:{sock.getsockname()[1]}/ (Ctrl-C stops)")
+        for line in model_lines(models):
+            log(f"attnmt serve: {line}")
         if keys is not None:
             log(f"attnmt serve: API keys read from {keys.path}: {len(keys.keys)}; translating needs one")
         try:
@@ -125,3 +127,23 @@ def serve(translator: TextTranslator, host: str, port: int, limits: ServeConfig,
     log(f"attnmt serve: stopped ({stopped_by[0]})" if stopped_by else "attnmt serve: stopped")
     if stopped_by[:1] == ["SIGINT"]:
         raise KeyboardInterrupt  # Ctrl-C ends as Ctrl-C: the CLI says it was interrupted (exit 130)
+
+
+def model_lines(models: ModelSet) -> list[str]:
+    """What the log says of each model (its languages, engine and precision, and what loading it cost),
+    of a pair another model shadows on LibreTranslate's API, and of the pivot."""
+    lines = []
+    for model in models.models.values():
+        engine = model.translator.engine_info()
+        cost = "" if model.load_s is None else f", loaded in {model.load_s:.1f} s"
+        cost += "" if model.rss_mb is None else f", +{model.rss_mb:.0f} MB resident"
+        lines.append(f"{model.name}: {model.pairs()}, {engine.engine} {engine.precision}{cost} ({model.path})")
+        note = model.translator.precision_note()
+        if note:
+            lines.append(f"{model.name}: {note}")
+    for model, pair, first in models.shadowed:
+        lines.append(f"{model.name}: {pair} goes to {first.name} on LibreTranslate's API (listed first); "
+                     f"{model.name} answers requests that name it")
+    if models.pivot is not None:
+        lines.append(f"pairs no model translates go through {models.pivot} where two models make the way")
+    return lines

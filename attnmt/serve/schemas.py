@@ -26,6 +26,8 @@ class TranslateRequest(BaseModel):
     alignments: bool = Field(False, description="include word alignments between each sentence and its best "
                                                 "translation (words split at spaces): the model's aligner where its "
                                                 "file holds one (attnmt train-aligner), else attention's argmax")
+    model: Optional[str] = Field(None, description="the model to translate with, by its name in GET /models "
+                                                   "(needed when the server has several)")
 
     @model_validator(mode="after")
     def _one_input(self) -> "TranslateRequest":
@@ -108,6 +110,8 @@ class ExplainRequest(BaseModel):
                                                                       f"baseline to the input (default {IG_STEPS}); "
                                                                       f"at most the server's max_ig_steps (GET "
                                                                       f"/model's limits), else 422")
+    model: Optional[str] = Field(None, description="the model to explain, by its name in GET /models (needed "
+                                                   "when the server has several)")
 
 
 def described(descriptions: dict[str, str]) -> ConfigDict:
@@ -185,6 +189,12 @@ class AttributionResponse(Attribution):
 
 
 class ModelInfo(BaseModel):
+    name: str = Field(description="what requests call it (`model`): its NAME= or models-file name, else its file's")
+    models: list[str] = Field(description="the names of all the server's models, in the order they were given")
+    load_s: Optional[float] = Field(description="seconds it took to load, at the server's start; null where the "
+                                                "server was given it loaded (create_app)")
+    rss_mb: Optional[float] = Field(description="the resident memory (MB) the server grew by while loading it; null "
+                                                "where not measured or the system does not say")
     src_lang: str = Field(description="data.src_lang: the source side of the training files")
     source_languages: list[str] = Field(description="the languages the model reads (data.source_languages, "
                                                     "or src_lang)")
@@ -208,6 +218,9 @@ class ModelInfo(BaseModel):
                                                    "[layers, heads]; none without attention")
     limits: dict[str, int | float] = Field(description="the server's limits (ServeConfig), max_tokens as enforced")
 
+
+MODEL_RESPONSES: dict[int | str, dict[str, Any]] = {
+    422: {"model": ErrorResponse, "description": "`name` is not one of the server's models"}}
 
 # What BodyLimit answers before a route reads the body: any route a body is sent to may answer it.
 BODY_LIMIT_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -236,8 +249,9 @@ TRANSLATE_RESPONSES: dict[int | str, dict[str, Any]] = {
     **ERROR_RESPONSES,
     422: {"model": ErrorResponse, "description": "a field missing or of the wrong type, or options out of range; "
                                                  "alignments asked of a model with neither attention nor an aligner, "
-                                                 "or of a text of several lines"},
-    501: {"model": ErrorResponse, "description": "alignments asked of a server whose engine (CTranslate2) cannot "
+                                                 "or of a text of several lines; a `model` the server does not have, "
+                                                 "or none named on a server of several"},
+    501: {"model": ErrorResponse, "description": "alignments asked of a model whose engine (CTranslate2) cannot "
                                                  "align words"},
 }
 # /explain's: what it cannot explain, or would take too long to attribute.
@@ -246,6 +260,7 @@ EXPLAIN_RESPONSES: dict[int | str, dict[str, Any]] = {
     422: {"model": ErrorResponse, "description": "a field missing or of the wrong type, or options out of range: "
                                                  "an empty sentence or target, a step past the translation's end, a "
                                                  "contrast the target vocabulary lacks; or an attribution over the "
-                                                 "server's max_ig_steps or max_attribution_work"},
-    501: {"model": ErrorResponse, "description": "this server's engine (CTranslate2) gives no per-step numbers"},
+                                                 "server's max_ig_steps or max_attribution_work; a `model` the "
+                                                 "server does not have, or none named on a server of several"},
+    501: {"model": ErrorResponse, "description": "the model's engine (CTranslate2) gives no per-step numbers"},
 }
