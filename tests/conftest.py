@@ -127,11 +127,13 @@ def server_process(model: Path, *flags: str) -> Iterator[tuple[str, subprocess.P
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                env={**os.environ, "PYTHONIOENCODING": "utf-8"})
     try:
-        line = process.stdout.readline()
+        # The models' lines come first, as each loads; then the address.
+        while (line := process.stdout.readline()).startswith("attnmt serve: ") and " on http://" not in line:
+            pass
         url = re.search(r"http://\S+:\d+/", line)
         if not url:  # stop it first: reading a running server's stderr would wait for ever
             process.terminate()
-            raise AssertionError(f"the first line is not the address: {line!r}; stderr: {process.communicate(timeout=30)[1]}")
+            raise AssertionError(f"no address in the log: {line!r}; stderr: {process.communicate(timeout=30)[1]}")
         yield url.group(), process
     finally:
         process.terminate()

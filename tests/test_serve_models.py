@@ -7,13 +7,15 @@ Transformer as en -> fr, and the Transformer again, exported to CTranslate2, as 
 
 import dataclasses
 import json
+import subprocess
+import sys
 import urllib.error
 from pathlib import Path
 from typing import Iterator
 
 import httpx
 import pytest
-from conftest import server_process, serving
+from conftest import serving
 from fastapi.testclient import TestClient
 
 from attnmt.access import KeyFile
@@ -233,12 +235,15 @@ def test_a_model_that_fails_to_load_stops_the_start_in_one_line(models, tmp_path
     assert "--pivot it: no model translates from or into it" in capsys.readouterr().err
 
 
-def test_the_log_says_what_each_model_costs(models):
-    with server_process(models["de_en"], str(models["en_fr"]), "--no-access-log") as (url, process):
-        assert process.args[-2:] == ["--port", "0"]
-        assert httpx.get(url + "health").status_code == 200
+def test_the_log_says_what_each_model_costs_as_it_loads(models):
+    process = subprocess.Popen([sys.executable, "-m", "attnmt", "serve", str(models["de_en"]), str(models["en_fr"]),
+                                "--pivot", "en", "--port", "0", "--no-access-log"], stdout=subprocess.PIPE, text=True)
+    try:
+        lines = [process.stdout.readline() for _ in range(4)]
+    finally:
         process.terminate()
-        out, _ = process.communicate(timeout=30)
-    lines = out.splitlines()                       # after the address, which server_process read
+        process.wait(timeout=30)
     assert lines[0].startswith("attnmt serve: de_en: de to en, attnmt fp32, loaded in ") and "MB resident" in lines[0]
     assert lines[1].startswith("attnmt serve: en_fr: en to fr, attnmt fp32, loaded in ")
+    assert lines[2] == "attnmt serve: pairs no model translates go through en where two models make the way\n"
+    assert lines[3].startswith("attnmt serve: 2 models on http://")

@@ -36,7 +36,7 @@ def test_the_images_entry_point_is_a_serve_command_attnmt_accepts():
     command = json.loads(instruction("ENTRYPOINT"))
     assert command[:2] == ["attnmt", "serve"]
     args = build_parser().parse_args(command[1:])
-    assert (args.model, args.host, args.port) == ("/models/model.safetensors", "0.0.0.0", 8000)
+    assert (args.models, args.host, args.port) == (["/models/model.safetensors"], "0.0.0.0", 8000)
     assert instruction("EXPOSE") == "8000"
     assert instruction("USER") not in ("root", "0")
     # The CPU build of torch, before attnmt, so that attnmt's install never pulls a CUDA build.

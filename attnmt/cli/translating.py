@@ -152,12 +152,13 @@ def _serve(args: argparse.Namespace) -> None:
 
     limits = ServeConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(ServeConfig)})
     validate_serve(limits)  # the flags, the models' list and the key file are refused before a model loads
-    specs = model_specs(args.models)
     keys = KeyFile(args.api_keys, log) if args.api_keys else None
+    specs = model_specs(args.models)
 
     def load(spec: ModelSpec) -> TextTranslator:
         overrides = {"precision": spec.precision or args.precision, "engine": spec.engine or args.engine}
         return load_translator(argparse.Namespace(**{**vars(args), **overrides}), spec.path)
 
-    models = ModelSet(load_models(specs, load, limits.max_models), args.pivot)
+    models = ModelSet(load_models(specs, load, limits.max_models, log=lambda line: log(f"attnmt serve: {line}")),
+                      args.pivot)
     serve(models, args.host, args.port, limits, log=log, keys=keys, access_log=args.access_log)

@@ -136,6 +136,16 @@ class ServedModel:
         """"de, fr to en"."""
         return f"{', '.join(self.sources)} to {self.target}"
 
+    def lines(self) -> list[str]:
+        """What the server's log says of it: languages, engine and precision, what loading it cost, and a
+        warning on its precision if there is one."""
+        engine = self.translator.engine_info()
+        cost = "" if self.load_s is None else f", loaded in {self.load_s:.1f} s"
+        cost += "" if self.rss_mb is None else f", +{self.rss_mb:.0f} MB resident"
+        note = self.translator.precision_note()
+        return [f"{self.name}: {self.pairs()}, {engine.engine} {engine.precision}{cost} ({self.path})",
+                *([f"{self.name}: {note}"] if note else [])]
+
 
 def resident_mb() -> Optional[float]:
     """This process's resident memory in MB (Linux), or None."""
@@ -149,10 +159,11 @@ def resident_mb() -> Optional[float]:
     return None
 
 
-def load_models(specs: list[ModelSpec], load: Callable[[ModelSpec], TextTranslator], max_models: int
-                ) -> list[ServedModel]:
-    """Every model loaded by `load`, timed and measured; the first that fails to load ends it with
-    one line naming its file (no server starts with some of its models)."""
+def load_models(specs: list[ModelSpec], load: Callable[[ModelSpec], TextTranslator], max_models: int,
+                log: Callable[[str], None] = lambda _: None) -> list[ServedModel]:
+    """Every model loaded by `load`, timed and measured, a line logged as each is ready
+    (`ServedModel.line`); the first that fails to load ends it with one line naming its file (no
+    server starts with some of its models)."""
     if len(specs) > max_models:
         raise AttnmtError(f"{len(specs)} models to serve; the limit is {max_models} (--max-models)")
     served = []
@@ -166,6 +177,8 @@ def load_models(specs: list[ModelSpec], load: Callable[[ModelSpec], TextTranslat
         seconds, after = time.perf_counter() - start, resident_mb()
         rss = None if before is None or after is None else max(after - before, 0.0)
         served.append(ServedModel(spec.name, spec.path, translator, seconds, rss))
+        for line in served[-1].lines():
+            log(line)
     return served
 
 
@@ -243,6 +256,14 @@ class ModelSet:
     def languages(self) -> list[str]:
         """Every language read or written, sources first."""
         return list(dict.fromkeys([*self.sources(), *(target for _, target in self.direct)]))
+
+    def notes(self) -> list[str]:
+        """What the log says of the set: a pair another model shadows on LibreTranslate's API, and the pivot."""
+        lines = [f"{model.name}: {pair} goes to {first.name} on LibreTranslate's API (listed first); {model.name} "
+                 f"answers requests that name it" for model, pair, first in self.shadowed]
+        if self.pivot is not None:
+            lines.append(f"pairs no model translates go through {self.pivot} where two models make the way")
+        return lines
 
     def pairs(self) -> str:
         """What the server translates, for a refusal: "de to en" or "de to en; en to de, through en: de to fr"."""

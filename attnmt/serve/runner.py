@@ -64,11 +64,17 @@ def serve(models: TextTranslator | ModelSet, host: str, port: int, limits: Serve
           log: Callable[[str], None] = print, keys: Optional[KeyFile] = None, access_log: bool = True) -> None:
     """Serve one translator or a set of models until SIGTERM or SIGINT: the requests in flight are
     answered, the log's last line says the server stopped, then serve() returns (SIGTERM) or raises
-    KeyboardInterrupt (SIGINT). The log's first line is the address; port 0 picks a free port. With
+    KeyboardInterrupt (SIGINT). The log says the address it listens on; port 0 picks a free port. With
     `keys`, translating needs a key; SIGHUP reads the key file again. With `access_log`, each request
-    is logged on stdout (uvicorn's access log)."""
+    is logged on stdout (uvicorn's access log). A ModelSet's models said their lines as they loaded
+    (load_models); the address is the last line before the requests'."""
     validate_serve(limits)
-    models = models if isinstance(models, ModelSet) else ModelSet.one(models, "the model")
+    if not isinstance(models, ModelSet):                 # one translator, loaded by the caller: its lines here
+        models = ModelSet.one(models, "the model")
+        for line in models.first.lines()[1:]:
+            log(f"attnmt serve: {line}")
+    for line in models.notes():
+        log(f"attnmt serve: {line}")
     app = create_app(models, limits, keys)
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -112,8 +118,6 @@ def serve(models: TextTranslator | ModelSet, host: str, port: int, limits: Serve
         shown = f"[{host}]" if ":" in host else host
         what = models.first.path if len(models.models) == 1 else f"{len(models.models)} models"
         log(f"attnmt serve: {what} on http://{shown}:{sock.getsockname()[1]}/ (Ctrl-C stops)")
-        for line in model_lines(models):
-            log(f"attnmt serve: {line}")
         if keys is not None:
             log(f"attnmt serve: API keys read from {keys.path}: {len(keys.keys)}; translating needs one")
         try:
@@ -128,22 +132,3 @@ def serve(models: TextTranslator | ModelSet, host: str, port: int, limits: Serve
     if stopped_by[:1] == ["SIGINT"]:
         raise KeyboardInterrupt  # Ctrl-C ends as Ctrl-C: the CLI says it was interrupted (exit 130)
 
-
-def model_lines(models: ModelSet) -> list[str]:
-    """What the log says of each model (its languages, engine and precision, and what loading it cost),
-    of a pair another model shadows on LibreTranslate's API, and of the pivot."""
-    lines = []
-    for model in models.models.values():
-        engine = model.translator.engine_info()
-        cost = "" if model.load_s is None else f", loaded in {model.load_s:.1f} s"
-        cost += "" if model.rss_mb is None else f", +{model.rss_mb:.0f} MB resident"
-        lines.append(f"{model.name}: {model.pairs()}, {engine.engine} {engine.precision}{cost} ({model.path})")
-        note = model.translator.precision_note()
-        if note:
-            lines.append(f"{model.name}: {note}")
-    for model, pair, first in models.shadowed:
-        lines.append(f"{model.name}: {pair} goes to {first.name} on LibreTranslate's API (listed first); "
-                     f"{model.name} answers requests that name it")
-    if models.pivot is not None:
-        lines.append(f"pairs no model translates go through {models.pivot} where two models make the way")
-    return lines
