@@ -1,6 +1,8 @@
 """The attention explorer in headless Chromium, against `attnmt serve` on 127.0.0.1 with a tiny model."""
 
 import contextlib
+import dataclasses
+import json
 import shutil
 from pathlib import Path
 from typing import Callable, Iterator, Optional
@@ -9,6 +11,9 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 from conftest import serving
+
+from attnmt.modelfile import read_model, save_model
+from attnmt.translate import Translator
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
@@ -89,6 +94,7 @@ def translate_on_page(page, text: str) -> None:
 
 def test_translate_heatmap_and_hover(page, server):
     page.wait_for_function("document.querySelector('#model-info').textContent.includes('de \u2192 en')")
+    assert page.locator("#model-picker").is_hidden()        # one model: nothing to pick
     translate_on_page(page, "3. Oktober 1990")
     expected = httpx.post(server + "translate", json={"text": "3. Oktober 1990", "attention": True}).json()
     result = expected["results"][0]
@@ -307,3 +313,73 @@ def test_the_step_panel_shows_attribution_under_attention(page, server):
     screenshot(page, "attribution_panel.png")
     page.select_option("#attribution", "off")
     assert page.locator("#attribution-view").is_hidden()
+
+
+def relabelled(model: Path, folder: Path, source: str, target: str) -> Path:
+    """A copy of `model` that says it translates `source` into `target`, served as the folder's name."""
+    description, weights, _ = read_model(model)
+    data = dataclasses.replace(description.config.data, src_lang=source, source_languages="", tgt_lang=target)
+    description = dataclasses.replace(description, config=dataclasses.replace(description.config, data=data))
+    folder.mkdir(parents=True)
+    save_model(folder / "model.safetensors", description, weights)
+    return folder / "model.safetensors"
+
+
+def test_the_model_picker_translates_and_explains_with_the_model_picked(browser, dates_model, transformer_dates_model,
+                                                                        tmp_path):
+    """A server of two models: the RNN as de_en, the Transformer as en_fr. The page shows the first,
+    translates and explains with the one picked (its languages, its maps, its numbers) and goes back."""
+    models = {"de_en": relabelled(dates_model, tmp_path / "de_en", "de", "en"),
+              "en_fr": relabelled(transformer_dates_model, tmp_path / "en_fr", "en", "fr")}
+    greedy = {name: Translator.load(path, "cpu") for name, path in models.items()}   # the page decodes greedily
+    candidates = ["May 5, 2001", "3. Oktober 1990", "the 21st of June 1975", "Samstag, den 14. März 2026",
+                  "July 4, 1776", "Montag, 1. Januar 2024"]
+    answers = {name: [t.text for t in translator.translate(candidates, beam_size=1)] for name, translator in greedy.items()}
+    # Sentences the two models translate apart: a page that sent every request to the first model fails.
+    texts = [text for text, a, b in zip(candidates, answers["de_en"], answers["en_fr"]) if a != b]
+    assert len(texts) >= 2, answers
+    expected = {name: dict(zip(candidates, answers[name])) for name in models}
+
+    with serving(models["de_en"], str(models["en_fr"])) as url, browsing(browser, url) as page:
+        sent: list[tuple[str, str]] = []      # (path, model) of each request to /translate and /explain
+        page.on("request", lambda request: sent.append((urlsplit(request.url).path, json.loads(request.post_data)["model"]))
+                if urlsplit(request.url).path in ("/translate", "/explain") else None)
+        page.wait_for_function("document.querySelector('#model-info').textContent.includes('de \u2192 en')")
+        assert page.locator("#model-picker").is_visible() and page.input_value("#model") == "de_en"
+        assert values(page, "#model option") == ["de_en", "en_fr"]
+        assert page.get_by_label("Model").evaluate("node => node.id") == "model"    # the label names the picker
+        translate_on_page(page, texts[0])
+        assert page.inner_text("#translation") == expected["de_en"][texts[0]]
+        assert page.locator("#map-controls").is_hidden()                          # the RNN: one map
+
+        # The Transformer: its languages, the sentence in the box translated again by it, its maps.
+        page.select_option("#model", "en_fr")
+        page.wait_for_function("document.querySelector('#model-info').textContent.includes('en \u2192 fr')")
+        page.wait_for_function("text => document.querySelector('#output').dataset.source === text", arg=texts[0])
+        assert page.inner_text("#translation") == expected["en_fr"][texts[0]]
+        assert page.locator("#layer").is_visible() and values(page, "#layer option") == ["1", "2"]
+        translate_on_page(page, texts[1])
+        assert page.inner_text("#translation") == expected["en_fr"][texts[1]]
+        screenshot(page, "explorer_models.png")
+
+        # Its explain panel: the Transformer's cross-attention, last layer, head 1 (the mean has no scores).
+        page.click('#heatmap .tok.out[data-row="1"]')
+        page.wait_for_function("document.querySelector('#explain').dataset.step === '2'")
+        assert "cross attention, layer 2, head 1" in page.inner_text("#explain-title")
+        step = httpx.post(url + "explain", json={"text": texts[1], "model": "en_fr", "attention": "cross", "layer": 2,
+                                                  "head": 1}).json()["steps"][1]
+        weights = [float(w) for w in page.locator("#explain-table tbody td:nth-child(3)").all_inner_texts()]
+        assert weights == pytest.approx(step["weights"], abs=1e-4)
+
+        # Back to the RNN: the Transformer's panel and pickers go, the sentence is the RNN's again.
+        page.select_option("#model", "de_en")
+        assert page.locator("#explain").is_hidden()
+        page.wait_for_function("document.querySelector('#model-info').textContent.includes('de \u2192 en')")
+        page.wait_for_function("text => document.querySelector('#output').dataset.source === text", arg=texts[1])
+        assert page.inner_text("#translation") == expected["de_en"][texts[1]]
+        assert page.locator("#map-controls").is_hidden()
+
+    # Every request named the model picked when it was sent (a run of each, in the order they were picked).
+    runs = [model for k, (_, model) in enumerate(sent) if k == 0 or sent[k - 1][1] != model]
+    assert runs == ["de_en", "en_fr", "de_en"], sent
+    assert ("/explain", "en_fr") in sent

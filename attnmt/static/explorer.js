@@ -15,7 +15,11 @@
   let pinned = null;        // a token or cell clicked: its highlight stays until the next click
   let inFlight = null;      // AbortController of the request in flight
   let timer = null;
-  let model = null;         // /model: the family, its sizes, the engine's maps (name -> [layers, heads])
+  // /model of the model chosen: its name, family, sizes, the engine's maps (name -> [layers, heads]);
+  // null while it is being read (translate waits for it).
+  let model = null;
+  let modelLoads = 0;       // the /model reads asked for: an answer counts only if no model was picked after it
+  const modelSelect = $("model");
   // The page reads what a model can show from /model's maps alone, never from its family.
   const mapSelect = $("map"), layerSelect = $("layer"), headSelect = $("head");
   const methodSelect = $("attribution"), igStepsInput = $("ig-steps"), contrastInput = $("contrast");
@@ -65,32 +69,79 @@
     setStatus("");
   }
 
-  async function loadModel() {
+  // Read what the model `name` is and can show, or the server's first model where no name is given
+  // (the plain /model: a one-model server's page asks what it always asked), and set the page up for it.
+  async function loadModel(name) {
+    const asked = ++modelLoads;
     try {
-      const response = await fetch("/model");
+      const response = await fetch(name ? `/model?name=${encodeURIComponent(name)}` : "/model");
       const info = await response.json();
-      const family = info.architecture.summary || info.arch;
-      $("model-info").textContent =
-        `${info.source_languages.join(", ")} \u2192 ${info.tgt_lang} \u00b7 ${family} \u00b7 ${info.tokenizer} tokens \u00b7 ` +
-        `vocabularies ${info.src_vocab_size} / ${info.tgt_vocab_size}`;
-      beamInput.max = info.limits.max_beam;
-      igStepsInput.max = info.limits.max_ig_steps;
-      source.maxLength = info.limits.max_chars;
-      model = info;
-      $("explain-hint").hidden = !info.explains;
-      if (mapChoices()) {
-        $("map-controls").hidden = false;
-        mapSelect.replaceChildren(...Object.keys(drawnMaps()).map((name) => {
-          const option = element("option", "", MAPS[name].label);
-          option.value = name;
-          return option;
-        }));
-        fillPickers();
-      }
+      if (!response.ok) throw new Error(info.error || `HTTP ${response.status}`);
+      if (asked !== modelLoads) return;       // another model was picked meanwhile: its answer is the one to show
+      showModel(info);
+      if (source.value.trim()) translate();   // the sentence in the box, now by the model chosen
     } catch (err) {
-      showError(`cannot reach the server: ${err.message}`);
+      if (asked !== modelLoads) return;
+      showError(name ? `model ${name}: ${err.message}` : `cannot reach the server: ${err.message}`);
     }
   }
+
+  function showModel(info) {
+    model = info;
+    // Every model's info names them all; the picker shows only where there is a choice.
+    modelSelect.replaceChildren(...info.models.map((name) => {
+      const option = element("option", "", name);
+      option.value = name;
+      return option;
+    }));
+    modelSelect.value = info.name;
+    $("model-picker").hidden = info.models.length < 2;
+    const family = info.architecture.summary || info.arch;
+    $("model-info").textContent =
+      `${info.source_languages.join(", ")} \u2192 ${info.tgt_lang} \u00b7 ${family} \u00b7 ${info.tokenizer} tokens \u00b7 ` +
+      `vocabularies ${info.src_vocab_size} / ${info.tgt_vocab_size}`;
+    beamInput.max = info.limits.max_beam;
+    igStepsInput.max = info.limits.max_ig_steps;
+    source.maxLength = info.limits.max_chars;
+    $("explain-hint").hidden = !info.explains;
+    // Set for every model, not only the first: the last model's pickers must not outlive it.
+    $("map-controls").hidden = !mapChoices();
+    if (mapChoices()) {
+      mapSelect.replaceChildren(...Object.keys(drawnMaps()).map((name) => {
+        const option = element("option", "", MAPS[name].label);
+        option.value = name;
+        return option;
+      }));
+      fillPickers();
+    }
+  }
+
+  // What is on display belongs to the model shown until now: it goes, and so do the requests on their way.
+  function clearResults() {
+    clearTimeout(timer);
+    if (inFlight) inFlight.abort();
+    if (attributing) attributing.abort();
+    model = null;
+    result = attention = pinned = null;
+    explanation = explanationKey = null;
+    grid.replaceChildren();
+    $("nbest-list").replaceChildren();
+    $("translation").textContent = "";
+    for (const id of ["output", "explain", "attribution-view", "error"]) $(id).hidden = true;
+    // The marks tests wait on: a wait must not be met by the last model's result.
+    delete $("output").dataset.source;
+    delete $("explain").dataset.step;
+    delete $("attribution-table").dataset.step;
+    delete $("attribution-table").dataset.method;
+    setStatus("");
+  }
+
+  modelSelect.addEventListener("change", () => {
+    const name = modelSelect.value;
+    clearResults();
+    $("model-info").textContent = `loading ${name}\u2026`;
+    loadModel(name);
+  });
 
   function fillOptions(select, values, chosen) {
     select.replaceChildren(...values.map((value) => {
@@ -121,7 +172,7 @@
     clearTimeout(timer);
     const text = source.value.trim();
     if (inFlight) inFlight.abort();
-    if (!text) return;
+    if (!text || !model) return;   // without the model's /model yet, loadModel translates once it answers
     inFlight = new AbortController();
     const { beam, n_best } = options();
     const started = performance.now();
@@ -131,8 +182,10 @@
         method: "POST",
         headers: { "Content-Type": "application/json" },
         // A text of several lines is translated line by line: one block-diagonal matrix, no maps.
-        body: JSON.stringify({ text, beam, n_best, attention: true, maps: !text.includes("\n") && mapChoices(),
-                               alignments: Boolean(model && model.alignments) && !text.includes("\n") }),
+        // `model` always: a server of several models refuses a request without it, one model takes its own name.
+        body: JSON.stringify({ text, model: model.name, beam, n_best, attention: true,
+                               maps: !text.includes("\n") && mapChoices(),
+                               alignments: Boolean(model.alignments) && !text.includes("\n") }),
         signal: inFlight.signal,
       });
       const body = await response.json();
@@ -304,7 +357,7 @@
     pinned = target && target !== pinned ? target : null;
     highlight(pinned || target);
     const steps = !pickedMap() || MAPS[pickedMap()].steps;   // not the encoder's map: its rows are the source
-    if (target && target.classList.contains("out") && steps && model.explains) {
+    if (target && target.classList.contains("out") && steps && model && model.explains) {
       explainStep(Number(target.dataset.row));
     }
   });
@@ -316,7 +369,7 @@
   function explainView() {
     const map = pickedMap();
     return {
-      text: $("output").dataset.source, attention: map || "cross",
+      text: $("output").dataset.source, model: model.name, attention: map || "cross",
       layer: map ? Number(layerSelect.value) : null,
       head: map ? (headSelect.value === "mean" ? 1 : Number(headSelect.value)) : null,
     };
@@ -326,19 +379,21 @@
     if (!("cross" in model.maps)) return;   // a model without attention: no step's attention to explain
     const view = explainView();
     const key = JSON.stringify(view);
+    const load = modelLoads;
     try {
       if (key !== explanationKey) {
         const response = await fetch("/explain", {
           method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(view),
         });
         const body = await response.json();
+        if (load !== modelLoads) return;   // another model was picked meanwhile: this step is not on display
         if (!response.ok) throw new Error(body.error || `HTTP ${response.status}`);
         explanation = body;
         explanationKey = key;
       }
       showStep(Math.min(row, explanation.steps.length - 1), view);
     } catch (err) {
-      showError(err.message);
+      if (load === modelLoads) showError(err.message);
     }
   }
 
@@ -394,7 +449,7 @@
 
   function attributionRequest(step) {
     const cross = pickedMap() === "cross";   // the map on display; else align's default
-    const request = { text: $("output").dataset.source, attribution: methodSelect.value, step,
+    const request = { text: $("output").dataset.source, model: model.name, attribution: methodSelect.value, step,
                       layer: cross ? Number(layerSelect.value) : null,
                       head: cross && headSelect.value !== "mean" ? Number(headSelect.value) : null };
     if (methodSelect.value === "ig") request.ig_steps = Number(igStepsInput.value) || 50;
