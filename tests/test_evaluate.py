@@ -1,5 +1,6 @@
 """Scores: exact match against any reference, BLEU by source length, evaluation on a training split."""
 
+import dataclasses
 import logging
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from test_cli import assert_one_line_error, attnmt
 from attnmt.config import config_from_dict
 from attnmt.data import load_corpus
 from attnmt.evaluate import bleu_by_length, bucket_labels, corpus_scores, exact_match_any
+from attnmt.modelfile import read_model, save_model
 from attnmt.plot import missing_glyphs
 from attnmt.prepare import load_split
 
@@ -78,6 +80,20 @@ def test_evaluate_needs_one_kind_of_input(dates_model, tmp_path):
     assert_one_line_error(attnmt("evaluate", str(dates_model), "--src", str(src), "--split", "test"),
                           "--src and --ref, or --split")
     assert_one_line_error(attnmt("evaluate", str(dates_model), "--split", "test", "--buckets", "5,x"), "--buckets")
+
+
+def test_a_split_whose_data_is_not_here_names_what_to_give(dates_model, tmp_path):
+    # A model trained on a file that is not on this machine: the error names --data, or the model's
+    # data.path with the flag that moves it.
+    description, weights, _ = read_model(dates_model)
+    data = dataclasses.replace(description.config.data, format="tsv", path=str(tmp_path / "gone.tsv"))
+    moved = tmp_path / "moved.safetensors"
+    save_model(moved, dataclasses.replace(description, config=dataclasses.replace(description.config, data=data)), weights)
+    assert_one_line_error(attnmt("evaluate", str(moved), "--split", "test"), f"data.path: {tmp_path / 'gone.tsv'}",
+                          "give --data where the data is on this machine")
+    given = attnmt("evaluate", str(moved), "--split", "test", "--data", str(tmp_path / "x.tsv"))
+    assert_one_line_error(given, f"attnmt: error: --data: {tmp_path / 'x.tsv'}")
+    assert "data.path" not in given.stderr
 
 
 def test_missing_glyphs_names_what_no_font_draws():

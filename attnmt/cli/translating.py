@@ -81,7 +81,6 @@ def add_evaluate(commands: Commands) -> None:
 
 def _evaluate(args: argparse.Namespace) -> None:
     from ..evaluate import LENGTH_EDGES, Evaluation, chart_by_length, evaluate, parse_length_edges
-    from ..prepare import load_split
 
     if (args.split is None) == (args.src is None) or (args.src is None) != (args.ref is None):
         raise AttnmtError("evaluate needs either --src and --ref, or --split")
@@ -93,7 +92,7 @@ def _evaluate(args: argparse.Namespace) -> None:
     notes = []  # one per model; not the models themselves, which would all stay in memory
     for model_path in args.models:
         translator = load_translator(args, model_path)
-        pairs = given if given is not None else load_split(translator.config.data, args.split, args.data)
+        pairs = given if given is not None else _split(translator, args.split, args.data, model_path)
         name = args.src if given is not None else f"the {args.split} split of {args.data or translator.config.data.path}"
         notes.append(translator.precision_note())
         evaluation = evaluate(translator, pairs, args.beam, args.alpha, args.lc_tok,
@@ -106,6 +105,23 @@ def _evaluate(args: argparse.Namespace) -> None:
         chart_by_length(evaluations, args.chart, args.lc_tok)
         print(f"chart written to {args.chart}")
     say_precision(args, *notes)
+
+
+def _split(translator: "TextTranslator", split: str, data: str, model_path: str) -> list:
+    """evaluate --split: the model's split, from --data where given; a data.path that is not there is named
+    as the user gave it (--data), or as the model file keeps it, with the flag that moves it."""
+    from ..prepare import load_split
+
+    try:
+        return load_split(translator.config.data, split, data)
+    except AttnmtError as err:
+        message = str(err)
+        if not message.startswith("data.path: "):
+            raise
+        if data:
+            raise AttnmtError(f"--data: {message.removeprefix('data.path: ')}") from None
+        raise AttnmtError(f"{message} (the data.path {model_path} was trained on: give --data where the data is on "
+                          f"this machine)") from None
 
 
 def _model_label(model_path: str, taken: dict) -> str:
