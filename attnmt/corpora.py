@@ -41,6 +41,20 @@ def is_corpus_name(path: str) -> bool:
     return path == "multi30k" or path.startswith("tatoeba:")
 
 
+# The data.format each known corpus is read with, and the languages it has (None: any it is named for).
+CORPUS_FORMATS = {"multi30k": ("parallel", ("de", "en")), "tatoeba": ("tsv", None)}
+
+
+def check_settings(name: str, data_format: str, languages: tuple[str, str]) -> None:
+    """Refuse, before anything is downloaded, settings that cannot read the corpus `name`."""
+    fits, known = CORPUS_FORMATS[name.split(":")[0]]
+    if data_format != fits:
+        raise AttnmtError(f"data.path: {name} is read with data.format={fits}, not {data_format}: set data.format={fits}")
+    for key, language in zip(("data.src_lang", "data.tgt_lang"), languages):
+        if known is not None and language not in known:
+            raise AttnmtError(f"{key}: {name} has {' and '.join(known)}, not {language!r}")
+
+
 def resolve(name: str) -> Path:
     """The local path of a known corpus, downloading what the cache lacks."""
     if name == "multi30k":

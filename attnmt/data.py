@@ -20,7 +20,7 @@ from typing import BinaryIO, Callable, Iterator, Optional, Protocol, Sequence
 import numpy as np
 
 from .config import DataConfig, training_corpora
-from .corpora import is_corpus_name, resolve
+from .corpora import check_settings, is_corpus_name, resolve
 from .dates import generate_dates
 from .errors import AttnmtError
 
@@ -365,6 +365,7 @@ def check_source(data: DataConfig) -> CorpusFiles:
         return CorpusFiles()
     path = Path(data.path)
     if data.path and not path.exists() and is_corpus_name(data.path):
+        check_settings(data.path, data.format, (data.src_lang, data.tgt_lang))
         path = resolve(data.path)
     if not (path.is_dir() if data.format == "parallel" else path.is_file()):
         raise AttnmtError(f"data.path: {path}: {_what_fits(data, path)}")

@@ -95,6 +95,18 @@ def test_multi30k_is_downloaded_verified_and_reused(server, tmp_path):
     assert (len(corpus.train), len(corpus.valid), len(corpus.test)) == server.multi30k
 
 
+@pytest.mark.parametrize("settings, error", [
+    ({"path": "multi30k", "format": "tsv"}, "data.path: multi30k is read with data.format=parallel, not tsv"),
+    ({"path": "multi30k", "format": "parallel", "src_lang": "fr"}, "data.src_lang: multi30k has de and en, not 'fr'"),
+    ({"path": "tatoeba:deu", "format": "parallel"}, "data.path: tatoeba:deu is read with data.format=tsv, not parallel"),
+])
+def test_settings_that_cannot_read_a_known_corpus_are_refused_before_its_download(server, tmp_path, settings, error):
+    with pytest.raises(AttnmtError) as refused:
+        load_corpus(DataConfig(**{"src_lang": "de", "tgt_lang": "en", **settings}))
+    assert str(refused.value).startswith(error)
+    assert Handler.requests == [] and not (tmp_path / "cache").exists()      # nothing fetched
+
+
 def test_wrong_checksum_is_not_kept(server, tmp_path):
     (server.root / "val.en.gz").write_bytes(gzip.compress(b"tampered\n"))
     with pytest.raises(AttnmtError, match="val.en.gz: downloaded file does not match its sha256"):
