@@ -42,6 +42,8 @@ ARCH = {"gru_bahdanau": "rnn", "transformer": "transformer"}
 def harness_copy(peers_dir: Path, work: Path) -> Path:
     """The peers' harness, copied, with its thread count read from PEER_THREADS."""
     copy = work / "harness"
+    if not (peers_dir / "run_peers.sh").is_file():
+        sys.exit(f"busy_peers: --peers-dir {peers_dir}: no run_peers.sh there (the peers' harness, ../shared/bench/peers)")
     shutil.rmtree(copy, ignore_errors=True)
     shutil.copytree(peers_dir, copy)
     script = copy / "run_peers.sh"
@@ -62,25 +64,33 @@ def metric_lines(output: str) -> dict[tuple[str, str], float]:
     return values
 
 
+def run_or_exit(command: list[str], what: str, **options) -> str:
+    """`command`'s stdout; a failure ends the benchmark with one line: what failed, its status and its
+    last line on stderr (a peer's failure is not this script's traceback)."""
+    finished = subprocess.run(command, capture_output=True, text=True, **options)
+    if finished.returncode:
+        last = (finished.stderr.strip().splitlines() or ["nothing on stderr"])[-1]
+        sys.exit(f"busy_peers: {what} failed with status {finished.returncode}: {last}")
+    return finished.stdout
+
+
 def run_peers(harness: Path, threads: int, args: argparse.Namespace, work: Path, name: str,
               env: dict[str, str]) -> dict[tuple[str, str], float]:
     """Both peers through the harness copy with `threads` threads; their metrics, peers renamed P@threads."""
-    finished = subprocess.run(["bash", str(harness / "run_peers.sh")], capture_output=True, text=True, check=True,
-                              env={**env, "PEER_THREADS": str(threads), "MODEL": args.model,
-                                   "STEPS": str(args.steps), "TEST_N": str(args.test_n),
-                                   "SHARED_DATA": str(Path(args.data).resolve()), "DATA_DIR": str(work / "peer_data"),
-                                   "RUN_DIR": str(work / "runs" / name)})
-    return {(f"{peer}@{threads}", metric): value for (peer, metric), value in metric_lines(finished.stdout).items()}
+    output = run_or_exit(["bash", str(harness / "run_peers.sh")], f"the peers' harness ({name}, runs in {work / 'runs'})",
+                         env={**env, "PEER_THREADS": str(threads), "MODEL": args.model,
+                              "STEPS": str(args.steps), "TEST_N": str(args.test_n),
+                              "SHARED_DATA": str(Path(args.data).resolve()), "DATA_DIR": str(work / "peer_data"),
+                              "RUN_DIR": str(work / "runs" / name)})
+    return {(f"{peer}@{threads}", metric): value for (peer, metric), value in metric_lines(output).items()}
 
 
 def run_attnmt(args: argparse.Namespace, work: Path, env: dict[str, str]) -> dict[tuple[str, str], float]:
     """bench/speed.py on the same model with attnmt's default threads (auto)."""
-    finished = subprocess.run([sys.executable, str(ROOT / "bench" / "speed.py"), "--data", args.data,
-                               "--out", str(work / "attnmt"), "--arch", ARCH[args.model], "--threads", "auto",
-                               "--steps", str(args.steps), "--test-n", str(args.test_n), "--decode-batches", "64",
-                               "--name", "attnmt@auto"],
-                              capture_output=True, text=True, check=True, cwd=ROOT, env=env)
-    return metric_lines(finished.stdout)
+    return metric_lines(run_or_exit([sys.executable, str(ROOT / "bench" / "speed.py"), "--data", args.data,
+                                     "--out", str(work / "attnmt"), "--arch", ARCH[args.model], "--threads", "auto",
+                                     "--steps", str(args.steps), "--test-n", str(args.test_n), "--decode-batches", "64",
+                                     "--name", "attnmt@auto"], "bench/speed.py", cwd=ROOT, env=env))
 
 
 def main() -> None:
