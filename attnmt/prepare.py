@@ -556,11 +556,12 @@ def open_corpus(config: Config, given: Optional[Tokenization] = None, log: Calla
     `given`, the tokenization of the checkpoint or model file a run continues from, is kept: the
     store prepared without it serves when it has the same one (a resumed run), else one is
     prepared with it (fine-tuning)."""
-    found = find_corpus(config, log=log)
+    source = CorpusSource(config.data)
+    found = _find(config, source, None, log)
     if given is not None and (found is None or found.meta["tokenization"] != given.to_dict()):
-        found = find_corpus(config, given, log)
+        found = _find(config, source, given, log)
     if found is None:
-        return _prepare(config, given, log)
+        return _prepare(config, source, given, log)
     log(f"prepared corpus: {found.directory} ({REUSED})")
     return found
 
@@ -568,7 +569,12 @@ def open_corpus(config: Config, given: Optional[Tokenization] = None, log: Calla
 def find_corpus(config: Config, given: Optional[Tokenization] = None, log: Callable[[str], None] = print
                 ) -> Optional[PreparedCorpus]:
     """The store of this corpus and these settings, if there is one and its raw files are unchanged."""
-    directory = store_root(config.data) / store_key(config, CorpusSource(config.data), given)
+    return _find(config, CorpusSource(config.data), given, log)
+
+
+def _find(config: Config, source: CorpusSource, given: Optional[Tokenization], log: Callable[[str], None]
+          ) -> Optional[PreparedCorpus]:
+    directory = store_root(config.data) / store_key(config, source, given)
     if not (directory / META_FILE).exists():
         return None
     try:
@@ -586,12 +592,13 @@ def prepare_corpus(config: Config, given: Optional[Tokenization] = None, log: Ca
                    rebuild: bool = False) -> PreparedCorpus:
     """The store of this corpus and these settings: reused when its raw files are unchanged (unless
     `rebuild`), else prepared (with `given` tokenizers and vocabularies, if any)."""
-    found = None if rebuild else find_corpus(config, given, log)
-    return found or _prepare(config, given, log)
-
-
-def _prepare(config: Config, given: Optional[Tokenization], log: Callable[[str], None]) -> PreparedCorpus:
     source = CorpusSource(config.data)
+    found = None if rebuild else _find(config, source, given, log)
+    return found or _prepare(config, source, given, log)
+
+
+def _prepare(config: Config, source: CorpusSource, given: Optional[Tokenization], log: Callable[[str], None]
+             ) -> PreparedCorpus:
     root = store_root(config.data)
     return PreparedCorpus.open(_build(config, source, given, root, root / store_key(config, source, given), log))
 

@@ -96,7 +96,7 @@ def _prepare(args: argparse.Namespace) -> None:
     from ..prepare import REUSED, find_corpus, prepare_corpus, report_lines
 
     found = None if args.rebuild else find_corpus(config)
-    corpus = found or prepare_corpus(config, rebuild=args.rebuild)
+    corpus = found or prepare_corpus(config, rebuild=True)        # looked already: nothing to reuse
     print("\n".join(report_lines(corpus)))
     if found:
         print(f"  ({REUSED})")
