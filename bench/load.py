@@ -1,8 +1,11 @@
 """Load check of `attnmt serve`: mixed and faulty traffic on 127.0.0.1 for T seconds, then a stop
-(SIGTERM) with requests in flight.
+(SIGTERM) with requests in flight; with --models, a server of several models beside each of its
+models served alone.
 
     python bench/load.py                                             # trains the demo model first
     python bench/load.py --model attnmt-demo/model.safetensors --clients 50 --seconds 60
+    python bench/load.py --models                                    # trains and builds three models first
+    python bench/load.py --models de_en=A en_fr=B en_de=C [--pivot en] --clients 50 --seconds 60
 
 Starts the server in a subprocess. Of the N clients, one per fault misbehaves all through the run,
 with a pause between its requests: it closes its connection as soon as its request is sent (before
@@ -26,12 +29,50 @@ or with another status than its own, no answer within the server's timeouts, a c
 errors in the server's log, the server's resident memory at the start and the end of the load (and
 its mean in the first and the last third: flat memory, the two are close), and the stop. The last
 line says whether the check passed; the exit status is 1 if it did not.
+
+Several models (--models MODEL ...: what `attnmt serve` takes, a model file, a run's folder, a
+CTranslate2 export or NAME=PATH, a folder of models or a models file; --pivot LANG goes to the
+server). The clients are spread over every pair the server translates: the well-behaved ones one
+pair after another (client k on pair k mod P), the faulty ones over the pairs a model translates
+directly (fault i on pair i mod D). A client of a direct pair sends the mix above with the model's
+name in attnmt's JSON (`model`) and the pair's source and target on LibreTranslate's API; a client of
+a pair the server translates through the pivot sends LibreTranslate's form only (80 % valid, 20 %
+a language it does not translate). The server is loaded, then stopped, as above. Then each model is
+served alone, by a one-model server (`attnmt serve NAME=PATH`, its models file's precision and
+engine, the same flags after --), one server after the other, each for the same seconds (as above,
+a load ends with its faulty clients' last answers) under the very clients of its pairs in the
+several-model run (the same seeds, kinds and requests; a pair through the pivot has no one-model
+server, and its clients load only the several-model server), and loaded and stopped as above.
+The one-model servers get the clients of their pairs only: --clients 50 is 15 well-behaved
+clients a pair with three pairs, and each one-model server has the machine's cores to itself.
+Prints, per pair (pair_SOURCE_TARGET_...), the requests, errors and latency p50/p90/p99 of the
+valid requests on the several-model server (multi_...), the same on the one-model server
+(..._single_...), and their ratio (several-model / one-model: the cost of sharing the machine's
+cores, and the server, with the other pairs' clients); per model, its load time and the memory
+loading it added (GET /models); each server's requests, errors, resident memory at the start and
+the end of its load and its stop (multi_..., single_NAME_...), and the several-model server's
+memory against the sum of the one-model servers' (end of the load: rss_mib_multi,
+rss_mib_sum_single and their ratio; the sum counts the Python, torch and server memory once per
+server); then a line per pair with its latencies beside the one-model server's. The check passes
+when no server had an error of any kind (errors_all, the logs, the stops).
+
+Without a model named, `--models` builds three, deterministically, into a temporary directory:
+the demo model (the RNN `attnmt demo` trains, as the one-model mode does) relabelled de -> en; a
+small Transformer (TRANSFORMER_SETTINGS: 2 + 2 layers, d 32, 4 heads, trained on 1,700 generated
+dates for 3 epochs, some 30 s on two cores; its translations are wrong more often than not but end
+as long as dates, which is what a load check needs) relabelled en -> fr and served by attnmt's
+engine; and the same Transformer relabelled en -> de and exported to CTranslate2 (served by
+attnmt's engine instead, and said so, where the ctranslate2 package is not installed). A relabelled
+model says it translates other languages (its config's data.src_lang and tgt_lang) and is the
+same network: the three pairs read the same generated dates.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import dataclasses
 import json
 import os
 import random
@@ -41,18 +82,23 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Awaitable, Callable, Optional, Union
+from typing import Any, Awaitable, Callable, Iterator, Optional, Union
 from urllib.parse import urlencode, urlsplit
 
 import httpx
 
-from attnmt.config import ServeConfig
+from attnmt.config import ServeConfig, config_from_dict
 from attnmt.dates import generate_dates
 from attnmt.demo import run_demo
+from attnmt.errors import AttnmtError
+from attnmt.modelfile import read_model, save_model
+from attnmt.serve.models import model_specs
+from attnmt.train import train
 
 HOST = "127.0.0.1"
 JSON = "application/json"
@@ -65,6 +111,17 @@ SLOW_PIECE_BYTES = 4
 ANSWER_MARGIN_S = 10.0
 SHUTDOWN_LIMIT_S = 10.0
 ERROR_KINDS = ("valid_not_200", "invalid_5xx", "wrong_status", "timeout", "connection")  # see error_kind
+WARM_UP_REQUESTS = 20  # per pair (one-model mode: the model), before the load, not counted
+# --models without a model: the small Transformer trained beside the demo model (the dates the demo
+# reads, into ISO dates), relabelled as two pairs.
+TRANSFORMER_SETTINGS: dict[str, dict[str, Any]] = {
+    "data": {"format": "dates", "source_languages": "en de", "tgt_lang": "iso", "num_pairs": 1700, "valid_size": 100,
+             "test_size": 100, "max_len": 60},
+    "tokenizer": {"level": "char"},
+    "model": {"arch": "transformer", "emb_dim": 32, "heads": 4, "ff_dim": 64, "enc_layers": 2, "dec_layers": 2,
+              "dropout": 0.0},
+    "train": {"epochs": 3, "batch_size": 64, "lr": 0.003, "scheduler": "warmup", "warmup_steps": 40},
+}
 
 # What a request got: its answer's status, None where the client leaves before the answer, or the
 # error it ran into.
@@ -93,14 +150,19 @@ def as_form(fields: dict[str, str]) -> tuple[str, bytes]:
     return FORM, urlencode(fields).encode()
 
 
-def request_kinds(model: dict, options: dict) -> tuple[list[Kind], list[Kind]]:
+def request_kinds(model: dict, options: dict, name: Optional[str] = None, pair: Optional[tuple[str, str]] = None
+                  ) -> tuple[list[Kind], list[Kind]]:
     """The well-behaved clients' kinds of request, valid and invalid, and the faulty clients', from the
-    server's /model (its languages and limits); `options` go with every valid request of the JSON API."""
+    server's /model (its languages and limits); `options` go with every valid request of the JSON API.
+    On a server of several models: `name` is the model the JSON API names, `pair` the source and target
+    LibreTranslate's API asks for (else the model's own)."""
     limits = ServeConfig(**model["limits"])
-    pair = {"source": model["src_lang"], "target": model["tgt_lang"]}
+    source, target = pair or (model["src_lang"], model["tgt_lang"])
+    languages = {"source": source, "target": target}
+    named = {} if name is None else {"model": name}
 
     def translate(sentence: str, **more: object) -> tuple[str, bytes]:
-        return as_json({**options, "text": sentence, **more})
+        return as_json({**options, **named, "text": sentence, **more})
 
     invalid = [
         Kind("invalid_malformed_json", 400, lambda s: (JSON, translate(s)[1][:-1])),
@@ -110,10 +172,10 @@ def request_kinds(model: dict, options: dict) -> tuple[list[Kind], list[Kind]]:
         Kind("invalid_unknown_field", 422, lambda s: translate(s, temperature=0.5)),
         Kind("invalid_form_to_json_api", 415, lambda s: as_form({"text": s})),
         Kind("invalid_too_many_characters", 413, lambda _: translate("x" * (limits.max_chars + 1))),
-        Kind("invalid_language", 400, lambda s: as_form({"q": s, **pair, "target": "not-" + pair["target"]})),
+        Kind("invalid_language", 400, lambda s: as_form({"q": s, **languages, "target": "not-" + target})),
     ]
     well_behaved = [Kind("valid_json", 200, translate, weight=0.75 * (1 - INVALID_SHARE)),
-                    Kind("valid_libretranslate_form", 200, lambda s: as_form({"q": s, **pair}),
+                    Kind("valid_libretranslate_form", 200, lambda s: as_form({"q": s, **languages}),
                          weight=0.25 * (1 - INVALID_SHARE)),
                     *(replace(kind, weight=INVALID_SHARE / len(invalid)) for kind in invalid)]
     faults = [Kind("fault_disconnect_after_request", None, translate),
@@ -122,6 +184,16 @@ def request_kinds(model: dict, options: dict) -> tuple[list[Kind], list[Kind]]:
               Kind("fault_stalled_body", 408, translate, part=0.5),
               Kind("fault_oversized_body", 413, lambda s: translate(s + " " * limits.max_body_bytes()))]
     return well_behaved, faults
+
+
+def pivot_kinds(source: str, target: str) -> list[Kind]:
+    """The well-behaved clients' kinds of request for a pair translated through the pivot, which no
+    model's name answers on the JSON API: LibreTranslate's form, valid, or with a target the server
+    does not translate into."""
+    languages = {"source": source, "target": target}
+    return [Kind("valid_libretranslate_form", 200, lambda s: as_form({"q": s, **languages}), weight=1 - INVALID_SHARE),
+            Kind("invalid_language", 400, lambda s: as_form({"q": s, **languages, "target": "not-" + target}),
+                 weight=INVALID_SHARE)]
 
 
 def error_kind(kind: Kind, answer: Answer) -> Optional[str]:
@@ -293,6 +365,7 @@ async def stop_in_flight(server: subprocess.Popen, base: str, requests: list[tup
     """SIGTERM with `requests` (kind, sentence) in flight: their answers, and the seconds the server
     took to exit (it is killed if it has not within SHUTDOWN_LIMIT_S)."""
     port = urlsplit(base).port
+    assert port is not None
     held = await asyncio.gather(*(HeldRequest.send(port, kind, sentence) for kind, sentence in requests),
                                 return_exceptions=True)
     # A connection accepted after theirs is read after them: once the server has answered on it, it
@@ -321,85 +394,165 @@ def percentile_ms(values: list[float], share: float) -> float:
     return 1000 * sorted(values)[min(int(len(values) * share), len(values) - 1)] if values else float("nan")
 
 
-async def check(base: str, server: subprocess.Popen, clients: int, seconds: float, options: dict) -> list[str]:
-    """The load, then the stop; prints the metrics and returns what failed."""
-    port, pid = urlsplit(base).port, server.pid
-    sentences = [source for source, _ in generate_dates(2000, seed=7)]
-    pool = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(base_url=base, limits=pool) as http:
-        model = (await http.get("model")).json()
-        limits = ServeConfig(**model["limits"])
-        well_behaved, faults = request_kinds(model, options)
-        if clients <= len(faults):
-            sys.exit(f"--clients {clients}: give more than the {len(faults)} faulty ones")
-        answer_timeout_s = limits.timeout_s + limits.body_timeout_s + ANSWER_MARGIN_S
-        http.timeout = httpx.Timeout(answer_timeout_s)
-        for sentence in sentences[:20]:  # warm-up, not counted
-            (await http.post("translate", json={**options, "text": sentence})).raise_for_status()
+@dataclass
+class Group:
+    """The clients of one pair (one-model mode: of the server): the well-behaved ones, one per seed,
+    drawing from `well_behaved`, and the faulty ones, each with its seed and its kind. `model`: the
+    model that translates the pair (None: through the pivot)."""
 
-        tally, memory, stop = Tally(), [], asyncio.Event()
+    pair: str
+    model: Optional[str]
+    well_behaved: list[Kind]
+    seeds: list[int]
+    faults: list[tuple[int, Kind]] = field(default_factory=list)
+
+    @property
+    def valid(self) -> list[Kind]:
+        return [kind for kind in self.well_behaved if kind.status == 200]
+
+
+@dataclass
+class Load:
+    """What a server under load, then stopped, gave: each group's tally, its memory samples (KiB),
+    the load's seconds, the server's CPU seconds and /health at the end, the answers to the requests
+    in flight at SIGTERM, how long it took to stop and its exit status."""
+
+    tallies: dict[str, Tally]
+    memory: list[int]
+    elapsed: float
+    server_cpu: float
+    health: dict
+    held_answers: list[Answer | BaseException]
+    stop_s: float
+    exit_code: Optional[int]
+
+    @property
+    def requests(self) -> int:
+        return sum(sum(tally.requests.values()) for tally in self.tallies.values())
+
+    @property
+    def errors(self) -> Counter[str]:
+        return sum((tally.errors for tally in self.tallies.values()), Counter())
+
+    def failures(self) -> list[str]:
+        failures = []
+        if self.errors:
+            failures.append("requests failed: " + ", ".join(f"{count} {error}" for error, count in self.errors.items()))
+        if self.held_answers.count(200) < len(self.held_answers):
+            unanswered = [answer for answer in self.held_answers if answer != 200]
+            failures.append(f"{len(unanswered)} of the {len(self.held_answers)} requests in flight at SIGTERM were "
+                            f"not answered 200 (first: {unanswered[0]!r})")
+        if self.stop_s > SHUTDOWN_LIMIT_S:
+            failures.append(f"the server had not stopped {SHUTDOWN_LIMIT_S:g} s after SIGTERM")
+        elif self.exit_code != 0:
+            failures.append(f"the server exited with {self.exit_code}")
+        return failures
+
+    def server_metrics(self) -> dict[str, object]:
+        """Requests, errors, the server's work, memory and stop, as the one-model mode names them."""
+        requests, memory = self.requests, self.memory
+        return {
+            "seconds": round(self.elapsed, 1), "requests": requests,
+            "requests_per_s": round(requests / self.elapsed, 1),
+            "errors": sum(self.errors.values()),
+            **{f"errors_{error}": self.errors[error] for error in ERROR_KINDS},
+            "server_cpu_ms_per_request": round(1000 * self.server_cpu / requests, 2),
+            "model_calls": self.health["model_calls"],
+            "sentences_per_model_call": round(self.health["sentences"] / max(self.health["model_calls"], 1), 1),
+            "server_rss_start_mib": round(memory[0] / 1024, 1),
+            "server_rss_end_mib": round(memory[-1] / 1024, 1),
+            "server_rss_peak_mib": round(max(memory) / 1024, 1),
+            "stop_requests_in_flight": len(self.held_answers),
+            "stop_requests_answered": self.held_answers.count(200),
+            "server_exit_code": self.exit_code,
+            "stop_seconds": round(self.stop_s, 1),
+        }
+
+
+SENTENCES = [source for source, _ in generate_dates(2000, seed=7)]
+
+
+async def load_and_stop(base: str, server: subprocess.Popen, groups: list[Group], seconds: float,
+                        limits: ServeConfig) -> Load | str:
+    """Each group's clients for `seconds` (after WARM_UP_REQUESTS of each group's first valid kind), then
+    the stop with a valid request of each well-behaved client in flight; what the server exited with
+    during the load, if it did."""
+    port, pid = urlsplit(base).port, server.pid
+    assert port is not None
+    sentences = SENTENCES
+    clients = sum(len(group.seeds) + len(group.faults) for group in groups)
+    answer_timeout_s = limits.timeout_s + limits.body_timeout_s + ANSWER_MARGIN_S
+    pool = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=base, limits=pool, timeout=answer_timeout_s) as http:
+        for group in groups:  # warm-up, not counted
+            for sentence in sentences[:WARM_UP_REQUESTS]:
+                content_type, body = group.valid[0].body(sentence)
+                (await http.post("translate", content=body, headers={"content-type": content_type})).raise_for_status()
+
+        tallies = {group.pair: Tally() for group in groups}
+        memory: list[int] = []
+        stop = asyncio.Event()
         started, cpu_started = time.monotonic(), cpu_seconds(pid)
         stop_at = started + seconds
         sampler = asyncio.create_task(sample_memory(server, memory))
-        running = [asyncio.create_task(well_behaved_client(random.Random(seed), http, well_behaved, sentences, stop,
-                                                           tally)) for seed in range(clients - len(faults))]
+        running = [asyncio.create_task(well_behaved_client(random.Random(seed), http, group.well_behaved, sentences,
+                                                           stop, tallies[group.pair]))
+                   for group in groups for seed in group.seeds]
         # The faulty clients end with their last request (a stalled body waits for its 408 past stop_at).
-        await asyncio.gather(*(faulty_client(random.Random(-1 - i), port, kind, sentences, stop_at, limits,
-                                             answer_timeout_s, tally) for i, kind in enumerate(faults)))
+        await asyncio.gather(asyncio.sleep(seconds),
+                             *(faulty_client(random.Random(seed), port, kind, sentences, stop_at, limits,
+                                             answer_timeout_s, tallies[group.pair])
+                               for group in groups for seed, kind in group.faults))
         stop.set()
         await asyncio.gather(*running)
         sampler.cancel()
         if server.poll() is not None:
-            return [f"the server exited during the load, with status {server.returncode}"]
+            return f"the server exited during the load, with status {server.returncode}"
         elapsed, server_cpu = time.monotonic() - started, cpu_seconds(pid) - cpu_started
         health = (await http.get("health")).json()
 
-    valid = [kind for kind in well_behaved if kind.status == 200]
-    held_requests = [(valid[i % len(valid)], sentences[i]) for i in range(clients - len(faults))]
+    held = [(group.valid[j % len(group.valid)], seed) for group in groups for j, seed in enumerate(group.seeds)]
+    held_requests = [(kind, sentences[i]) for i, (kind, _) in enumerate(held)]
     held_answers, stop_s = await stop_in_flight(server, base, held_requests, answer_timeout_s)
+    return Load(tallies, memory, elapsed, server_cpu, health, held_answers, stop_s, server.returncode)
 
-    requests = sum(tally.requests.values())
+
+async def check(base: str, server: subprocess.Popen, clients: int, seconds: float, options: dict) -> list[str]:
+    """The load, then the stop, on a server of one model; prints the metrics and returns what failed."""
+    async with httpx.AsyncClient(base_url=base) as http:
+        model = (await http.get("model")).json()
+    well_behaved, faults = request_kinds(model, options)
+    if clients <= len(faults):
+        sys.exit(f"--clients {clients}: give more than the {len(faults)} faulty ones")
+    group = Group("", None, well_behaved, list(range(clients - len(faults))),
+                  [(-1 - i, kind) for i, kind in enumerate(faults)])
+    run = await load_and_stop(base, server, [group], seconds, ServeConfig(**model["limits"]))
+    if isinstance(run, str):
+        return [run]
+    tally, memory, server_metrics = run.tallies[""], run.memory, run.server_metrics()
     third = max(len(memory) // 3, 1)  # of the samples, taken at even intervals
     metrics = {
-        "clients": clients, "faulty_clients": len(faults), "seconds": round(elapsed, 1), "requests": requests,
-        "requests_per_s": round(requests / elapsed, 1),
+        "clients": clients, "faulty_clients": len(faults),
+        **{name: server_metrics[name] for name in ("seconds", "requests", "requests_per_s")},
         "valid_requests_answered": len(tally.latencies),
         "latency_p50_ms": round(percentile_ms(tally.latencies, 0.5), 1),
         "latency_p99_ms": round(percentile_ms(tally.latencies, 0.99), 1),
         "latency_max_ms": round(percentile_ms(tally.latencies, 1.0), 1),
         **{f"requests_{kind.name}": tally.requests[kind.name] for kind in well_behaved + faults},
-        "errors": sum(tally.errors.values()),
-        **{f"errors_{error}": tally.errors[error] for error in ERROR_KINDS},
-        "server_cpu_ms_per_request": round(1000 * server_cpu / requests, 2),
-        "model_calls": health["model_calls"],
-        "sentences_per_model_call": round(health["sentences"] / health["model_calls"], 1),
-        "server_rss_start_mib": round(memory[0] / 1024, 1),
-        "server_rss_end_mib": round(memory[-1] / 1024, 1),
-        "server_rss_peak_mib": round(max(memory) / 1024, 1),
+        **{name: server_metrics[name] for name in ("errors", *(f"errors_{error}" for error in ERROR_KINDS),
+                                                   "server_cpu_ms_per_request", "model_calls",
+                                                   "sentences_per_model_call", "server_rss_start_mib",
+                                                   "server_rss_end_mib", "server_rss_peak_mib")},
         "server_rss_first_third_mib": round(statistics.mean(memory[:third]) / 1024, 1),
         "server_rss_last_third_mib": round(statistics.mean(memory[-third:]) / 1024, 1),
-        "stop_requests_in_flight": len(held_answers),
-        "stop_requests_answered": held_answers.count(200),
-        "server_exit_code": server.returncode,
-        "stop_seconds": round(stop_s, 1),
+        **{name: server_metrics[name] for name in ("stop_requests_in_flight", "stop_requests_answered",
+                                                   "server_exit_code", "stop_seconds")},
     }
     for name, value in metrics.items():
         print(f"metric={name} value={value}")
     for error, example in tally.examples.items():
         print(f"error: {error}: {example}")
-
-    failures = []
-    if tally.errors:
-        failures.append("requests failed: " + ", ".join(f"{count} {error}" for error, count in tally.errors.items()))
-    if held_answers.count(200) < len(held_answers):
-        unanswered = [answer for answer in held_answers if answer != 200]
-        failures.append(f"{len(unanswered)} of the {len(held_answers)} requests in flight at SIGTERM were not "
-                        f"answered 200 (first: {unanswered[0]!r})")
-    if stop_s > SHUTDOWN_LIMIT_S:
-        failures.append(f"the server had not stopped {SHUTDOWN_LIMIT_S:g} s after SIGTERM")
-    elif server.returncode != 0:
-        failures.append(f"the server exited with {server.returncode}")
-    return failures
+    return run.failures()
 
 
 def server_log_errors(log: str) -> list[str]:
@@ -407,41 +560,242 @@ def server_log_errors(log: str) -> list[str]:
     return [line for line in log.splitlines() if line.startswith(("ERROR", "Traceback", "attnmt: error"))]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", help="model file (default: train the demo model into a temporary directory)")
-    parser.add_argument("--clients", type=int, default=50, help="all of them, the faulty ones included")
-    parser.add_argument("--seconds", type=float, default=60.0)
-    parser.add_argument("--beam", type=int, default=1)
-    parser.add_argument("--no-attention", action="store_true", help="do not ask for the attention matrix")
-    parser.add_argument("serve_args", nargs="*", help="more `attnmt serve` flags, after --")
-    args = parser.parse_args()
+@contextlib.contextmanager
+def started_server(arguments: list[str], log_path: Path) -> Iterator[tuple[subprocess.Popen, str]]:
+    """`attnmt serve ARGUMENTS`, its stderr into `log_path`: the process and its address. Its stdout
+    (the log, one line per request) is read all along, so that a full pipe never stalls it; the
+    process is killed on the way out if it still runs."""
+    with open(log_path, "w") as log:
+        server = subprocess.Popen([sys.executable, "-m", "attnmt", "serve", *arguments],
+                                  stdout=subprocess.PIPE, stderr=log, text=True)
+    assert server.stdout is not None
+    try:
+        lines = []  # with several models, a line per model comes before the address
+        while (line := server.stdout.readline()) and not (url := re.search(r"http://\S+/", line)):
+            lines.append(line)
+        if not line or url is None:
+            server.wait(timeout=30)
+            sys.exit(f"the server did not start: {''.join(lines)}{log_path.read_text()}")
+        for model_line in lines:
+            print(f"server: {model_line.strip()}", file=sys.stderr)
+        print(f"server: {line.strip()} pid={server.pid}", file=sys.stderr)
+        threading.Thread(target=server.stdout.read, daemon=True).start()
+        yield server, url.group()
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
 
+
+def logged_errors(log_path: Path, label: str, failures: list[str]) -> int:
+    """How many errors the server's log at `log_path` tells of; the first few printed, a failure added."""
+    logged = server_log_errors(log_path.read_text())
+    for line in logged[:5]:
+        print(f"server log{label}: {line}")
+    if logged:
+        failures.append(f"{len(logged)} errors in the server's log")
+    return len(logged)
+
+
+def one_model(args: argparse.Namespace) -> list[str]:
+    """The one-model mode: the load check of `attnmt serve --model`."""
     with tempfile.TemporaryDirectory() as tmp:
         model = args.model or str(run_demo(tmp, log=lambda line: print(line, file=sys.stderr))["model"])
         log_path = Path(tmp) / "server.log"
-        with open(log_path, "w") as log:
-            server = subprocess.Popen([sys.executable, "-m", "attnmt", "serve", model, "--port", "0",
-                                       *args.serve_args], stdout=subprocess.PIPE, stderr=log, text=True)
-        try:
-            line = server.stdout.readline()
-            url = re.search(r"http://\S+/", line)
-            if url is None:
-                server.wait(timeout=30)
-                sys.exit(f"the server did not start: {line}{log_path.read_text()}")
-            print(f"server: {line.strip()} pid={server.pid}", file=sys.stderr)
+        with started_server([model, "--port", "0", *args.serve_args], log_path) as (server, url):
             options = {"beam": args.beam, "attention": not args.no_attention}
-            failures = asyncio.run(check(url.group(), server, args.clients, args.seconds, options))
-        finally:
-            if server.poll() is None:
-                server.kill()
-                server.wait()
+            failures = asyncio.run(check(url, server, args.clients, args.seconds, options))
         logged = server_log_errors(log_path.read_text())
     print(f"metric=server_log_errors value={len(logged)}")
     for line in logged[:5]:
         print(f"server log: {line}")
     if logged:
         failures.append(f"{len(logged)} errors in the server's log")
+    return failures
+
+
+def relabelled(model: Path, out: Path, source: str, target: str) -> Path:
+    """A copy of `model` at `out` that says it translates `source` into `target` (the same network)."""
+    description, weights, _ = read_model(model)
+    data = dataclasses.replace(description.config.data, src_lang=source, source_languages="", tgt_lang=target)
+    description = dataclasses.replace(description, config=dataclasses.replace(description.config, data=data))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    save_model(out, description, weights)
+    return out
+
+
+def three_models(folder: Path) -> list[str]:
+    """The three models --models builds without one named (see the docstring), as NAME=PATH."""
+    def log(line: str) -> None:
+        print(line, file=sys.stderr)
+
+    demo = Path(run_demo(str(folder / "demo"), log=log)["model"])
+    settings = {**TRANSFORMER_SETTINGS, "train": {**TRANSFORMER_SETTINGS["train"], "out_dir": str(folder / "transformer")}}
+    transformer = Path(train(config_from_dict(settings), log=log).model_path)
+    models = {"de_en": relabelled(demo, folder / "de_en.safetensors", "de", "en"),
+              "en_fr": relabelled(transformer, folder / "en_fr.safetensors", "en", "fr")}
+    en_de = relabelled(transformer, folder / "en_de.safetensors", "en", "de")
+    try:
+        from attnmt.export import export_ctranslate2
+
+        models["en_de"] = export_ctranslate2(en_de, folder / "en_de_ct2")
+    except AttnmtError as err:  # the ctranslate2 package is not installed
+        print(f"en_de: {err}: served by attnmt's engine instead", file=sys.stderr)
+        models["en_de"] = en_de
+    return [f"{name}={path}" for name, path in models.items()]
+
+
+async def described(base: str) -> tuple[list[dict], list[dict]]:
+    """The server's /models and LibreTranslate's /languages."""
+    async with httpx.AsyncClient(base_url=base) as http:
+        return (await http.get("models")).json(), (await http.get("languages")).json()
+
+
+def pair_groups(infos: list[dict], languages: list[dict], clients: int, options: dict) -> list[Group]:
+    """The clients of every pair the server translates (/models and /languages): the direct pairs in
+    the models' order, then those through the pivot; well-behaved client k on pair k mod P, fault i
+    on direct pair i mod D."""
+    groups: list[Group] = []
+    faults_of: dict[str, list[Kind]] = {}
+    for info in infos:
+        for source in info["source_languages"]:
+            pair = f"{source}_{info['tgt_lang']}"
+            if any(group.pair == pair for group in groups):
+                sys.exit(f"two models translate {source} to {info['tgt_lang']}: the load run compares each pair with "
+                         f"its model served alone, so give models of different pairs")
+            well_behaved, faults_of[pair] = request_kinds(info, options, info["name"], (source, info["tgt_lang"]))
+            groups.append(Group(pair, info["name"], well_behaved, []))
+    direct = len(groups)
+    for language in languages:
+        for target in language["targets"]:
+            if not any(group.pair == f"{language['code']}_{target}" for group in groups[:direct]):
+                groups.append(Group(f"{language['code']}_{target}", None, pivot_kinds(language["code"], target), []))
+    faults = len(next(iter(faults_of.values())))
+    if clients - faults < len(groups):
+        sys.exit(f"--clients {clients}: give at least {faults} faulty ones and one for each of the {len(groups)} pairs")
+    for seed in range(clients - faults):
+        groups[seed % len(groups)].seeds.append(seed)
+    for i in range(faults):
+        group = groups[i % direct]
+        group.faults.append((-1 - i, faults_of[group.pair][i]))
+    return groups
+
+
+def pair_metrics(group: Group, tally: Tally, prefix: str) -> dict[str, object]:
+    return {f"{prefix}_clients": len(group.seeds), f"{prefix}_faulty_clients": len(group.faults),
+            f"{prefix}_requests": sum(tally.requests.values()), f"{prefix}_errors": sum(tally.errors.values()),
+            f"{prefix}_valid_answered": len(tally.latencies),
+            **{f"{prefix}_p{p}_ms": round(percentile_ms(tally.latencies, p / 100), 1) for p in (50, 90, 99)}}
+
+
+def several_models(args: argparse.Namespace) -> list[str]:
+    """The several-model mode: the server of all the models, then each model alone (see the docstring)."""
+    options = {"beam": args.beam, "attention": not args.no_attention}
+    failures: list[str] = []
+    metrics: dict[str, object] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        arguments = args.models or three_models(Path(tmp))
+        try:
+            specs = model_specs(arguments)  # the names and files, for the one-model servers
+        except AttnmtError as err:
+            sys.exit(f"--models: {err}")
+        pivot = ["--pivot", args.pivot] if args.pivot else []
+        log_path = Path(tmp) / "server.log"
+        with started_server([*arguments, *pivot, "--port", "0", *args.serve_args], log_path) as (server, url):
+            infos, languages = asyncio.run(described(url))
+            groups = pair_groups(infos, languages, args.clients, options)
+            limits = ServeConfig(**infos[0]["limits"])
+            multi = asyncio.run(load_and_stop(url, server, groups, args.seconds, limits))
+        if isinstance(multi, str):
+            failures.append(f"several-model server: {multi}")
+        multi_logged = logged_errors(log_path, " (several models)", failures)
+        if isinstance(multi, str):
+            return failures
+        metrics.update({"models": len(infos), "pairs": len(groups), "clients": args.clients,
+                        "faulty_clients": sum(len(group.faults) for group in groups)})
+        for info in infos:
+            metrics[f"model_{info['name']}_load_s"] = info["load_s"]
+            metrics[f"model_{info['name']}_load_rss_mib"] = info["rss_mb"]
+        metrics.update({f"multi_{name}": value for name, value in multi.server_metrics().items()})
+        metrics["multi_server_log_errors"] = multi_logged
+        failures += [f"several-model server: {failure}" for failure in multi.failures()]
+
+        singles: dict[str, Load] = {}
+        for spec in specs:
+            own = [group for group in groups if group.model == spec.name]
+            flags = [*(["--precision", spec.precision] if spec.precision else []),
+                     *(["--engine", spec.engine] if spec.engine else [])]
+            log_path = Path(tmp) / f"server_{spec.name}.log"
+            with started_server([f"{spec.name}={spec.path}", "--port", "0", *args.serve_args, *flags],
+                                log_path) as (server, url):
+                single = asyncio.run(load_and_stop(url, server, own, args.seconds, limits))
+            label = f"one-model server {spec.name}"
+            logged = {"server_log_errors": logged_errors(log_path, f" ({spec.name} alone)", failures)}
+            if isinstance(single, str):
+                failures.append(f"{label}: {single}")
+            else:
+                singles[spec.name] = single
+                failures += [f"{label}: {failure}" for failure in single.failures()]
+            server_metrics = {} if isinstance(single, str) else single.server_metrics()
+            metrics.update({f"single_{spec.name}_{name}": value for name, value in {**server_metrics, **logged}.items()})
+
+    table = []
+    for group in groups:
+        metrics.update(pair_metrics(group, multi.tallies[group.pair], f"pair_{group.pair}"))
+        alone = singles.get(group.model or "")
+        if alone is None:  # through the pivot, or its one-model server failed
+            table.append(f"pair {group.pair}: p50 {percentile_ms(multi.tallies[group.pair].latencies, 0.5):.1f} ms "
+                         f"(no one-model server)")
+            continue
+        metrics.update(pair_metrics(group, alone.tallies[group.pair], f"pair_{group.pair}_single"))
+        ratios = []
+        for p in (50, 90, 99):
+            together = percentile_ms(multi.tallies[group.pair].latencies, p / 100)
+            apart = percentile_ms(alone.tallies[group.pair].latencies, p / 100)
+            metrics[f"pair_{group.pair}_p{p}_ratio"] = round(together / apart, 2)
+            ratios.append(f"p{p} {together:.1f} ms vs {apart:.1f} ms alone ({together / apart:.2f}x)")
+        table.append(f"pair {group.pair} ({group.model}): " + ", ".join(ratios))
+    if len(singles) == len(specs):
+        for when, index in (("", -1), ("_start", 0)):
+            multi_mib, sum_mib = multi.memory[index] / 1024, sum(single.memory[index] for single in singles.values()) / 1024
+            metrics[f"rss_mib_multi{when}"] = round(multi_mib, 1)
+            metrics[f"rss_mib_sum_single{when}"] = round(sum_mib, 1)
+            metrics[f"rss_multi_over_sum_single{when}"] = round(multi_mib / sum_mib, 2)
+        table.append(f"memory at the end of the load: {metrics['rss_mib_multi']} MiB for the {len(specs)} models in one "
+                     f"server, {metrics['rss_mib_sum_single']} MiB for them in {len(specs)} servers "
+                     f"({metrics['rss_multi_over_sum_single']}x)")
+    errors = sum(multi.errors.values()) + sum(sum(single.errors.values()) for single in singles.values())
+    metrics["errors_all"] = errors
+    for name, value in metrics.items():
+        print(f"metric={name} value={value}")
+    for line in table:
+        print(line)
+    for label, run in (("several models", multi), *((f"{name} alone", single) for name, single in singles.items())):
+        for tally in run.tallies.values():
+            for error, example in tally.examples.items():
+                print(f"error ({label}): {error}: {example}")
+    return failures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", help="model file (default: train the demo model into a temporary directory)")
+    parser.add_argument("--models", nargs="*", metavar="MODEL",
+                        help="serve several models (what `attnmt serve` takes), then each alone, and compare; without "
+                             "a MODEL, build three (see above)")
+    parser.add_argument("--pivot", metavar="LANG", help="with --models: the server's --pivot")
+    parser.add_argument("--clients", type=int, default=50, help="all of them, the faulty ones included")
+    parser.add_argument("--seconds", type=float, default=60.0, help="of load, per server")
+    parser.add_argument("--beam", type=int, default=1)
+    parser.add_argument("--no-attention", action="store_true", help="do not ask for the attention matrix")
+    parser.add_argument("serve_args", nargs="*", help="more `attnmt serve` flags, after --")
+    args = parser.parse_args()
+    if args.models is not None and args.model:
+        parser.error("--model is the one-model mode, --models the several-model one: give one of them")
+    if args.pivot and args.models is None:
+        parser.error("--pivot goes with --models")
+
+    failures = one_model(args) if args.models is None else several_models(args)
     print(f"load check failed: {'; '.join(failures)}" if failures else "load check passed")
     sys.exit(1 if failures else 0)
 
