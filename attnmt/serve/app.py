@@ -23,7 +23,7 @@ from ..explain import FIELDS
 from ..seam import AttentionView
 from ..tokenize import Tokenizer
 from ..translate import TextTranslator, Translation, Translator, lines_of, texts_of
-from .batching import Batcher
+from .batching import Batcher, model_thread
 from .errors import ServeError, answer_errors
 from .libretranslate import PREFIX, LibreTranslate, RouteLibreTranslate
 from .middleware import BodyLimit, Guard, ParsedBodyRoute
@@ -135,12 +135,15 @@ class Routes:
 
     @contextlib.asynccontextmanager
     async def lifespan(self, _app: FastAPI) -> AsyncIterator[None]:
+        # Each model its own queue; their calls take turns on one thread (batching.model_thread).
+        thread = model_thread()
         for service in self.services.values():
-            service.batcher = Batcher(service.translator, self.limits)
+            service.batcher = Batcher(service.translator, self.limits, thread)
             service.batcher.start()
         yield
         for service in self.services.values():
             await service.batcher.stop()
+        thread.shutdown(wait=True)
 
     def service(self, name: Optional[str]) -> ModelService:
         """The model a request names (`model`), or the only one; 422 naming the models otherwise."""

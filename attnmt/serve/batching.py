@@ -1,4 +1,4 @@
-"""The queue in front of the model: requests wait in it, and one model call answers a group of them."""
+"""The queue in front of a model: requests wait in it, and one model call answers a group of them."""
 
 from __future__ import annotations
 
@@ -24,15 +24,22 @@ class _Job:
     future: asyncio.Future
 
 
-class Batcher:
-    """Queued requests in, one model call per group of requests with the same beam and n_best."""
+def model_thread() -> ThreadPoolExecutor:
+    """The one thread a server's model calls run on, every model's in turn: two at once would share
+    the CPU's cores, each with its own team of intra-op threads, and both would run slower."""
+    return ThreadPoolExecutor(1, thread_name_prefix="attnmt-model")
 
-    def __init__(self, translator: TextTranslator, limits: ServeConfig):
+
+class Batcher:
+    """Queued requests in, one model call per group of requests with the same beam and n_best, on
+    `executor` (model_thread(), which may be shared with other models' batchers)."""
+
+    def __init__(self, translator: TextTranslator, limits: ServeConfig, executor: ThreadPoolExecutor):
         self.translator = translator
         self.limits = limits
         self.queue: asyncio.Queue[_Job] = asyncio.Queue(limits.queue_size)
-        # One thread and one worker task: the model is never called from two threads at once.
-        self.executor = ThreadPoolExecutor(1, thread_name_prefix="attnmt-model")
+        # One worker task, calling on one thread: the model is never called from two threads at once.
+        self.executor = executor
         self.model_calls = 0
         self.sentences = 0
         self.task: Optional[asyncio.Task] = None
@@ -45,7 +52,6 @@ class Batcher:
             self.task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self.task
-        self.executor.shutdown(wait=True)
 
     async def translate(self, texts: list[str], beam: int, n_best: int) -> list[list[Translation]]:
         future = asyncio.get_running_loop().create_future()
