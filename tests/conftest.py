@@ -1,4 +1,5 @@
 import contextlib
+import dataclasses
 import gzip
 import os
 import re
@@ -15,6 +16,7 @@ import torch
 from attnmt.config import config_from_dict
 from attnmt.dates import generate_dates
 from attnmt.fast.int8 import int8_products_exact
+from attnmt.modelfile import read_model, save_model
 from attnmt.train import train
 
 # int8 decoding refuses to run where torch._int_mm is not exact (oneDNN without VNNI kernels).
@@ -80,6 +82,17 @@ def transformer_dates_model(tmp_path_factory) -> Path:
                                ff_dim=64, enc_layers=2, dec_layers=2)
     values["train"].update(epochs=3, lr=0.003, scheduler="warmup", warmup_steps=40)
     return train(config_from_dict(values), log=lambda _: None).model_path
+
+
+def relabelled(model: Path, folder: Path, source: str, target: str) -> Path:
+    """A copy of `model` in `folder` (served under the folder's name) that says it translates `source`
+    into `target`: models of several language pairs for a server, from one trained model."""
+    description, weights, _ = read_model(model)
+    data = dataclasses.replace(description.config.data, src_lang=source, source_languages="", tgt_lang=target)
+    description = dataclasses.replace(description, config=dataclasses.replace(description.config, data=data))
+    folder.mkdir(parents=True)
+    save_model(folder / "model.safetensors", description, weights)
+    return folder / "model.safetensors"
 
 
 @pytest.fixture(scope="session")

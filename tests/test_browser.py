@@ -1,7 +1,6 @@
 """The attention explorer in headless Chromium, against `attnmt serve` on 127.0.0.1 with a tiny model."""
 
 import contextlib
-import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -10,9 +9,8 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from conftest import serving
+from conftest import relabelled, serving
 
-from attnmt.modelfile import read_model, save_model
 from attnmt.translate import Translator
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -313,16 +311,6 @@ def test_the_step_panel_shows_attribution_under_attention(page, server):
     screenshot(page, "attribution_panel.png")
     page.select_option("#attribution", "off")
     assert page.locator("#attribution-view").is_hidden()
-
-
-def relabelled(model: Path, folder: Path, source: str, target: str) -> Path:
-    """A copy of `model` that says it translates `source` into `target`, served as the folder's name."""
-    description, weights, _ = read_model(model)
-    data = dataclasses.replace(description.config.data, src_lang=source, source_languages="", tgt_lang=target)
-    description = dataclasses.replace(description, config=dataclasses.replace(description.config, data=data))
-    folder.mkdir(parents=True)
-    save_model(folder / "model.safetensors", description, weights)
-    return folder / "model.safetensors"
 
 
 def test_the_model_picker_translates_and_explains_with_the_model_picked(browser, dates_model, transformer_dates_model,

@@ -5,7 +5,6 @@ keys and rates across all of them, and a model that fails to load stopping the s
 Three tiny models of the dates task, relabelled as three language pairs: the RNN as de -> en, the
 Transformer as en -> fr, and the Transformer again, exported to CTranslate2, as en -> de."""
 
-import dataclasses
 import json
 import subprocess
 import sys
@@ -15,30 +14,19 @@ from typing import Iterator
 
 import httpx
 import pytest
-from conftest import serving
+from conftest import relabelled, serving
 from fastapi.testclient import TestClient
 
 from attnmt.access import KeyFile
 from attnmt.cli import main
 from attnmt.config import ServeConfig
 from attnmt.errors import AttnmtError
-from attnmt.modelfile import read_model, save_model
 from attnmt.serve import create_app
 from attnmt.serve.models import ModelSet, ServedModel, model_specs
 from attnmt.translate import Translator
 
 GERMAN = ["3. Oktober 1990", "Montag, 1. Januar 2024", "Samstag, den 14. März 2026"]
 ENGLISH = ["March 14, 2026", "the 21st of June 1975", "July 4, 1776"]
-
-
-def relabelled(model: Path, folder: Path, source: str, target: str) -> Path:
-    """A copy of `model` that says it translates `source` into `target`."""
-    description, weights, _ = read_model(model)
-    data = dataclasses.replace(description.config.data, src_lang=source, source_languages="", tgt_lang=target)
-    description = dataclasses.replace(description, config=dataclasses.replace(description.config, data=data))
-    folder.mkdir(parents=True)
-    save_model(folder / "model.safetensors", description, weights)
-    return folder / "model.safetensors"
 
 
 @pytest.fixture(scope="module")
