@@ -1,6 +1,6 @@
 """Load check of `attnmt serve`: mixed and faulty traffic on 127.0.0.1 for T seconds, then a stop
-(SIGTERM) with requests in flight; with --models, a server of several models beside each of its
-models served alone.
+(SIGTERM) with requests in flight; with --models, a server of several models beside its models in
+one-model servers, side by side (all at once, as one server per model would run), then alone.
 
     python bench/load.py                                             # trains the demo model first
     python bench/load.py --model attnmt-demo/model.safetensors --clients 50 --seconds 60
@@ -37,24 +37,46 @@ pair after another (client k on pair k mod P), the faulty ones over the pairs a 
 directly (fault i on pair i mod D). A client of a direct pair sends the mix above with the model's
 name in attnmt's JSON (`model`) and the pair's source and target on LibreTranslate's API; a client of
 a pair the server translates through the pivot sends LibreTranslate's form only (80 % valid, 20 %
-a language it does not translate). The server is loaded, then stopped, as above. Then each model is
-served alone, by a one-model server (`attnmt serve NAME=PATH`, its models file's precision and
-engine, the same flags after --), one server after the other, each for the same seconds (as above,
-a load ends with its faulty clients' last answers) under the very clients of its pairs in the
-several-model run (the same seeds, kinds and requests; a pair through the pivot has no one-model
-server, and its clients load only the several-model server), and loaded and stopped as above.
-The one-model servers get the clients of their pairs only: --clients 50 is 15 well-behaved
-clients a pair with three pairs, and each one-model server has the machine's cores to itself.
-Prints, per pair (pair_SOURCE_TARGET_...), the requests, errors and latency p50/p90/p99 of the
-valid requests on the several-model server (multi_...), the same on the one-model server
-(..._single_...), and their ratio (several-model / one-model: the cost of sharing the machine's
-cores, and the server, with the other pairs' clients); per model, its load time and the memory
-loading it added (GET /models); each server's requests, errors, resident memory at the start and
-the end of its load and its stop (multi_..., single_NAME_...), and the several-model server's
-memory against the sum of the one-model servers' (end of the load: rss_mib_multi,
-rss_mib_sum_single and their ratio; the sum counts the Python, torch and server memory once per
-server); then a line per pair with its latencies beside the one-model server's. The check passes
-when no server had an error of any kind (errors_all, the logs, the stops).
+a language it does not translate). The server is loaded, then stopped, as above.
+
+Then each model is served by a one-model server (`attnmt serve NAME=PATH`, its models file's precision
+and engine, the same flags after --) under the very clients of its pairs in the several-model run (the
+same seeds, kinds and requests; a pair through the pivot has no one-model server, and its clients load
+only the several-model server), for the same seconds (as above, a load ends with its faulty clients'
+last answers), and stopped as above; twice:
+
+- side by side: the one-model servers all started, then loaded at the same time (their loads start
+  together, after each server's warm-up, and their well-behaved clients stop together, once the last
+  server's faulty clients have ended), then each stopped. This is the comparison for the choice
+  between one server for all the models and one server per model on the same machine: the servers
+  share the machine's cores as they would in production, under the several-model run's clients.
+- alone, one after the other: each one-model server with the machine to itself. This says what a
+  pair costs on its own, not what one server per model would do: each one-model server had all the
+  cores for its clients only (three models: three times the machine the several-model server had
+  for them). It costs the seconds once per model.
+
+The one-model servers get the clients of their pairs only: --clients 50 is 15 well-behaved clients a
+pair with three pairs. In every run the clients are tasks of this one process, which takes its share
+of the cores. A run of three models loads for five times --seconds, besides the starts, warm-ups and
+stops.
+
+Prints, per pair (pair_SOURCE_TARGET_...), the requests, errors and latency p50/p90/p99 of the valid
+requests on the several-model server (pair_SOURCE_TARGET_p50_ms, ...), the same on its one-model
+server side by side (..._side_by_side_...) and alone (..._single_...), and the ratios of the
+several-model server's to them (pair_SOURCE_TARGET_p50_over_side_by_side, and pair_SOURCE_TARGET_p50_ratio
+to the one-model server alone; above 1, the several-model server answered the pair more slowly); per
+model, its load time and the memory loading it added (GET /models); each server's requests, errors,
+resident memory at the start and the end of its load and its stop (multi_..., side_by_side_NAME_...,
+single_NAME_...). Against the several-model server's requests per second (multi_requests_per_s):
+the one-model servers' side by side, in all (side_by_side_requests_per_s: their requests over the
+longest of their loads' seconds; requests_per_s_multi_over_side_by_side; with pairs through the pivot,
+the several-model server answers their clients too, which the one-model servers do not have). Its
+memory at the end of the load (rss_mib_multi) against the sum of the one-model servers' side by side
+(rss_mib_sum_side_by_side, rss_multi_over_sum_side_by_side) and alone (rss_mib_sum_single,
+rss_multi_over_sum_single), the same at the start (..._start); a sum counts the Python, torch and
+server memory once per server. Then a line per pair and comparison with its latencies, and the
+requests per second and memory in words. The check passes when no server of any run had an error of
+any kind (errors_all, the logs, the stops).
 
 Without a model named, `--models` builds three, deterministically, into a temporary directory:
 the demo model (the RNN `attnmt demo` trains, as the one-model mode does) relabelled de -> en; a
@@ -97,7 +119,7 @@ from attnmt.dates import generate_dates
 from attnmt.demo import run_demo
 from attnmt.errors import AttnmtError
 from attnmt.modelfile import read_model, save_model
-from attnmt.serve.models import model_specs
+from attnmt.serve.models import ModelSpec, model_specs
 from attnmt.train import train
 
 HOST = "127.0.0.1"
@@ -472,11 +494,39 @@ class Load:
 SENTENCES = [source for source, _ in generate_dates(2000, seed=7)]
 
 
+class Together:
+    """Where loads run side by side wait for each other: each load meets the others at a point (its
+    start, after the warm-up; the end of its faulty clients, before its well-behaved ones stop) and goes
+    on once every load still running has come to it. A load that fails drops out, and the others do not
+    wait for it."""
+
+    def __init__(self, loads: int) -> None:
+        self.loads = loads
+        self.arrived: Counter[str] = Counter()
+        self.all_there: dict[str, asyncio.Event] = {}
+
+    def _release(self) -> None:
+        for point, event in self.all_there.items():
+            if self.arrived[point] >= self.loads:
+                event.set()
+
+    async def meet(self, point: str) -> None:
+        self.arrived[point] += 1
+        event = self.all_there.setdefault(point, asyncio.Event())
+        self._release()
+        await event.wait()
+
+    def drop_out(self) -> None:
+        self.loads -= 1
+        self._release()
+
+
 async def load_and_stop(base: str, server: subprocess.Popen, groups: list[Group], seconds: float,
-                        limits: ServeConfig) -> Load | str:
+                        limits: ServeConfig, together: Optional[Together] = None) -> Load | str:
     """Each group's clients for `seconds` (after WARM_UP_REQUESTS of each group's first valid kind), then
     the stop with a valid request of each well-behaved client in flight; what the server exited with
-    during the load, if it did."""
+    during the load, if it did. With `together`, the load starts with the other loads side by side, and
+    its well-behaved clients stop with theirs, once the last load's faulty clients have ended."""
     port, pid = urlsplit(base).port, server.pid
     assert port is not None
     sentences = SENTENCES
@@ -489,6 +539,8 @@ async def load_and_stop(base: str, server: subprocess.Popen, groups: list[Group]
                 content_type, body = group.valid[0].body(sentence)
                 (await http.post("translate", content=body, headers={"content-type": content_type})).raise_for_status()
 
+        if together is not None:
+            await together.meet("start")
         tallies = {group.pair: Tally() for group in groups}
         memory: list[int] = []
         stop = asyncio.Event()
@@ -503,6 +555,8 @@ async def load_and_stop(base: str, server: subprocess.Popen, groups: list[Group]
                              *(faulty_client(random.Random(seed), port, kind, sentences, stop_at, limits,
                                              answer_timeout_s, tallies[group.pair])
                                for group in groups for seed, kind in group.faults))
+        if together is not None:
+            await together.meet("stop")
         stop.set()
         await asyncio.gather(*running)
         sampler.cancel()
@@ -688,8 +742,49 @@ def pair_metrics(group: Group, tally: Tally, prefix: str) -> dict[str, object]:
             **{f"{prefix}_p{p}_ms": round(percentile_ms(tally.latencies, p / 100), 1) for p in (50, 90, 99)}}
 
 
+def one_model_arguments(spec: ModelSpec, args: argparse.Namespace) -> list[str]:
+    """`attnmt serve`'s arguments for a one-model server of `spec`: NAME=PATH, its
+    models file's precision and engine, the flags after --."""
+    return [f"{spec.name}={spec.path}", "--port", "0", *args.serve_args,
+            *(["--precision", spec.precision] if spec.precision else []),
+            *(["--engine", spec.engine] if spec.engine else [])]
+
+
+async def loads_side_by_side(runs: list[tuple[str, subprocess.Popen, list[Group]]], seconds: float,
+                             limits: ServeConfig) -> list[Load | str]:
+    """Each (address, server, groups) loaded and stopped at the same time as the others (Together): what
+    each gave, or the error its load ran into."""
+    together = Together(len(runs))
+
+    async def one(base: str, server: subprocess.Popen, groups: list[Group]) -> Load | str:
+        try:
+            return await load_and_stop(base, server, groups, seconds, limits, together)
+        except Exception as err:  # the others go on without it
+            together.drop_out()
+            return f"{type(err).__name__}: {err}"
+
+    return list(await asyncio.gather(*(one(*run) for run in runs)))
+
+
+def one_model_run(name: str, run: Load | str, log_path: Path, how: str, prefix: str, failures: list[str],
+                  metrics: dict[str, object]) -> Optional[Load]:
+    """A one-model server's run (`how`: alone, side by side): its metrics (PREFIX_NAME_...) and
+    failures recorded; the run, unless it failed before its end."""
+    label = f"one-model server {name} ({how})"
+    logged = {"server_log_errors": logged_errors(log_path, f" ({name} {how})", failures)}
+    if isinstance(run, str):
+        failures.append(f"{label}: {run}")
+        server_metrics: dict[str, object] = {}
+    else:
+        failures += [f"{label}: {failure}" for failure in run.failures()]
+        server_metrics = run.server_metrics()
+    metrics.update({f"{prefix}_{name}_{metric}": value for metric, value in {**server_metrics, **logged}.items()})
+    return None if isinstance(run, str) else run
+
+
 def several_models(args: argparse.Namespace) -> list[str]:
-    """The several-model mode: the server of all the models, then each model alone (see the docstring)."""
+    """The several-model mode: the server of all the models, then the one-model servers side by side,
+    then each alone (see the docstring)."""
     options = {"beam": args.beam, "attention": not args.no_attention}
     failures: list[str] = []
     metrics: dict[str, object] = {}
@@ -720,57 +815,84 @@ def several_models(args: argparse.Namespace) -> list[str]:
         metrics["multi_server_log_errors"] = multi_logged
         failures += [f"several-model server: {failure}" for failure in multi.failures()]
 
+        def own(spec: ModelSpec) -> list[Group]:
+            return [group for group in groups if group.model == spec.name]
+
+        # The one-model servers side by side: all started, then all loaded at once.
+        side: dict[str, Load] = {}
+        log_paths = {spec.name: Path(tmp) / f"server_{spec.name}_side_by_side.log" for spec in specs}
+        with contextlib.ExitStack() as servers:
+            runs = []
+            for spec in specs:
+                server, url = servers.enter_context(started_server(one_model_arguments(spec, args), log_paths[spec.name]))
+                runs.append((url, server, own(spec)))
+            side_runs = asyncio.run(loads_side_by_side(runs, args.seconds, limits))
+        for spec, side_run in zip(specs, side_runs):
+            if (done := one_model_run(spec.name, side_run, log_paths[spec.name], "side by side", "side_by_side",
+                                      failures, metrics)) is not None:
+                side[spec.name] = done
+
+        # Each one-model server alone, one after the other.
         singles: dict[str, Load] = {}
         for spec in specs:
-            own = [group for group in groups if group.model == spec.name]
-            flags = [*(["--precision", spec.precision] if spec.precision else []),
-                     *(["--engine", spec.engine] if spec.engine else [])]
             log_path = Path(tmp) / f"server_{spec.name}.log"
-            with started_server([f"{spec.name}={spec.path}", "--port", "0", *args.serve_args, *flags],
-                                log_path) as (server, url):
-                single = asyncio.run(load_and_stop(url, server, own, args.seconds, limits))
-            label = f"one-model server {spec.name}"
-            logged = {"server_log_errors": logged_errors(log_path, f" ({spec.name} alone)", failures)}
-            if isinstance(single, str):
-                failures.append(f"{label}: {single}")
-            else:
-                singles[spec.name] = single
-                failures += [f"{label}: {failure}" for failure in single.failures()]
-            server_metrics = {} if isinstance(single, str) else single.server_metrics()
-            metrics.update({f"single_{spec.name}_{name}": value for name, value in {**server_metrics, **logged}.items()})
+            with started_server(one_model_arguments(spec, args), log_path) as (server, url):
+                single = asyncio.run(load_and_stop(url, server, own(spec), args.seconds, limits))
+            if (done := one_model_run(spec.name, single, log_path, "alone", "single", failures, metrics)) is not None:
+                singles[spec.name] = done
 
+    # (metric key, ratio metric, words, the runs)
+    comparisons = (("side_by_side", "p{p}_over_side_by_side", "side by side", side),
+                   ("single", "p{p}_ratio", "alone", singles))
     table = []
     for group in groups:
-        metrics.update(pair_metrics(group, multi.tallies[group.pair], f"pair_{group.pair}"))
-        alone = singles.get(group.model or "")
-        if alone is None:  # through the pivot, or its one-model server failed
-            table.append(f"pair {group.pair}: p50 {percentile_ms(multi.tallies[group.pair].latencies, 0.5):.1f} ms "
-                         f"(no one-model server)")
+        pair, together = f"pair_{group.pair}", multi.tallies[group.pair].latencies
+        metrics.update(pair_metrics(group, multi.tallies[group.pair], pair))
+        if group.model is None:
+            table.append(f"pair {group.pair}: p50 {percentile_ms(together, 0.5):.1f} ms (through the pivot: no "
+                         f"one-model server)")
             continue
-        metrics.update(pair_metrics(group, alone.tallies[group.pair], f"pair_{group.pair}_single"))
-        ratios = []
-        for p in (50, 90, 99):
-            together = percentile_ms(multi.tallies[group.pair].latencies, p / 100)
-            apart = percentile_ms(alone.tallies[group.pair].latencies, p / 100)
-            metrics[f"pair_{group.pair}_p{p}_ratio"] = round(together / apart, 2)
-            ratios.append(f"p{p} {together:.1f} ms vs {apart:.1f} ms alone ({together / apart:.2f}x)")
-        table.append(f"pair {group.pair} ({group.model}): " + ", ".join(ratios))
-    if len(singles) == len(specs):
+        for key, ratio_name, words, loads in comparisons:
+            other = loads.get(group.model)
+            if other is None:
+                table.append(f"pair {group.pair} ({group.model}): no run {words} (its one-model server failed)")
+                continue
+            metrics.update(pair_metrics(group, other.tallies[group.pair], f"{pair}_{key}"))
+            ratios = []
+            for p in (50, 90, 99):
+                mine, apart = percentile_ms(together, p / 100), percentile_ms(other.tallies[group.pair].latencies, p / 100)
+                metrics[f"{pair}_{ratio_name.format(p=p)}"] = round(mine / apart, 2)
+                ratios.append(f"p{p} {mine:.1f} ms vs {apart:.1f} ms ({mine / apart:.2f}x)")
+            table.append(f"pair {group.pair} ({group.model}), several-model server vs one-model server {words}: "
+                         + ", ".join(ratios))
+    if len(side) == len(specs):
+        seconds = max(run.elapsed for run in side.values())
+        requests = sum(run.requests for run in side.values())
+        multi_rate, side_rate = multi.requests / multi.elapsed, requests / seconds
+        metrics.update({"side_by_side_seconds": round(seconds, 1), "side_by_side_requests": requests,
+                        "side_by_side_requests_per_s": round(side_rate, 1),
+                        "requests_per_s_multi_over_side_by_side": round(multi_rate / side_rate, 2)})
+        table.append(f"requests per second: {multi_rate:.1f} for the {len(specs)} models in one server, {side_rate:.1f} "
+                     f"for them in {len(specs)} servers side by side ({multi_rate / side_rate:.2f}x)")
+    for key, words, loads in (("side_by_side", "side by side", side), ("single", "one after the other", singles)):
+        if len(loads) < len(specs):
+            continue
         for when, index in (("", -1), ("_start", 0)):
-            multi_mib, sum_mib = multi.memory[index] / 1024, sum(single.memory[index] for single in singles.values()) / 1024
+            multi_mib, sum_mib = multi.memory[index] / 1024, sum(run.memory[index] for run in loads.values()) / 1024
             metrics[f"rss_mib_multi{when}"] = round(multi_mib, 1)
-            metrics[f"rss_mib_sum_single{when}"] = round(sum_mib, 1)
-            metrics[f"rss_multi_over_sum_single{when}"] = round(multi_mib / sum_mib, 2)
+            metrics[f"rss_mib_sum_{key}{when}"] = round(sum_mib, 1)
+            metrics[f"rss_multi_over_sum_{key}{when}"] = round(multi_mib / sum_mib, 2)
         table.append(f"memory at the end of the load: {metrics['rss_mib_multi']} MiB for the {len(specs)} models in one "
-                     f"server, {metrics['rss_mib_sum_single']} MiB for them in {len(specs)} servers "
-                     f"({metrics['rss_multi_over_sum_single']}x)")
-    errors = sum(multi.errors.values()) + sum(sum(single.errors.values()) for single in singles.values())
-    metrics["errors_all"] = errors
+                     f"server, {metrics[f'rss_mib_sum_{key}']} MiB for them in {len(specs)} servers {words} "
+                     f"({metrics[f'rss_multi_over_sum_{key}']}x)")
+    runs_by_label = [("several models", multi), *((f"{name} side by side", run) for name, run in side.items()),
+                     *((f"{name} alone", run) for name, run in singles.items())]
+    metrics["errors_all"] = sum(sum(run.errors.values()) for _, run in runs_by_label)
     for name, value in metrics.items():
         print(f"metric={name} value={value}")
     for line in table:
         print(line)
-    for label, run in (("several models", multi), *((f"{name} alone", single) for name, single in singles.items())):
+    for label, run in runs_by_label:
         for tally in run.tallies.values():
             for error, example in tally.examples.items():
                 print(f"error ({label}): {error}: {example}")
@@ -781,11 +903,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", help="model file (default: train the demo model into a temporary directory)")
     parser.add_argument("--models", nargs="*", metavar="MODEL",
-                        help="serve several models (what `attnmt serve` takes), then each alone, and compare; without "
-                             "a MODEL, build three (see above)")
+                        help="serve several models (what `attnmt serve` takes), then each in a server of its own, all "
+                             "side by side, then one after the other, and compare; without a MODEL, build three (see above)")
     parser.add_argument("--pivot", metavar="LANG", help="with --models: the server's --pivot")
     parser.add_argument("--clients", type=int, default=50, help="all of them, the faulty ones included")
-    parser.add_argument("--seconds", type=float, default=60.0, help="of load, per server")
+    parser.add_argument("--seconds", type=float, default=60.0, help="of load, per run (--models: the several-model "
+                        "server's, the one-model servers' side by side, each one-model server's alone)")
     parser.add_argument("--beam", type=int, default=1)
     parser.add_argument("--no-attention", action="store_true", help="do not ask for the attention matrix")
     parser.add_argument("serve_args", nargs="*", help="more `attnmt serve` flags, after --")
