@@ -154,6 +154,16 @@ def test_the_native_api_names_the_model(client, translators):
     assert refused.status_code == 501 and refused.json()["error"].startswith("this model decodes with ctranslate2")
 
 
+def test_the_openapi_description_names_the_models(client):
+    spec = client.get("/openapi.json").json()
+    names = ["de_en", "en_fr", "en_de"]
+    for request in ("TranslateRequest", "ExplainRequest"):
+        assert {"type": "string", "enum": names} in spec["components"]["schemas"][request]["properties"]["model"]["anyOf"]
+    (name,) = spec["paths"]["/model"]["get"]["parameters"]
+    assert {"type": "string", "enum": names} in name["schema"]["anyOf"]
+    assert client.get("/openapi.json").json() == spec                   # built once, the same every time
+
+
 def test_model_and_models_say_what_each_model_is(client):
     listed = client.get("/models").json()
     assert [(m["name"], m["source_languages"], m["tgt_lang"], m["arch"], m["engine"]) for m in listed] == [

@@ -80,7 +80,26 @@ def create_app(models: TextTranslator | ModelSet, limits: Optional[ServeConfig] 
     app.add_api_route("/models", routes.all_models, methods=["GET"], response_model=list[ModelInfo])
     app.add_api_route("/", explorer, methods=["GET"], include_in_schema=False)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    name_the_models(app, list(routes.models.models))
     return app
+
+
+def name_the_models(app: FastAPI, names: list[str]) -> None:
+    """/openapi.json with this server's model names as the values `model` (and /model's `name`) may
+    take, so that a client generated from it, or a fuzzer, sends names the server has."""
+    describe = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:                       # the first call builds it; later ones return it
+            schema = describe()
+            fields = [schema["components"]["schemas"][request]["properties"]["model"]
+                      for request in ("TranslateRequest", "ExplainRequest")]
+            fields += [parameter["schema"] for parameter in schema["paths"]["/model"]["get"]["parameters"]]
+            for field in fields:                             # Optional[str]: anyOf a string or null
+                next(kind for kind in field["anyOf"] if kind.get("type") == "string")["enum"] = names
+        return describe()
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 class ModelService:
