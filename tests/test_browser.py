@@ -366,6 +366,14 @@ def test_the_model_picker_translates_and_explains_with_the_model_picked(browser,
         page.wait_for_function("text => document.querySelector('#output').dataset.source === text", arg=texts[1])
         assert page.inner_text("#translation") == expected["de_en"][texts[1]]
         assert page.locator("#map-controls").is_hidden()
+        assert page.url.endswith("?model=de_en")                               # the address says the model
+
+    # A link to the Transformer's page (or a reload of it) opens on the Transformer.
+    with serving(models["de_en"], str(models["en_fr"])) as url, browsing(browser, url + "?model=en_fr") as linked:
+        linked.wait_for_function("document.querySelector('#model-info').textContent.includes('en \u2192 fr')")
+        assert linked.input_value("#model") == "en_fr"
+        translate_on_page(linked, texts[1])
+        assert linked.inner_text("#translation") == expected["en_fr"][texts[1]]
 
     # Every request named the model picked when it was sent (a run of each, in the order they were picked).
     runs = [model for k, (_, model) in enumerate(sent) if k == 0 or sent[k - 1][1] != model]

@@ -140,6 +140,8 @@
     const name = modelSelect.value;
     clearResults();
     $("model-info").textContent = `loading ${name}\u2026`;
+    // The address says the model, so that a reload or a shared link opens the page on it.
+    history.replaceState(null, "", `?model=${encodeURIComponent(name)}`);
     loadModel(name);
   });
 
@@ -552,5 +554,5 @@
     translate();
   });
   for (const input of [beamInput, nbestInput]) input.addEventListener("change", translate);
-  loadModel();
+  loadModel(new URLSearchParams(location.search).get("model"));   // ?model=NAME, else the server's first
 })();
