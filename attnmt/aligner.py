@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 import random
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Protocol, cast
@@ -42,6 +43,7 @@ from typing import Any, Callable, Optional, Protocol, cast
 import numpy as np
 import torch
 from torch import nn
+from tqdm import tqdm
 
 from .batch import batch_indices, pad
 from .errors import AttnmtError, first_line
@@ -232,10 +234,13 @@ def train_aligner(translator: Translator, sources: list[str], targets: list[str]
     optimizer = torch.optim.Adam(aligner.parameters(), lr=lr)
     rng = random.Random(seed)
     aligner.train()
+    started = time.monotonic()
     for epoch in range(1, epochs + 1):
         total, count = 0.0, 0
         batches = batch_indices(lengths, batch_tokens, "tokens", shuffle=True, rng=rng)
-        for number, rows in enumerate(batches, start=1):
+        # A bar on a terminal (the epoch's time left), as training shows one; a line per epoch for the log.
+        bar = tqdm(total=len(batches), desc=f"aligner epoch {epoch}/{epochs}", unit="batch", disable=None, leave=False)
+        for rows in batches:
             src, src_lengths, tgt, tgt_lengths = piece_tensors(pairs, rows.tolist(), translator.device)
             pieces = int(src_lengths.sum() + tgt_lengths.sum())
             loss = -aligner.log_likelihood(src, src_lengths, tgt, tgt_lengths).sum() / pieces
@@ -243,9 +248,13 @@ def train_aligner(translator: Translator, sources: list[str], targets: list[str]
             loss.backward()
             optimizer.step()
             total, count = total + loss.item() * pieces, count + pieces
-            if number % 100 == 0 or number == len(batches):
-                log(f"aligner epoch {epoch}: batch {number}/{len(batches)}, "
-                    f"perplexity {math.exp(total / count):.1f} per piece (both directions)")
+            bar.set_postfix_str(f"perplexity {math.exp(total / count):.1f}", refresh=False)
+            bar.update()
+        bar.close()
+        minutes = (time.monotonic() - started) / 60
+        left = f", about {minutes / epoch * (epochs - epoch):.1f} min left" if epoch < epochs else ""
+        log(f"aligner epoch {epoch}/{epochs}: perplexity {math.exp(total / count):.1f} per piece (both directions), "
+            f"{len(batches)} batches; {minutes:.1f} min so far{left}")
     return aligner.eval()
 
 

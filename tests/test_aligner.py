@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import re
 
 import numpy as np
 import pytest
@@ -194,6 +195,16 @@ def test_train_aligner_writes_the_model_file_with_it_and_align_uses_it(model, re
     assert read_model(again)[2]["aligner"]["epochs"] == 2
     assert train_aligner(translator, [s for s, _ in DATES], [t for _, t in DATES], log=lambda _: None,
                          aligner=aligner) is aligner
+
+
+def test_training_says_each_epoch_and_the_time_left(dates_model):
+    lines: list[str] = []
+    train_aligner(Translator.load(dates_model, "cpu"), [s for s, _ in DATES], [t for _, t in DATES], epochs=3,
+                  batch_tokens=256, log=lines.append)
+    assert len(lines) == 3, lines                                          # one a epoch, the bar aside
+    for epoch, line in enumerate(lines, 1):
+        assert re.fullmatch(rf"aligner epoch {epoch}/3: perplexity [0-9.]+ per piece \(both directions\), \d+ batches; "
+                            rf"[0-9.]+ min so far" + (r", about [0-9.]+ min left" if epoch < 3 else ""), line), line
 
 
 def test_aligner_refusals_are_one_line(dates_model, tmp_path, capsys):
