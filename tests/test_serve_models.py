@@ -197,6 +197,14 @@ def test_model_arguments_folders_and_models_files(models, tmp_path):
     assert [(s.name, Path(s.path)) for s in model_specs([str(folder)])] == [
         ("de_en", models["de_en"]), ("en_de", models["en_de"]), ("en_fr", models["en_fr"])]
     named = model_specs([f"dates={models['de_en'].parent}", str(models["en_fr"])])
+    # A folder with "=" in its name is a path, and NAME= splits at the first "=".
+    equals = tmp_path / "lr=0.1"
+    equals.mkdir()
+    (equals / "model.safetensors").write_bytes(models["de_en"].read_bytes())
+    assert [(s.name, Path(s.path)) for s in model_specs([str(equals), f"x={equals}"])] == [
+        ("lr=0.1", equals / "model.safetensors"), ("x", equals / "model.safetensors")]
+    with pytest.raises(AttnmtError, match="missing.safetensors: no such model file or folder"):
+        model_specs([str(tmp_path / "missing.safetensors")])
     assert [(s.name, Path(s.path)) for s in named] == [("dates", models["de_en"]), ("en_fr", models["en_fr"])]
     listing = tmp_path / "models.yaml"
     listing.write_text(f"models:\n  - {{name: a, path: {models['de_en']}, precision: bf16}}\n"
@@ -216,8 +224,9 @@ def test_model_arguments_folders_and_models_files(models, tmp_path):
         assert error in str(refused.value) and "\n" not in str(refused.value)
     with pytest.raises(AttnmtError, match="two models are named 'de_en'"):
         model_specs([str(models["de_en"]), str(models["de_en"])])
+    (tmp_path / "empty").mkdir()
     with pytest.raises(AttnmtError, match="no model in this folder"):
-        model_specs([str(tmp_path)])
+        model_specs([str(tmp_path / "empty")])
 
 
 def test_a_model_that_fails_to_load_stops_the_start_in_one_line(models, tmp_path, capsys):

@@ -110,7 +110,6 @@ class ModelService:
 
     def __init__(self, served: ServedModel, limits: ServeConfig, names: list[str]):
         translator = served.translator
-        self.name = served.name
         self.translator = translator
         self.limits = limits
         self.default_beam = translator.config.decode.beam_size
@@ -184,7 +183,8 @@ class Routes:
     async def decode_routes(self, http: Request, groups: list[tuple[Route, list[str]]], n_best: int
                             ) -> list[list[list[Translation]]]:
         """LibreTranslate's translate: each group of texts along its route, checked as one request (its
-        sentences counted once), the groups' models working side by side; [group][text][rank]."""
+        sentences counted once), every group queued at once (their calls take turns on the model
+        thread); [group][text][rank]."""
         self.limit_sentences([text for _, texts in groups for text in texts])
         for route, texts in groups:
             first = self.services[route.models[0].name]

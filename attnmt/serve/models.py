@@ -37,7 +37,9 @@ def model_specs(arguments: list[str]) -> list[ModelSpec]:
     under its own name), or a .yaml/.yml file listing them (`models_file`). Names must differ."""
     specs: list[ModelSpec] = []
     for argument in arguments:
-        name, _, path_text = argument.rpartition("=") if "=" in argument else ("", "", argument)
+        # NAME=PATH, unless the whole argument is a path (a folder may have "=" in its name).
+        named = "=" in argument and not Path(argument).exists()
+        name, _, path_text = argument.partition("=") if named else ("", "", argument)
         path = Path(path_text)
         if path.suffix in (".yaml", ".yml") and path.is_file():
             if name:
@@ -162,7 +164,7 @@ def resident_mb() -> Optional[float]:
 def load_models(specs: list[ModelSpec], load: Callable[[ModelSpec], TextTranslator], max_models: int,
                 log: Callable[[str], None] = lambda _: None) -> list[ServedModel]:
     """Every model loaded by `load`, timed and measured, a line logged as each is ready
-    (`ServedModel.line`); the first that fails to load ends it with one line naming its file (no
+    (`ServedModel.lines`); the first that fails to load ends it with one line naming its file (no
     server starts with some of its models)."""
     if len(specs) > max_models:
         raise AttnmtError(f"{len(specs)} models to serve; the limit is {max_models} (--max-models)")
