@@ -38,7 +38,7 @@ import random
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, Protocol, cast
+from typing import Any, Callable, Optional, Protocol
 
 import numpy as np
 import torch
@@ -46,6 +46,7 @@ from torch import nn
 from tqdm import tqdm
 
 from .batch import batch_indices, pad
+from .choices import ALIGNER_MAX_EPOCHS
 from .errors import AttnmtError, first_line
 from .modelfile import load_file, read_metadata, save_file
 from .seam import Model, require
@@ -53,6 +54,8 @@ from .translate import Translator
 from .vocab import PAD_ID
 
 BATCH_TOKENS = 4096           # target pieces per training batch
+HELD_OUT = 2000               # pairs kept out of training to say when to stop (at most a twentieth)
+STOP_GAIN = 0.002             # an epoch that lowers the held-out perplexity by less than this share is the last
 PREFIX = "aligner."           # its tensors' names in a model file; its metadata's key is "aligner"
 IMPOSSIBLE = -1e9             # the log-score of a padded position: finite, so that no sum turns NaN
 
@@ -89,14 +92,26 @@ class LexicalModel(nn.Module):
     def forward(self, given: torch.Tensor, written: torch.Tensor) -> torch.Tensor:
         """log p(written_j | given_i±w) for each written piece [B, T] and given position [B, S]:
         [B, T, S + 1], the last column NULL's."""
+        chosen = self.by_piece(given, written) if self.window == 0 else self.by_position(given, written)  # [B, S, T]
+        null = torch.log_softmax(self.null, 0)[written]                         # [B, T]
+        return torch.cat([chosen.transpose(1, 2), null[:, :, None]], 2)
+
+    def by_position(self, given: torch.Tensor, written: torch.Tensor) -> torch.Tensor:
+        """log p(written_j | given_i±w) [B, S, T]: a softmax over the vocabulary at every given position."""
         embedded = self.embeddings(given)                                       # [B, S, d]; PAD embeds as 0
         w = self.window
         padded = nn.functional.pad(embedded, (0, 0, w, w))                      # [B, S + 2w, d]
         windows = torch.cat([padded[:, k : k + given.shape[1]] for k in range(2 * w + 1)], 2)  # [B, S, (2w+1)d]
         log_probs = torch.log_softmax(self.output(torch.tanh(self.hidden(windows))), 2)        # [B, S, V]
-        chosen = torch.gather(log_probs, 2, written[:, None, :].expand(-1, given.shape[1], -1))  # [B, S, T]
-        null = torch.log_softmax(self.null, 0)[written]                         # [B, T]
-        return torch.cat([chosen.transpose(1, 2), null[:, :, None]], 2)
+        return torch.gather(log_probs, 2, written[:, None, :].expand(-1, given.shape[1], -1))
+
+    def by_piece(self, given: torch.Tensor, written: torch.Tensor) -> torch.Tensor:
+        """by_position without neighbours (window 0), where a position's distribution is its piece's: one
+        softmax per distinct piece of the batch instead of one per position (fast path; tested against
+        by_position). The softmax over the vocabulary is most of training's work."""
+        distinct, where = torch.unique(given, return_inverse=True)              # [U], [B, S]
+        log_probs = torch.log_softmax(self.output(torch.tanh(self.hidden(self.embeddings(distinct)))), 1)  # [U, V]
+        return log_probs[where[:, :, None], written[:, None, :]]                # [B, S, T]
 
 
 class HiddenMarkovAligner(nn.Module):
@@ -120,11 +135,11 @@ class HiddenMarkovAligner(nn.Module):
         padding = torch.arange(positions, device=device)[None, :] >= given_lengths.to(device)[:, None]  # [B, S]
         return torch.log_softmax(scores[None].masked_fill(padding[:, None, :], IMPOSSIBLE), 2)
 
-    def forward_backward(self, log_emission: torch.Tensor, given_lengths: torch.Tensor, written_lengths: torch.Tensor,
-                         posterior: bool) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    def forward_backward(self, log_emission: torch.Tensor, given_lengths: torch.Tensor, written_lengths: torch.Tensor
+                         ) -> tuple[torch.Tensor, torch.Tensor]:
         """log p(written | given) [B] summed over every alignment, from log_emission [B, T, S + 1]
-        (LexicalModel's), and with `posterior` each piece's P(a_j = i | both sides) [B, T, S + 1]
-        (the last column NULL's).
+        (LexicalModel's), and each piece's P(a_j = i | both sides) [B, T, S + 1] (the last column
+        NULL's): the plain reference in logs.
 
         The state after piece j is where the next jump starts: position r in 0..S (r = i + 1 after
         piece i, or the position a NULL remembers). alpha[r] sums the paths that write pieces 0..j
@@ -145,8 +160,6 @@ class HiddenMarkovAligner(nn.Module):
             step = torch.cat([null[:, :1], torch.logaddexp(null[:, 1:], real)], 1)
             alpha = torch.where(written[:, j, None], step, alpha)               # padded pieces change nothing
         log_likelihood = torch.logsumexp(alpha, 1)                               # [B]
-        if not posterior:
-            return log_likelihood, None
         # beta[r]: log p(pieces j+1.. | the state after piece j is r): 0 after a sentence's last piece.
         beta = torch.zeros(batch, positions + 1, device=log_emission.device)
         shares = [torch.empty(0)] * pieces
@@ -159,6 +172,34 @@ class HiddenMarkovAligner(nn.Module):
             beta = torch.where(written[:, j, None], torch.logaddexp(through_piece, through_null), 0.0)
         return log_likelihood, torch.stack(shares, 1)
 
+    def log_likelihood(self, log_emission: torch.Tensor, given_lengths: torch.Tensor, written_lengths: torch.Tensor
+                       ) -> torch.Tensor:
+        """forward_backward's log p(written | given) [B] alone, by the scaled forward algorithm: in
+        probabilities, a vector-matrix product per piece instead of a log-sum-exp over every pair of
+        positions, the state rescaled to sum to one at each piece (fast path for training; tested
+        against forward_backward)."""
+        batch, pieces, width = log_emission.shape
+        positions = width - 1
+        device = log_emission.device
+        jump = self.log_jumps(given_lengths, positions).exp()                   # [B, S + 1, S]
+        p_null = torch.sigmoid(self.null_logit)
+        # Each piece's emissions over their largest, which is added back in the log: no underflow. A
+        # constant, as log p = c + log(p / e^c) for any c.
+        peak = log_emission.detach().amax(2, keepdim=True)                       # [B, T, 1]
+        emission = torch.exp(log_emission - peak)                                # [B, T, S + 1]
+        written = torch.arange(pieces, device=device)[None, :] < written_lengths.to(device)[:, None]
+        alpha = torch.zeros(batch, positions + 1, device=device)
+        alpha[:, 0] = 1.0                                                        # before the first piece
+        log_likelihood = peak[:, :, 0].masked_fill(~written, 0.0).sum(1)         # [B]
+        for j in range(pieces):
+            real = torch.bmm(alpha[:, None, :], jump)[:, 0] * (1 - p_null) * emission[:, j, :positions]  # [B, S]
+            null = alpha * p_null * emission[:, j, positions:]                                           # [B, S + 1]
+            step = torch.cat([null[:, :1], null[:, 1:] + real], 1)
+            scale = torch.where(written[:, j, None], step.sum(1, keepdim=True), 1.0)                     # [B, 1]
+            alpha = torch.where(written[:, j, None], step / scale, alpha)       # padded pieces change nothing
+            log_likelihood = log_likelihood + scale[:, 0].log()
+        return log_likelihood
+
 
 class Aligner(nn.Module):
     """Both directions: target pieces written from source pieces, and source pieces from target pieces."""
@@ -166,6 +207,7 @@ class Aligner(nn.Module):
     def __init__(self, config: AlignerConfig, src_vocab: int, tgt_vocab: int):
         super().__init__()
         self.config = config
+        self.epochs = 0               # epochs trained (train_aligner), kept in the model file's metadata
         self.source_to_target = HiddenMarkovAligner(config, src_vocab, tgt_vocab)
         self.target_to_source = HiddenMarkovAligner(config, tgt_vocab, src_vocab)
 
@@ -181,11 +223,11 @@ class Aligner(nn.Module):
                 direction.lexical.embeddings.weight[PAD_ID] = 0.0
         return aligner.to(src_embeddings.weight.device)
 
-    def both_ways(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt: torch.Tensor, tgt_lengths: torch.Tensor,
-                  posterior: bool) -> list[tuple[torch.Tensor, Optional[torch.Tensor]]]:
-        """HiddenMarkovAligner.forward_backward of each direction: target from source, then source
-        from target."""
-        return [direction.forward_backward(direction.lexical(given, written), given_lengths, written_lengths, posterior)
+    def directions(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt: torch.Tensor, tgt_lengths: torch.Tensor
+                   ) -> list[tuple[HiddenMarkovAligner, torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """Each direction, target from source then source from target, with its log emissions
+        (LexicalModel's) and the lengths of the side it reads and of the side it writes."""
+        return [(direction, direction.lexical(given, written), given_lengths, written_lengths)
                 for direction, given, given_lengths, written, written_lengths in (
                     (self.source_to_target, src, src_lengths, tgt, tgt_lengths),
                     (self.target_to_source, tgt, tgt_lengths, src, src_lengths))]
@@ -193,15 +235,16 @@ class Aligner(nn.Module):
     def log_likelihood(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt: torch.Tensor,
                        tgt_lengths: torch.Tensor) -> torch.Tensor:
         """log p(tgt | src) + log p(src | tgt) [B]."""
-        (forward, _), (backward, _) = self.both_ways(src, src_lengths, tgt, tgt_lengths, posterior=False)
+        forward, backward = (direction.log_likelihood(*inputs)
+                             for direction, *inputs in self.directions(src, src_lengths, tgt, tgt_lengths))
         return forward + backward
 
     def posteriors(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt: torch.Tensor, tgt_lengths: torch.Tensor
                    ) -> list[torch.Tensor]:
         """Each target piece's P(source piece i | both sentences) [B, T, S + 1] and each source
         piece's P(target piece j | both) [B, S, T + 1], the last column NULL's."""
-        return [cast(torch.Tensor, posterior)
-                for _, posterior in self.both_ways(src, src_lengths, tgt, tgt_lengths, posterior=True)]
+        return [direction.forward_backward(*inputs)[1]
+                for direction, *inputs in self.directions(src, src_lengths, tgt, tgt_lengths)]
 
 
 def piece_tensors(pairs: list[tuple[list[int], list[int]]], rows: list[int], device: torch.device
@@ -213,14 +256,37 @@ def piece_tensors(pairs: list[tuple[list[int], list[int]]], rows: list[int], dev
     return (src, torch.tensor([len(pairs[i][0]) for i in rows]), tgt, torch.tensor([len(pairs[i][1]) for i in rows]))
 
 
-def train_aligner(translator: Translator, sources: list[str], targets: list[str], epochs: int = 1, lr: float = 3e-3,
-                  batch_tokens: int = BATCH_TOKENS, seed: int = 1, window: int = 0,
+def held_out_rows(count: int, rng: random.Random) -> list[int]:
+    """The pairs kept out of training to say when to stop: a twentieth of them, at most HELD_OUT,
+    none where there are too few pairs to spare twenty."""
+    return sorted(rng.sample(range(count), min(HELD_OUT, count // 20)))
+
+
+def perplexity(aligner: Aligner, pairs: list[tuple[list[int], list[int]]], rows: list[int], batch_tokens: int,
+               device: torch.device) -> float:
+    """The aligner's perplexity per piece, both directions, on the pairs `rows`."""
+    lengths = np.array([(len(pairs[i][1]), len(pairs[i][0])) for i in rows], dtype=np.int64)
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for batch in batch_indices(lengths, batch_tokens, "tokens"):
+            src, src_lengths, tgt, tgt_lengths = piece_tensors(pairs, [rows[k] for k in batch], device)
+            total -= float(aligner.log_likelihood(src, src_lengths, tgt, tgt_lengths).sum())
+            count += int(src_lengths.sum() + tgt_lengths.sum())
+    return math.exp(total / count)
+
+
+def train_aligner(translator: Translator, sources: list[str], targets: list[str], epochs: int = ALIGNER_MAX_EPOCHS,
+                  lr: float = 3e-3, batch_tokens: int = BATCH_TOKENS, seed: int = 1, window: int = 0,
                   log: Callable[[str], None] = print, aligner: Optional[Aligner] = None) -> Aligner:
     """An aligner for the translator's model, trained on sentence pairs (plain text) by the
     likelihood of both directions, starting from `aligner` (default: the one the translator's model
-    file holds, read_aligner), trained further (more epochs; `window` is then its own), or where
-    there is none from the model's embeddings, reading `window` neighbours of each piece on each
-    side. The model itself is left unchanged."""
+    file holds, read_aligner), trained further (`window` is then its own), or where there is none
+    from the model's embeddings, reading `window` neighbours of each piece on each side. The model
+    itself is left unchanged.
+
+    Training stops after `epochs`, or sooner: after each epoch the pairs held out of training
+    (held_out_rows) are scored, and once their perplexity no longer falls, training stops and the
+    aligner of the epoch before is kept (with fewer than 40 pairs nothing is held out)."""
     torch.manual_seed(seed)
     text = translator.tokenization
     pairs = [(text.src_vocab.encode(translator.src_tokenizer.tokenize(s)),
@@ -228,20 +294,23 @@ def train_aligner(translator: Translator, sources: list[str], targets: list[str]
     pairs = [p for p in pairs if p[0] and p[1]]
     if not pairs:
         raise AttnmtError("no sentence pairs with words on both sides to train the aligner on")
-    lengths = np.array([(len(t), len(s)) for s, t in pairs], dtype=np.int64)   # batched by target length
+    rng = random.Random(seed)
+    held_out = held_out_rows(len(pairs), rng)
+    training = np.setdiff1d(np.arange(len(pairs)), held_out)
+    lengths = np.array([(len(pairs[i][1]), len(pairs[i][0])) for i in training], dtype=np.int64)  # by target length
     aligner = aligner or read_aligner(translator) or Aligner.for_model(translator.model, len(text.src_vocab),
                                                                        len(text.tgt_vocab), window)
     optimizer = torch.optim.Adam(aligner.parameters(), lr=lr)
-    rng = random.Random(seed)
-    aligner.train()
-    started = time.monotonic()
+    best: tuple[float, dict[str, torch.Tensor]] = (math.inf, {})
+    started, cpu_started = time.monotonic(), time.process_time()
     for epoch in range(1, epochs + 1):
+        aligner.train()
         total, count = 0.0, 0
         batches = batch_indices(lengths, batch_tokens, "tokens", shuffle=True, rng=rng)
         # A bar on a terminal (the epoch's time left), as training shows one; a line per epoch for the log.
         bar = tqdm(total=len(batches), desc=f"aligner epoch {epoch}/{epochs}", unit="batch", disable=None, leave=False)
-        for rows in batches:
-            src, src_lengths, tgt, tgt_lengths = piece_tensors(pairs, rows.tolist(), translator.device)
+        for batch in batches:
+            src, src_lengths, tgt, tgt_lengths = piece_tensors(pairs, training[batch].tolist(), translator.device)
             pieces = int(src_lengths.sum() + tgt_lengths.sum())
             loss = -aligner.log_likelihood(src, src_lengths, tgt, tgt_lengths).sum() / pieces
             optimizer.zero_grad()
@@ -251,22 +320,36 @@ def train_aligner(translator: Translator, sources: list[str], targets: list[str]
             bar.set_postfix_str(f"perplexity {math.exp(total / count):.1f}", refresh=False)
             bar.update()
         bar.close()
+        aligner.epochs += 1
+        line = f"aligner epoch {epoch}/{epochs}: perplexity {math.exp(total / count):.1f} per piece (both directions)"
+        held = perplexity(aligner.eval(), pairs, held_out, batch_tokens, translator.device) if held_out else math.nan
+        stop = held >= best[0] * (1 - STOP_GAIN)
+        if held_out:
+            line += f", {held:.2f} on {len(held_out):,} held-out pairs"
         minutes = (time.monotonic() - started) / 60
-        left = f", about {minutes / epoch * (epochs - epoch):.1f} min left" if epoch < epochs else ""
-        log(f"aligner epoch {epoch}/{epochs}: perplexity {math.exp(total / count):.1f} per piece (both directions), "
-            f"{len(batches)} batches; {minutes:.1f} min so far{left}")
+        cpu_per_100k = (time.process_time() - cpu_started) / 60 / epoch / len(training) * 100_000
+        line += (f", {len(batches)} batches; {minutes:.1f} min so far ({cpu_per_100k:.1f} CPU-min per 100,000 pairs "
+                 f"an epoch)")
+        if stop:
+            aligner.load_state_dict(best[1])
+            aligner.epochs -= 1
+            log(f"{line}; held-out perplexity no longer falls: stopped, keeping epoch {epoch - 1}")
+            break
+        if held_out:
+            best = (held, {name: t.clone() for name, t in aligner.state_dict().items()})
+        log(line + (f", at most {minutes / epoch * (epochs - epoch):.1f} min left" if epoch < epochs else ""))
     return aligner.eval()
 
 
 def write_aligner(model_path: str | Path, out: str | Path, aligner: Aligner, trained: dict[str, Any]) -> None:
-    """Write the model file at `model_path` to `out` (atomically) with `aligner` in it, and how it was
-    trained (`trained`, for `attnmt info`); any aligner the file held is replaced, the network's
-    weights are copied unchanged."""
+    """Write the model file at `model_path` to `out` (atomically) with `aligner` in it, its epochs and
+    how else it was trained (`trained`, for `attnmt info`); any aligner the file held is replaced,
+    the network's weights are copied unchanged."""
     tensors, meta = load_file(model_path)
     tensors = {name: t for name, t in tensors.items() if not name.startswith(PREFIX)}
     tensors.update({PREFIX + name: t for name, t in aligner.state_dict().items()})
     meta = {k: v for k, v in meta.items() if k not in ("format", "format_version", "sha256")}
-    meta["aligner"] = {"config": asdict(aligner.config), **trained}
+    meta["aligner"] = {"config": asdict(aligner.config), "epochs": aligner.epochs, **trained}
     save_file(out, tensors, meta)
 
 
@@ -281,6 +364,7 @@ def read_aligner(translator: Translator) -> Optional[Aligner]:
     try:
         aligner = Aligner(AlignerConfig(**meta["aligner"]["config"]), len(text.src_vocab), len(text.tgt_vocab))
         aligner.load_state_dict({name[len(PREFIX):]: t for name, t in tensors.items() if name.startswith(PREFIX)})
+        aligner.epochs = int(meta["aligner"].get("epochs", 0))
     except (KeyError, TypeError, RuntimeError) as err:
         raise AttnmtError(f"{path}: the aligner in this model file does not match its model ({first_line(err)}); "
                           f"train it again with `attnmt train-aligner`") from None

@@ -1,7 +1,8 @@
 """The named choices of the flags whose code needs torch: how attention becomes word alignments
-(align.py), the attribution methods (attribution.py), CTranslate2's quantizations (export.py). They
-live here, beside no tensor, so that the `attnmt` command builds its flags, and answers `--help` or a
-wrong choice, without loading torch; those modules check against the same names."""
+(align.py) and the aligner's epochs (aligner.py), the attribution methods (attribution.py),
+CTranslate2's quantizations (export.py). They live here, beside no tensor, so that the `attnmt`
+command builds its flags, and answers `--help` or a wrong choice, without loading torch; those
+modules check against the same names."""
 
 # How attention becomes links, and how the links of two directions combine (align.py's docstring).
 ALIGN_METHODS = ("argmax", "threshold", "aligner")
@@ -10,6 +11,8 @@ AVERAGE = "average"                                                             
 # Which decoding step's attention aligns a target token: the step that writes it, or the next one,
 # which reads it.
 ALIGN_STEPS = ("output", "input")
+# The aligner's epochs at most (aligner.train_aligner); the held-out pairs' perplexity usually stops it sooner.
+ALIGNER_MAX_EPOCHS = 5
 
 # attribution.py's methods beside attention, and integrated gradients' steps by default.
 METHODS = ("grad", "ig", "occlusion")

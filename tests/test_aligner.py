@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from attnmt import AttnmtError, Translator
+from attnmt import aligner as aligner_module
 from attnmt.align import align, aligner_links, aligner_posteriors, alignment_method, averaged, model_aligner, read_gold, score
 from attnmt.aligner import Aligner, AlignerConfig, HiddenMarkovAligner, read_aligner, train_aligner, write_aligner
 from attnmt.cli import main
@@ -64,7 +65,7 @@ def test_the_likelihood_and_posteriors_are_those_of_every_alignment_summed_one_b
     direction = tiny_direction()
     log_emission = torch.log_softmax(torch.randn(3, 4, 5), 2)                 # [B, T, S + 1]
     given, written = torch.tensor([4, 2, 3]), torch.tensor([4, 3, 1])         # padded pairs, jumps past max_jump
-    log_likelihood, posterior = direction.forward_backward(log_emission, given, written, posterior=True)
+    log_likelihood, posterior = direction.forward_backward(log_emission, given, written)
     for row in range(3):
         expected, marginals = every_alignment(direction, log_emission[row], int(given[row]), int(written[row]))
         assert log_likelihood[row].item() == pytest.approx(math.log(expected), abs=1e-5)
@@ -73,9 +74,37 @@ def test_the_likelihood_and_posteriors_are_those_of_every_alignment_summed_one_b
         assert not posterior[row, :, given[row] : 4].any()                    # padded positions
     # The posterior is the likelihood's gradient with respect to the emissions (the HMM's identity).
     log_emission.requires_grad_()
-    (gradient,) = torch.autograd.grad(direction.forward_backward(log_emission, given, written, False)[0].sum(),
+    (gradient,) = torch.autograd.grad(direction.forward_backward(log_emission, given, written)[0].sum(),
                                       log_emission)
     assert torch.allclose(gradient, posterior, atol=1e-5)
+
+
+def test_the_scaled_forward_algorithm_gives_the_likelihood_and_gradients_of_the_reference():
+    direction = tiny_direction(max_jump=3)
+    # Emissions from far below one (long pairs underflow unscaled) and pieces of padding in both sides.
+    log_emission = (torch.log_softmax(torch.randn(4, 9, 8), 2) * 12).requires_grad_()     # [B, T, S + 1]
+    given, written = torch.tensor([7, 2, 5, 1]), torch.tensor([9, 3, 1, 6])
+    reference = direction.forward_backward(log_emission, given, written)[0]
+    scaled = direction.log_likelihood(log_emission, given, written)
+    assert reference.min() < -150                                             # exp() of it is 0 in fp32
+    assert torch.allclose(scaled, reference, rtol=1e-5, atol=1e-4)
+    parameters = [log_emission, direction.jumps, direction.null_logit]
+    for got, expected in zip(torch.autograd.grad(scaled.sum(), parameters),
+                             torch.autograd.grad(reference.sum(), parameters), strict=True):
+        assert torch.allclose(got, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_one_softmax_per_distinct_piece_is_one_per_position():
+    torch.manual_seed(0)
+    lexical = HiddenMarkovAligner(AlignerConfig(dim=3, window=0, hidden=5), 9, 7).lexical
+    given, written = torch.tensor([[4, 5, 4, 8], [5, 5, PAD_ID, PAD_ID]]), torch.tensor([[2, 3, 6], [1, 6, 6]])
+    by_piece, by_position = lexical.by_piece(given, written), lexical.by_position(given, written)
+    assert by_piece.shape == (2, 4, 3) and torch.allclose(by_piece, by_position, atol=1e-6)
+    assert torch.allclose(lexical(given, written)[:, :, :4], by_position.transpose(1, 2), atol=1e-6)
+    weights = list(lexical.parameters())
+    for got, expected in zip(torch.autograd.grad(by_piece.sum(), weights, allow_unused=True),
+                             torch.autograd.grad(by_position.sum(), weights, allow_unused=True), strict=True):
+        assert (got is None and expected is None) or torch.allclose(got, expected, atol=1e-5)
 
 
 def test_the_lexical_model_reads_each_source_piece_with_its_neighbours():
@@ -164,7 +193,7 @@ def test_train_aligner_writes_the_model_file_with_it_and_align_uses_it(model, re
     src.write_text("".join(f"{s}\n" for s, _ in DATES))
     tgt.write_text("".join(f"{t}\n" for _, t in DATES))
     assert main(["train-aligner", str(path), "--src", str(src), "--tgt", str(tgt), "--out", str(out),
-                 "--device", "cpu"]) == 0
+                 "--epochs", "1", "--device", "cpu"]) == 0
     assert f"written to {out}" in capsys.readouterr().out
     (_, before, _), (_, after, meta) = read_model(path), read_model(out)
     assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
@@ -191,7 +220,7 @@ def test_train_aligner_writes_the_model_file_with_it_and_align_uses_it(model, re
     # Given a file with an aligner, train-aligner trains that one further.
     again = tmp_path / "again.safetensors"
     assert main(["train-aligner", str(out), "--src", str(src), "--tgt", str(tgt), "--out", str(again),
-                 "--device", "cpu"]) == 0
+                 "--epochs", "1", "--device", "cpu"]) == 0
     assert read_model(again)[2]["aligner"]["epochs"] == 2
     assert train_aligner(translator, [s for s, _ in DATES], [t for _, t in DATES], log=lambda _: None,
                          aligner=aligner) is aligner
@@ -199,12 +228,35 @@ def test_train_aligner_writes_the_model_file_with_it_and_align_uses_it(model, re
 
 def test_training_says_each_epoch_and_the_time_left(dates_model):
     lines: list[str] = []
-    train_aligner(Translator.load(dates_model, "cpu"), [s for s, _ in DATES], [t for _, t in DATES], epochs=3,
-                  batch_tokens=256, log=lines.append)
-    assert len(lines) == 3, lines                                          # one a epoch, the bar aside
+    aligner = train_aligner(Translator.load(dates_model, "cpu"), [s for s, _ in DATES], [t for _, t in DATES],
+                            epochs=3, batch_tokens=256, log=lines.append)
+    assert 1 <= len(lines) <= 3, lines                                     # one a epoch, the bar aside
     for epoch, line in enumerate(lines, 1):
-        assert re.fullmatch(rf"aligner epoch {epoch}/3: perplexity [0-9.]+ per piece \(both directions\), \d+ batches; "
-                            rf"[0-9.]+ min so far" + (r", about [0-9.]+ min left" if epoch < 3 else ""), line), line
+        assert re.fullmatch(rf"aligner epoch {epoch}/3: perplexity [0-9.]+ per piece \(both directions\), [0-9.]+ on 6 "
+                            rf"held-out pairs, \d+ batches; [0-9.]+ min so far \([0-9.]+ CPU-min per 100,000 pairs an "
+                            rf"epoch\)(, at most [0-9.]+ min left|; held-out perplexity no longer falls: stopped, "
+                            rf"keeping epoch {epoch - 1})?", line), line
+    stopped = "no longer falls" in lines[-1]
+    assert aligner.epochs == len(lines) - stopped
+
+
+def test_training_stops_when_the_held_out_perplexity_no_longer_falls_and_keeps_the_epoch_before(dates_model,
+                                                                                                 monkeypatch):
+    planted = iter([5.0, 4.0, 3.999, 2.0])                                 # the third falls by less than STOP_GAIN
+    monkeypatch.setattr(aligner_module, "perplexity", lambda *_: next(planted))
+    weights: list[dict[str, torch.Tensor]] = []
+    translator = Translator.load(dates_model, "cpu")
+    trained = Aligner.for_model(translator.model, len(translator.tokenization.src_vocab),
+                                len(translator.tokenization.tgt_vocab))
+
+    def log(line: str) -> None:
+        weights.append({name: t.clone() for name, t in trained.state_dict().items()})
+    train_aligner(translator, [s for s, _ in DATES], [t for _, t in DATES], epochs=4, batch_tokens=256, log=log,
+                  aligner=trained)
+    assert len(weights) == 3 and trained.epochs == 2
+    first, second = weights[0], weights[1]
+    assert not all(torch.equal(t, first[name]) for name, t in second.items())    # each epoch changes the weights,
+    assert all(torch.equal(t, second[name]) for name, t in trained.state_dict().items())   # so these are the second's
 
 
 def test_aligner_refusals_are_one_line(dates_model, tmp_path, capsys):

@@ -6,7 +6,7 @@ import argparse
 import sys
 import typing
 
-from ..choices import ALIGN_METHODS, ALIGN_STEPS, AVERAGE, IG_STEPS, METHODS, SYMMETRIZATIONS
+from ..choices import ALIGN_METHODS, ALIGN_STEPS, ALIGNER_MAX_EPOCHS, AVERAGE, IG_STEPS, METHODS, SYMMETRIZATIONS
 from ..config import Range
 from ..errors import AttnmtError
 from ..files import check_parent_dir
@@ -194,8 +194,10 @@ def add_train_aligner(commands: Commands) -> None:
     trainer.add_argument("--tgt", required=True, help="their translations, line by line")
     trainer.add_argument("--out", required=True, help="the model file with the aligner, written atomically (may be "
                                                       "the model file itself)")
-    trainer.add_argument("--epochs", type=Number(int, Range("[1, 100]")), default=1,
-                         help="passes over the pairs (default: %(default)s)")
+    trainer.add_argument("--epochs", type=Number(int, Range("[1, 100]")), default=ALIGNER_MAX_EPOCHS,
+                         help="passes over the pairs at most (default: %(default)s); training stops sooner, keeping "
+                              "the epoch before, once an epoch no longer lowers the perplexity of the pairs it "
+                              "holds out (a twentieth, at most 2,000)")
     trainer.add_argument("--window", type=Number(int, Range("[0, 5]")), default=0,
                          help="neighbours of each piece on each side its lexical model reads (default: %(default)s, "
                               "the piece alone); an aligner trained further keeps its own")
@@ -214,12 +216,11 @@ def _train_aligner(args: argparse.Namespace) -> None:
     use_decoding_threads(args)
     translator = Translator.load(args.model, args.device)
     started = time.monotonic()
-    before = model_info(args.model)["aligner"] or {"epochs": 0, "minutes": 0.0}
+    before = model_info(args.model)["aligner"] or {"minutes": 0.0}
     aligner = train_aligner(translator, [s for s, _ in pairs], [t for _, t in pairs], args.epochs,
                             window=args.window, log=lambda line: print(line, file=sys.stderr, flush=True))
     write_aligner(args.model, args.out, aligner, {
-        "pairs": len(pairs), "epochs": before["epochs"] + args.epochs,
-        "minutes": round(before["minutes"] + (time.monotonic() - started) / 60, 1)})
+        "pairs": len(pairs), "minutes": round(before["minutes"] + (time.monotonic() - started) / 60, 1)})
     print(f"model with its aligner written to {args.out}")
 
 
