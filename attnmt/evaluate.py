@@ -33,15 +33,17 @@ def lowercased_token_bleu(hypotheses: list[str], references: list[str]) -> float
     return round(bleu.corpus_score([tokens(h) for h in hypotheses], [[tokens(r) for r in references]]).score, 2)
 
 
-def corpus_scores(hypotheses: list[str], references: list[str]) -> dict[str, float | str]:
-    """sacreBLEU's detokenized, cased BLEU and chrF, with their signatures.
+def corpus_scores(hypotheses: list[str], references: list[str], lowercase: bool = False) -> dict[str, float | str]:
+    """sacreBLEU's detokenized, cased BLEU and chrF, with their signatures; with `lowercase` (for a
+    model that writes lowercased text, whose cased scores would count every capital as an error)
+    both lowercase outputs and references, and their signatures say `case:lc`.
 
     force=True silences sacreBLEU's three-line "tokenized period" warning only (it changes no score
     or signature): a model whose corpus writes " ." would print it at every validation. Other
     sacreBLEU warnings still reach the log.
     """
-    bleu = sacrebleu.metrics.BLEU(force=True)
-    chrf = sacrebleu.metrics.CHRF()
+    bleu = sacrebleu.metrics.BLEU(force=True, lowercase=lowercase)
+    chrf = sacrebleu.metrics.CHRF(lowercase=lowercase)
     bleu_score = bleu.corpus_score(hypotheses, [references])
     chrf_score = chrf.corpus_score(hypotheses, [references])
     return {
@@ -117,7 +119,7 @@ def score_outputs(translator: TextTranslator, pairs: list[tuple[str, str]], hypo
     scores: dict[str, float | str] = {"exact": round(100 * exact_match(hypotheses, normalized), 2)}
     if len(set(sources)) < len(sources):
         scores["exact_any_ref"] = round(100 * exact_match_any(sources, hypotheses, normalized), 2)
-    scores.update(corpus_scores(hypotheses, references))
+    scores.update(corpus_scores(hypotheses, references, lowercase=tokenizer.lowercase))
     if lc_tok:
         scores["bleu_lc_tok"] = lowercased_token_bleu(hypotheses, references)
     return scores

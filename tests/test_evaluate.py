@@ -3,6 +3,7 @@
 import dataclasses
 import logging
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import sacrebleu
@@ -11,10 +12,11 @@ from test_cli import assert_one_line_error, attnmt
 
 from attnmt.config import config_from_dict
 from attnmt.data import load_corpus
-from attnmt.evaluate import bleu_by_length, bucket_labels, corpus_scores, exact_match_any
+from attnmt.evaluate import bleu_by_length, bucket_labels, corpus_scores, exact_match_any, score_outputs
 from attnmt.modelfile import read_model, save_model
 from attnmt.plot import missing_glyphs
 from attnmt.prepare import load_split
+from attnmt.tokenize import WordTokenizer
 
 
 def test_bucket_labels():
@@ -52,6 +54,17 @@ def test_length_ratio_is_the_outputs_words_over_the_references():
     short = ["a man rides a bike .", "two dogs play ."]                        # 6 + 4
     assert corpus_scores(short, references)["length_ratio"] == round(10 / 14, 4)
     assert corpus_scores(references, references)["length_ratio"] == 1.0
+
+
+def test_a_model_that_writes_lowercase_is_scored_on_lowercased_references_and_the_signatures_say_so():
+    references = ["Ein Mann fährt ein rotes Fahrrad.", "Zwei Hunde spielen im Schnee."]
+    outputs = [r.lower() for r in references]
+    cased = score_outputs(SimpleNamespace(tgt_tokenizer=WordTokenizer()), list(zip(references, references)), outputs)
+    lowered = score_outputs(SimpleNamespace(tgt_tokenizer=WordTokenizer(lowercase=True)),
+                            list(zip(references, references)), outputs)
+    assert lowered["bleu"] == lowered["chrf"] == 100.0 and cased["bleu"] < 60 and cased["chrf"] < 90
+    assert "case:lc" in lowered["bleu_signature"] and "case:lc" in lowered["chrf_signature"]
+    assert "case:mixed" in cased["bleu_signature"]
 
 
 def test_load_split_cuts_the_corpus_as_training_did():
@@ -118,11 +131,6 @@ def test_devanagari_heatmap_labels_have_a_font(tmp_path):
 def test_scoring_tokenized_periods_prints_no_sacrebleu_warning_and_hides_no_other(caplog, capsys):
     """sacreBLEU warns in three lines when 100 outputs end in " ."; validation scored such a model's
     outputs at every epoch. That warning is silenced where attnmt scores; the logger itself is not."""
-    from types import SimpleNamespace
-
-    from attnmt.evaluate import score_outputs
-    from attnmt.tokenize import WordTokenizer
-
     translator = SimpleNamespace(tgt_tokenizer=WordTokenizer())  # all that scoring asks of a translator
     pairs = [(f"source {i}", f"a reference {i}.") for i in range(120)]
     hypotheses = [f"a reference {i} ." for i in range(120)]  # each ends in a tokenized period
