@@ -36,6 +36,7 @@ from __future__ import annotations
 import math
 import random
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Protocol
@@ -262,13 +263,17 @@ def held_out_rows(count: int, rng: random.Random) -> list[int]:
     return sorted(rng.sample(range(count), min(HELD_OUT, count // 20)))
 
 
+def piece_lengths(pairs: list[tuple[list[int], list[int]]], rows: Iterable[int]) -> np.ndarray:
+    """[len(rows), 2]: each pair's target and source lengths, as batch_indices batches by them."""
+    return np.array([(len(pairs[i][1]), len(pairs[i][0])) for i in rows], dtype=np.int64)
+
+
 def perplexity(aligner: Aligner, pairs: list[tuple[list[int], list[int]]], rows: list[int], batch_tokens: int,
                device: torch.device) -> float:
     """The aligner's perplexity per piece, both directions, on the pairs `rows`."""
-    lengths = np.array([(len(pairs[i][1]), len(pairs[i][0])) for i in rows], dtype=np.int64)
     total, count = 0.0, 0
     with torch.no_grad():
-        for batch in batch_indices(lengths, batch_tokens, "tokens"):
+        for batch in batch_indices(piece_lengths(pairs, rows), batch_tokens, "tokens"):
             src, src_lengths, tgt, tgt_lengths = piece_tensors(pairs, [rows[k] for k in batch], device)
             total -= float(aligner.log_likelihood(src, src_lengths, tgt, tgt_lengths).sum())
             count += int(src_lengths.sum() + tgt_lengths.sum())
@@ -297,7 +302,7 @@ def train_aligner(translator: Translator, sources: list[str], targets: list[str]
     rng = random.Random(seed)
     held_out = held_out_rows(len(pairs), rng)
     training = np.setdiff1d(np.arange(len(pairs)), held_out)
-    lengths = np.array([(len(pairs[i][1]), len(pairs[i][0])) for i in training], dtype=np.int64)  # by target length
+    lengths = piece_lengths(pairs, training)
     aligner = aligner or read_aligner(translator) or Aligner.for_model(translator.model, len(text.src_vocab),
                                                                        len(text.tgt_vocab), window)
     optimizer = torch.optim.Adam(aligner.parameters(), lr=lr)
@@ -322,10 +327,13 @@ def train_aligner(translator: Translator, sources: list[str], targets: list[str]
         bar.close()
         aligner.epochs += 1
         line = f"aligner epoch {epoch}/{epochs}: perplexity {math.exp(total / count):.1f} per piece (both directions)"
-        held = perplexity(aligner.eval(), pairs, held_out, batch_tokens, translator.device) if held_out else math.nan
-        stop = held >= best[0] * (1 - STOP_GAIN)
+        stop = False
         if held_out:
+            held = perplexity(aligner.eval(), pairs, held_out, batch_tokens, translator.device)
+            stop = held >= best[0] * (1 - STOP_GAIN)
             line += f", {held:.2f} on {len(held_out):,} held-out pairs"
+            if not stop:
+                best = (held, {name: t.clone() for name, t in aligner.state_dict().items()})
         minutes = (time.monotonic() - started) / 60
         cpu_per_100k = (time.process_time() - cpu_started) / 60 / epoch / len(training) * 100_000
         line += (f", {len(batches)} batches; {minutes:.1f} min so far ({cpu_per_100k:.1f} CPU-min per 100,000 pairs "
@@ -335,8 +343,6 @@ def train_aligner(translator: Translator, sources: list[str], targets: list[str]
             aligner.epochs -= 1
             log(f"{line}; held-out perplexity no longer falls: stopped, keeping epoch {epoch - 1}")
             break
-        if held_out:
-            best = (held, {name: t.clone() for name, t in aligner.state_dict().items()})
         log(line + (f", at most {minutes / epoch * (epochs - epoch):.1f} min left" if epoch < epochs else ""))
     return aligner.eval()
 

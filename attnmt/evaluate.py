@@ -98,7 +98,8 @@ def evaluate(translator: TextTranslator, pairs: list[tuple[str, str]], beam_size
     sources, references = [s for s, _ in pairs], [r for _, r in pairs]
     hypotheses = [t.text for t in translator.translate(sources, beam_size, alpha)]
     scores = score_outputs(translator, pairs, hypotheses, lc_tok)
-    by_length = None if edges is None else bleu_by_length(sources, hypotheses, references, edges, lc_tok)
+    by_length = None if edges is None else bleu_by_length(sources, hypotheses, references, edges, lc_tok,
+                                                          translator.tgt_tokenizer.lowercase)
     return Evaluation(scores, by_length)
 
 
@@ -153,8 +154,9 @@ def bucket_labels(edges: tuple[int, ...]) -> list[str]:
 
 
 def bleu_by_length(sources: list[str], hypotheses: list[str], references: list[str],
-                   edges: tuple[int, ...] = LENGTH_EDGES, lc_tok: bool = False) -> list[dict]:
-    """BLEU of each bucket of source length: [{bucket, sentences, bleu}], shortest first.
+                   edges: tuple[int, ...] = LENGTH_EDGES, lc_tok: bool = False, lowercase: bool = False) -> list[dict]:
+    """BLEU of each bucket of source length: [{bucket, sentences, bleu}], shortest first; sacreBLEU's
+    lowercased with `lowercase` (corpus_scores), where not `lc_tok`.
 
     Length counts the tokens of our word tokenizer (words and punctuation marks), whatever units
     the model reads, so that models with different tokenizers are bucketed alike. An empty bucket
@@ -171,7 +173,7 @@ def bleu_by_length(sources: list[str], hypotheses: list[str], references: list[s
     for label, (hyps, refs) in zip(bucket_labels(edges), buckets):
         bleu = None
         if hyps:
-            bleu = lowercased_token_bleu(hyps, refs) if lc_tok else corpus_scores(hyps, refs)["bleu"]
+            bleu = lowercased_token_bleu(hyps, refs) if lc_tok else corpus_scores(hyps, refs, lowercase)["bleu"]
         rows.append({"bucket": label, "sentences": len(hyps), "bleu": bleu})
     return rows
 

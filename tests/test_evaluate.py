@@ -65,6 +65,8 @@ def test_a_model_that_writes_lowercase_is_scored_on_lowercased_references_and_th
     assert lowered["bleu"] == lowered["chrf"] == 100.0 and cased["bleu"] < 60 and cased["chrf"] < 90
     assert "case:lc" in lowered["bleu_signature"] and "case:lc" in lowered["chrf_signature"]
     assert "case:mixed" in cased["bleu_signature"]
+    buckets = bleu_by_length(references, outputs, references, edges=(6,), lowercase=True)
+    assert [row["bleu"] for row in buckets] == [100.0, 100.0]
 
 
 def test_load_split_cuts_the_corpus_as_training_did():
