@@ -35,7 +35,9 @@ precision |A∩P|/|A|, recall |A∩S|/|S|, AER = 1 - (|A∩S| + |A∩P|) / (|A| 
 
 from __future__ import annotations
 
+import copy
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -43,7 +45,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from .aligner import Aligner, piece_tensors, read_aligner
+from .aligner import Aligner, piece_tensors, read_aligner, train_aligner
 from .batch import pad
 from .choices import ALIGN_METHODS, ALIGN_STEPS, AVERAGE, SYMMETRIZATIONS
 from .errors import AttnmtError
@@ -252,12 +254,15 @@ def symmetrize(forward: set[Link], backward: set[Link], method: str) -> set[Link
 def align(translator: Translator, sources: list[str], targets: list[str], method: str = "argmax",
           threshold: float = 0.3, layer: Optional[int] = None, head: Optional[int] = None,
           reverse: Optional[Translator] = None, symmetrization: Optional[str] = None,
-          step: str = "output", aligner: Optional[Aligner] = None) -> list[WordAlignment]:
+          step: str = "output", aligner: Optional[Aligner] = None, adapt: int = 0,
+          log: Callable[[str], None] = lambda line: None) -> list[WordAlignment]:
     """Word alignments of sentence pairs, words split at whitespace. With `reverse` (a model
     translating targets into sources), or with the aligner (both directions), the directions are
     combined by `symmetrization` (default: average for the aligner, grow-diag-final for
     `reverse`); `attention` then stays the forward direction's. Method aligner uses `aligner`
-    (default: the one the translator's model file holds)."""
+    (default: the one the translator's model file holds); with `adapt`, a copy of it first trains
+    that many epochs on the pairs themselves (their text alone, as statistical aligners train on the
+    text they align; `log` gets a line per epoch), neither `aligner` nor the model file changed."""
     if len(sources) != len(targets):
         raise AttnmtError(f"{len(sources)} source sentences but {len(targets)} target sentences: they pair line by line")
     if method not in ALIGN_METHODS:
@@ -266,6 +271,8 @@ def align(translator: Translator, sources: list[str], targets: list[str], method
         raise AttnmtError(f"symmetrization {symmetrization!r}: choose {', '.join((*SYMMETRIZATIONS, AVERAGE))}")
     if not 0 < threshold <= 1:
         raise AttnmtError(f"threshold {threshold}: allowed (0, 1]")
+    if adapt and method != "aligner":
+        raise AttnmtError(f"adapt {adapt}: only the aligner adapts to the pairs (method aligner)")
     pairs = [(s.split(), t.split()) for s, t in zip(sources, targets)]
 
     if method == "aligner":
@@ -275,6 +282,9 @@ def align(translator: Translator, sources: list[str], targets: list[str], method
         if aligner is None:
             raise AttnmtError("this model file has no aligner: train one with `attnmt train-aligner MODEL --src FILE "
                               "--tgt FILE --out MODEL_WITH_ALIGNER`, or choose --method argmax or threshold")
+        if adapt:
+            aligner = train_aligner(translator, sources, targets, adapt, log=log, aligner=copy.deepcopy(aligner),
+                                    hold_out=False)
         posteriors = aligner_posteriors(translator, aligner, pairs)
         weights, backward_weights = [f for (f, _), _ in posteriors], [b for _, (b, _) in posteriors]
         links = [aligner_links(*forward) for forward, _ in posteriors]

@@ -282,7 +282,8 @@ def perplexity(aligner: Aligner, pairs: list[tuple[list[int], list[int]]], rows:
 
 def train_aligner(translator: Translator, sources: list[str], targets: list[str], epochs: int = ALIGNER_MAX_EPOCHS,
                   lr: float = 3e-3, batch_tokens: int = BATCH_TOKENS, seed: int = 1, window: int = 0,
-                  log: Callable[[str], None] = print, aligner: Optional[Aligner] = None) -> Aligner:
+                  log: Callable[[str], None] = print, aligner: Optional[Aligner] = None,
+                  hold_out: bool = True) -> Aligner:
     """An aligner for the translator's model, trained on sentence pairs (plain text) by the
     likelihood of both directions, starting from `aligner` (default: the one the translator's model
     file holds, read_aligner), trained further (`window` is then its own), or where there is none
@@ -291,7 +292,8 @@ def train_aligner(translator: Translator, sources: list[str], targets: list[str]
 
     Training stops after `epochs`, or sooner: after each epoch the pairs held out of training
     (held_out_rows) are scored, and once their perplexity no longer falls, training stops and the
-    aligner of the epoch before is kept (with fewer than 40 pairs nothing is held out)."""
+    aligner of the epoch before is kept (with fewer than 40 pairs, or `hold_out` False, nothing is
+    held out and every epoch runs)."""
     torch.manual_seed(seed)
     text = translator.tokenization
     pairs = [(text.src_vocab.encode(translator.src_tokenizer.tokenize(s)),
@@ -300,7 +302,7 @@ def train_aligner(translator: Translator, sources: list[str], targets: list[str]
     if not pairs:
         raise AttnmtError("no sentence pairs with words on both sides to train the aligner on")
     rng = random.Random(seed)
-    held_out = held_out_rows(len(pairs), rng)
+    held_out = held_out_rows(len(pairs), rng) if hold_out else []
     training = np.setdiff1d(np.arange(len(pairs)), held_out)
     lengths = piece_lengths(pairs, training)
     aligner = aligner or read_aligner(translator) or Aligner.for_model(translator.model, len(text.src_vocab),

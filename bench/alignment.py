@@ -48,6 +48,7 @@ import argparse
 import sys
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 from eflomal_peer import align as eflomal_align
@@ -58,6 +59,7 @@ from attnmt.align import (
     AVERAGE,
     SYMMETRIZATIONS,
     AlignmentScores,
+    Link,
     aligner_links,
     aligner_posteriors,
     averaged,
@@ -70,6 +72,7 @@ from attnmt.align import (
     symmetrize,
     word_attention,
 )
+from attnmt.aligner import read_aligner, train_aligner
 from attnmt.config import load_config
 from attnmt.data import find_split_file, read_lines, read_tsv
 from attnmt.tokenize import WordTokenizer
@@ -79,6 +82,24 @@ from attnmt.vocab import UNK
 
 REPO = Path(__file__).resolve().parents[1]
 KINDS = ["bahdanau", "dot", "general", "concat", "local_m", "local_p", "transformer"]
+
+
+@dataclass
+class GoldSet:
+    """The gold standard: every sentence pair (aligners read the whole text, as a user's document)
+    and its links, of which the pairs `scored` (--pairs) are scored."""
+    sources: list[str]
+    targets: list[str]
+    links: list
+    scored: slice
+
+    @property
+    def pairs(self) -> list[tuple[list[str], list[str]]]:
+        return [(s.split(), t.split()) for s, t in zip(self.sources, self.targets)]
+
+    def score(self, predicted: list[set[Link]]) -> AlignmentScores:
+        """AER, precision and recall of links predicted for every pair, on the pairs scored."""
+        return score(predicted[self.scored], self.links[self.scored])
 
 
 def train_kind(kind: str, data: str, budget: list[str], out: Path) -> Path:
@@ -106,18 +127,18 @@ def coverage(gold_lines: list[str], training_text: list[str]) -> tuple[float, Co
     return sum(n for w, n in words.items() if w in seen) / sum(words.values()), words
 
 
-def both_ways(name: str, reverse: Translator, pairs: list[tuple[list[str], list[str]]], forward: list[set],
-              gold: list, step: str) -> list[tuple[str, str, str, AlignmentScores]]:
+def both_ways(name: str, reverse: Translator, gold: GoldSet, forward: list[set],
+              step: str) -> list[tuple[str, str, str, AlignmentScores]]:
     """Rows of the reverse model's argmax links alone (flipped to de-en) and of each symmetrization,
     both directions read at `step`."""
     backward = [{(s, t) for t, s in links_of(a, "argmax")}
-                for a in word_attention(reverse, [(t, s) for s, t in pairs], step=step)]
+                for a in word_attention(reverse, [(t, s) for s, t in gold.pairs], step=step)]
     rows = []
     for method, links in [("reverse", backward),
                           *((m, [symmetrize(f, b, m) for f, b in zip(forward, backward)]) for m in SYMMETRIZATIONS)]:
-        result = score(links, gold)
+        result = gold.score(links)
         print(f"metric=aer_{name}_{step}_{method} value={result.aer:.4f}")
-        rows.append((name, f"en->de model alone, step {step}" if method == "reverse"
+        rows.append((name, f"the reverse model alone, step {step}" if method == "reverse"
                      else f"both directions, argmax links, step {step}", method, result))
     return rows
 
@@ -142,14 +163,14 @@ def build_text(out: Path, multi30k: Path, tatoeba: Path, sources: list[str], tar
         print(f"{folder}: {len(train['de']) + len(extra['de']):,} training pairs", file=sys.stderr)
 
 
-def eflomal_rows(venv: Path, text: Path, pairs: list[tuple[list[str], list[str]]],
-                 gold: list) -> list[tuple[str, str, str, AlignmentScores]]:
+def eflomal_rows(venv: Path, text: Path, gold: GoldSet, langs: tuple[str, str]
+                 ) -> list[tuple[str, str, str, AlignmentScores]]:
     """eflomal's rows: trained with the gold sentences appended to `text`, and without them (priors)."""
     programs = ensure_eflomal(venv)
+    pairs = gold.pairs
     tokenizer = WordTokenizer()
     training = [(tokenizer.tokenize(s), tokenizer.tokenize(t)) for s, t in
-                zip(read_lines(find_split_file(text, "train", "de")),
-                    read_lines(find_split_file(text, "train", "en")), strict=True)]
+                zip(*(read_lines(find_split_file(text, "train", lang)) for lang in langs), strict=True)]
     runs = [("eflomal_seen", "eflomal, gold sentences in its text", f"{len(training) + len(pairs):,} pairs",
              eflomal_align(programs, training + pairs, range(len(training), len(training) + len(pairs)))),
             ("eflomal_unseen", "eflomal, gold sentences unseen", f"{len(training):,} pairs, then priors",
@@ -162,35 +183,46 @@ def eflomal_rows(venv: Path, text: Path, pairs: list[tuple[list[str], list[str]]
         for method, predicted in [("forward", links.forward), ("reverse", links.reverse),
                                   *((m, [symmetrize(f, b, m) for f, b in zip(links.forward, links.reverse)])
                                     for m in SYMMETRIZATIONS)]:
-            result = score(predicted, gold)
+            result = gold.score(predicted)
             print(f"metric=aer_{key}_{method} value={result.aer:.4f}")
             rows.append((name, label, method, result))
     return rows
 
 
-def aligner_rows(name: str, path: str, translator: Translator, pairs: list[tuple[list[str], list[str]]],
-                 gold: list) -> list[tuple[str, str, str, AlignmentScores]]:
+def aligner_rows(name: str, path: str, translator: Translator, gold: GoldSet,
+                 adapt: int) -> list[tuple[str, str, str, AlignmentScores]]:
     """Rows of the aligner trained for the model (attnmt train-aligner): each direction's links and
-    each symmetrization of the two, labelled with how it was trained."""
+    each symmetrization of the two, labelled with how it was trained; with `adapt`, the aligner
+    first trains that many epochs more on the gold sentences' text (attnmt align --adapt)."""
     trained = model_info(path)["aligner"]
     about = (f"its aligner (--method aligner): {trained['pairs']:,} pairs, {trained['epochs']} epochs, "
              f"{trained['minutes']} min")
-    posteriors = aligner_posteriors(translator, pairs)
+    aligner = read_aligner(translator)
+    assert aligner is not None
+    if adapt:
+        aligner = train_aligner(translator, gold.sources, gold.targets, adapt, aligner=aligner, hold_out=False,
+                                log=lambda line: print(f"{name} adapting: {line}", file=sys.stderr, flush=True))
+        about += f", then --adapt {adapt} on the {len(gold.sources)} gold pairs' text"
+    posteriors = aligner_posteriors(translator, aligner, gold.pairs)
     forward = [aligner_links(*f) for f, _ in posteriors]
     backward = [flipped(aligner_links(*b)) for _, b in posteriors]
     rows = []
+    key = f"{name}_aligner" + (f"_adapt{adapt}" if adapt else "")
     for method, links in [("forward", forward), ("reverse", backward),
                           *((m, [symmetrize(f, b, m) for f, b in zip(forward, backward)]) for m in SYMMETRIZATIONS),
                           (AVERAGE, [averaged(f, b) for (f, _), (b, _) in posteriors])]:
-        result = score(links, gold)
-        print(f"metric=aer_{name}_aligner_{method} value={result.aer:.4f}")
+        result = gold.score(links)
+        print(f"metric=aer_{key}_{method} value={result.aer:.4f}")
         rows.append((name, about, method, result))
     return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--gold", required=True, help="directory with test.de, test.en, test.talp")
+    parser.add_argument("--gold", required=True, help="directory with test.SRC, test.TGT (--langs), test.talp")
+    parser.add_argument("--langs", default="de,en", metavar="SRC,TGT",
+                        help="the gold set's languages, source first (default: %(default)s, the RWTH set; fr,en for "
+                             "bench/hansards_text.py's)")
     parser.add_argument("--data", help="Multi30k directory: train the models (else give --model)")
     parser.add_argument("--kinds", default=",".join(KINDS), help="attention kinds to train (default: %(default)s)")
     parser.add_argument("--budget-min", type=float, default=8.0, help="training wall clock per model, minutes")
@@ -206,33 +238,37 @@ def main() -> None:
                                                           "they hold (default: --data)")
     parser.add_argument("--threshold", type=float, default=0.3, help="for the threshold rows")
     parser.add_argument("--pairs", metavar="FROM:TO", help="score these gold pairs only (from 0, as a Python slice: "
-                                                           "0:100 for choosing, 100: for scoring what was chosen)")
+                                                           "0:100 for choosing, 100: for scoring what was chosen); "
+                                                           "every aligner still reads all of them")
     parser.add_argument("--build-text", metavar="OUT", help="write the `unseen` and `seen` training folders, then stop")
     parser.add_argument("--multi30k", metavar="DIR", help="for --build-text: Multi30k's folder")
     parser.add_argument("--tatoeba", metavar="FILE", help="for --build-text: Tatoeba's deu.txt(.gz)")
     parser.add_argument("--eflomal", metavar="VENV", help="run eflomal from this virtual environment (created if "
                                                           "missing) on --text")
     parser.add_argument("--text", metavar="DIR", help="for --eflomal: train.de and train.en without the gold sentences")
+    parser.add_argument("--adapt", type=int, nargs="+", default=[0], metavar="EPOCHS",
+                        help="an aligner's rows after training it this many epochs more on the gold sentences' text "
+                             "(attnmt align --adapt), one set of rows each (default: 0)")
+    parser.add_argument("--aligner-only", action="store_true", help="of a model, score its aligner only, not its attention")
     args = parser.parse_args()
     if args.build_text and not (args.multi30k and args.tatoeba):
         parser.error("--build-text needs --multi30k and --tatoeba")
     if args.eflomal and not args.text:
         parser.error("--eflomal needs --text (the training text without the gold sentences)")
-    if args.pairs and (args.eflomal or args.build_text):
-        parser.error("--pairs scores models only: eflomal and --build-text take the whole gold set")
 
     gold_dir = Path(args.gold)
-    sources = (gold_dir / "test.de").read_text(encoding="utf-8").splitlines()
-    targets = (gold_dir / "test.en").read_text(encoding="utf-8").splitlines()
-    pairs = [(s.split(), t.split()) for s, t in zip(sources, targets)]
-    gold = read_gold(gold_dir / "test.talp", 1, [(len(s), len(t)) for s, t in pairs])
+    src_lang, tgt_lang = args.langs.split(",")
+    sources = (gold_dir / f"test.{src_lang}").read_text(encoding="utf-8").splitlines()
+    targets = (gold_dir / f"test.{tgt_lang}").read_text(encoding="utf-8").splitlines()
+    scored = slice(*(int(n) if n else None for n in args.pairs.split(":"))) if args.pairs else slice(None)
+    gold = GoldSet(sources, targets, read_gold(gold_dir / "test.talp", 1, [(len(s.split()), len(t.split()))
+                                                                            for s, t in zip(sources, targets)]), scored)
     if args.pairs:
-        first, last = (int(n) if n else None for n in args.pairs.split(":"))
-        sources, targets, pairs, gold = sources[first:last], targets[first:last], pairs[first:last], gold[first:last]
-        print(f"# gold pairs {args.pairs}: {len(pairs)} of them", file=sys.stderr)
+        print(f"# gold pairs {args.pairs} scored: {len(gold.links[scored])} of {len(gold.links)}", file=sys.stderr)
     if args.build_text:
         build_text(Path(args.build_text), Path(args.multi30k), Path(args.tatoeba), sources, targets)
         return
+    pairs = gold.pairs
 
     models = dict(item.split("=", 1) for item in args.model)
     if args.data:
@@ -241,7 +277,7 @@ def main() -> None:
                       else [f"train.max_minutes={args.budget_min}"]) + args.set
             models[kind] = str(train_kind(kind, args.data, budget, Path(args.out) / kind))
     if args.data or args.coverage:
-        for lang, lines in (("de", sources), ("en", targets)):
+        for lang, lines in ((src_lang, sources), (tgt_lang, targets)):
             share, words = coverage(lines, list(read_lines(find_split_file(args.coverage or args.data, "train", lang))))
             print(f"metric=gold_words_in_training_{lang} value={share:.4f}")
             print(f"# {lang}: {sum(words.values())} running words, {len(words)} distinct", file=sys.stderr)
@@ -251,17 +287,22 @@ def main() -> None:
 
     diagonal = [{(min(round((t + 0.5) * len(s) / len(t_words) - 0.5), len(s) - 1), t) for t in range(len(t_words))}
                 for s, t_words in pairs]
-    result = score(diagonal, gold)
+    result = gold.score(diagonal)
     print(f"metric=aer_diagonal value={result.aer:.4f}")
     rows = [("no model", "target word t of T to source word round((t + 0.5)·S/T − 0.5)", "diagonal", result)]
     if args.eflomal:
-        rows += eflomal_rows(Path(args.eflomal), Path(args.text), pairs, gold)
+        rows += eflomal_rows(Path(args.eflomal), Path(args.text), gold, (src_lang, tgt_lang))
     for name, path in models.items():
         translator = Translator.load(path, "cpu")
         pieces = [translator.src_tokenizer.tokenize(s) for s in sources]
         vocab = translator.tokenization.src_vocab
         unknown = sum(vocab.encode(p).count(vocab.stoi[UNK]) for p in pieces)
         print(f"metric=unknown_source_pieces_{name} value={unknown}")
+        if read_aligner(translator) is not None:
+            for adapt in args.adapt:
+                rows += aligner_rows(name, path, translator, gold, adapt)
+        if args.aligner_only:
+            continue
         layers = cross_attention_layers(translator)
         views = [(None, "")] if layers == 1 else [(None, "default"), *((n, f"layer {n}") for n in range(1, layers + 1))]
         for step in ALIGN_STEPS:
@@ -271,16 +312,14 @@ def main() -> None:
                 if layer is None:
                     default_view = attention
                 for method in ("argmax", "threshold"):
-                    result = score([links_of(a, method, args.threshold) for a in attention], gold)
+                    result = gold.score([links_of(a, method, args.threshold) for a in attention])
                     key = "_".join(filter(None, [name, label.replace(" ", ""), step, method]))
                     print(f"metric=aer_{key} value={result.aer:.4f}")
                     view = label if layer or not label else f"default (layer {default_layer(layers)})"
                     rows.append((name, ", ".join(filter(None, [view, f"step {step}"])), method, result))
             if name in reverse:
-                rows += both_ways(name, Translator.load(reverse[name], "cpu"), pairs,
-                                  [links_of(a, "argmax") for a in default_view], gold, step)
-        if translator.aligner is not None:
-            rows += aligner_rows(name, path, translator, pairs, gold)
+                rows += both_ways(name, Translator.load(reverse[name], "cpu"), gold,
+                                  [links_of(a, "argmax") for a in default_view], step)
     print("\n| model | attention read | links | AER | precision | recall | links predicted |")
     print("|---|---|---|---:|---:|---:|---:|")
     for name, label, method, result in rows:

@@ -259,6 +259,22 @@ def test_training_stops_when_the_held_out_perplexity_no_longer_falls_and_keeps_t
     assert all(torch.equal(t, second[name]) for name, t in trained.state_dict().items())   # so these are the second's
 
 
+def test_align_adapts_a_copy_of_the_aligner_to_the_pairs_it_is_given(dates_model):
+    translator = Translator.load(dates_model, "cpu")
+    sources, targets = [s for s, _ in DATES], [t for _, t in DATES]
+    aligner = train_aligner(translator, sources[:60], targets[:60], epochs=1, batch_tokens=256, log=lambda _: None)
+    before = {name: t.clone() for name, t in aligner.state_dict().items()}
+    lines: list[str] = []
+    adapted = align(translator, sources[60:], targets[60:], method="aligner", aligner=aligner, adapt=2,
+                    log=lines.append)
+    plain = align(translator, sources[60:], targets[60:], method="aligner", aligner=aligner)
+    assert len(lines) == 2 and not any("held-out" in line for line in lines), lines   # every pair trains it
+    assert all(torch.equal(t, before[name]) for name, t in aligner.state_dict().items())  # the caller's unchanged
+    assert any(not np.allclose(a.attention, p.attention) for a, p in zip(adapted, plain, strict=True))
+    with pytest.raises(AttnmtError, match="only the aligner adapts"):
+        align(translator, sources, targets, method="argmax", adapt=1)
+
+
 def test_aligner_refusals_are_one_line(dates_model, tmp_path, capsys):
     src, tgt = tmp_path / "s.txt", tmp_path / "t.txt"
     src.write_text("a b\nc d\n")
@@ -277,6 +293,7 @@ def test_aligner_refusals_are_one_line(dates_model, tmp_path, capsys):
                                                                           tgt, "--method", "aligner")
     assert "the aligner aligns both ways itself" in refusal("align", dates_model, "--src", src, "--tgt", tgt,
                                                             "--method", "aligner", "--reverse", dates_model)
+    assert "only the aligner adapts" in refusal("align", dates_model, "--src", src, "--tgt", tgt, "--adapt", 1)
     assert "does not exist" in refusal("train-aligner", dates_model, "--src", src, "--tgt", tgt, "--out",
                                        tmp_path / "missing" / "o.safetensors")
     with pytest.raises(AttnmtError, match="no sentence pairs"):

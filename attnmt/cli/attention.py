@@ -157,6 +157,10 @@ def add_align(commands: Commands) -> None:
                        help="with --reverse or --method aligner: how the two directions combine, by their links "
                             "or by their weights averaged (default: average with --method aligner, grow-diag-final "
                             "with --reverse)")
+    align.add_argument("--adapt", type=Number(int, Range("[0, 100]")), default=0, metavar="EPOCHS",
+                       help="with --method aligner: first train a copy of the aligner this many epochs on the pairs "
+                            "given (their text alone, as statistical aligners train on the text they align), then "
+                            "align; the model file is unchanged (default: %(default)s)")
     align.add_argument("--gold", help="gold links, one line per pair (i-j sure, ipj possible): prints AER, precision "
                                       "and recall on stderr")
     align.add_argument("--gold-base", type=int, choices=[0, 1], default=None,
@@ -177,7 +181,8 @@ def _align(args: argparse.Namespace) -> None:
     use_decoding_threads(args)
     reverse = Translator.load(args.reverse, args.device) if args.reverse else None
     alignments = align(Translator.load(args.model, args.device), sources, targets, args.method, args.threshold,
-                       args.layer, args.head, reverse, args.symmetrize, args.step)
+                       args.layer, args.head, reverse, args.symmetrize, args.step, adapt=args.adapt,
+                       log=lambda line: print(line, file=sys.stderr, flush=True))
     with output(args.output) as write:
         write("".join(pharaoh(a.links) + "\n" for a in alignments))
     if gold is not None:
