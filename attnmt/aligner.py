@@ -54,7 +54,8 @@ from .seam import Model, require
 from .translate import Translator
 from .vocab import PAD_ID
 
-BATCH_TOKENS = 4096           # target pieces per training batch
+BATCH_TOKENS = 16384          # target pieces per training batch: the larger, the fewer distinct pieces a piece
+                              # shares its softmax with (chosen on the RWTH dev pairs, docs/recipes.md)
 HELD_OUT = 2000               # pairs kept out of training to say when to stop (at most a twentieth)
 STOP_GAIN = 0.002             # an epoch that lowers the held-out perplexity by less than this share is the last
 PREFIX = "aligner."           # its tensors' names in a model file; its metadata's key is "aligner"
@@ -75,7 +76,7 @@ class AlignerConfig:
     """The aligner's shape; stored in the model file's metadata under "aligner"."""
     dim: int                  # the embeddings' width (the model's)
     window: int = 0           # neighbours on each side the lexical model reads (0: the piece alone)
-    hidden: int = 256
+    hidden: int = 128         # 256 costs a third more CPU an epoch for little (RWTH dev pairs, docs/recipes.md)
     max_jump: int = 7         # jumps further than this share their side's last bucket
 
 
@@ -213,11 +214,13 @@ class Aligner(nn.Module):
         self.target_to_source = HiddenMarkovAligner(config, tgt_vocab, src_vocab)
 
     @classmethod
-    def for_model(cls, model: Model, src_vocab: int, tgt_vocab: int, window: int = 0) -> Aligner:
+    def for_model(cls, model: Model, src_vocab: int, tgt_vocab: int, window: int = 0,
+                  hidden: int = AlignerConfig.hidden) -> Aligner:
         """A new aligner whose embeddings start as the model's (each side's, PAD's as zeros)."""
         embedded: TokenEmbeddings = require(model, TokenEmbeddings, "attnmt train-aligner")
         src_embeddings, tgt_embeddings = embedded.token_embeddings()
-        aligner = cls(AlignerConfig(dim=src_embeddings.embedding_dim, window=window), src_vocab, tgt_vocab)
+        config = AlignerConfig(dim=src_embeddings.embedding_dim, window=window, hidden=hidden)
+        aligner = cls(config, src_vocab, tgt_vocab)
         with torch.no_grad():
             for direction, given in ((aligner.source_to_target, src_embeddings), (aligner.target_to_source, tgt_embeddings)):
                 direction.lexical.embeddings.weight.copy_(given.weight)
@@ -281,7 +284,7 @@ def perplexity(aligner: Aligner, pairs: list[tuple[list[int], list[int]]], rows:
 
 
 def train_aligner(translator: Translator, sources: list[str], targets: list[str], epochs: int = ALIGNER_MAX_EPOCHS,
-                  lr: float = 3e-3, batch_tokens: int = BATCH_TOKENS, seed: int = 1, window: int = 0,
+                  lr: float = 1e-2, batch_tokens: int = BATCH_TOKENS, seed: int = 1, window: int = 0,
                   log: Callable[[str], None] = print, aligner: Optional[Aligner] = None,
                   hold_out: bool = True) -> Aligner:
     """An aligner for the translator's model, trained on sentence pairs (plain text) by the
@@ -291,9 +294,9 @@ def train_aligner(translator: Translator, sources: list[str], targets: list[str]
     itself is left unchanged.
 
     Training stops after `epochs`, or sooner: after each epoch the pairs held out of training
-    (held_out_rows) are scored, and once their perplexity no longer falls, training stops and the
-    aligner of the epoch before is kept (with fewer than 40 pairs, or `hold_out` False, nothing is
-    held out and every epoch runs)."""
+    (held_out_rows) are scored, and once an epoch lowers their perplexity by less than STOP_GAIN,
+    training stops, keeping the epoch whose perplexity was lowest (with fewer than 40 pairs, or
+    `hold_out` False, nothing is held out and every epoch runs)."""
     torch.manual_seed(seed)
     text = translator.tokenization
     pairs = [(text.src_vocab.encode(translator.src_tokenizer.tokenize(s)),
@@ -308,7 +311,7 @@ def train_aligner(translator: Translator, sources: list[str], targets: list[str]
     aligner = aligner or read_aligner(translator) or Aligner.for_model(translator.model, len(text.src_vocab),
                                                                        len(text.tgt_vocab), window)
     optimizer = torch.optim.Adam(aligner.parameters(), lr=lr)
-    best: tuple[float, dict[str, torch.Tensor]] = (math.inf, {})
+    best: tuple[float, dict[str, torch.Tensor], int] = (math.inf, {}, 0)     # held-out perplexity, weights, epoch
     started, cpu_started = time.monotonic(), time.process_time()
     for epoch in range(1, epochs + 1):
         aligner.train()
@@ -329,21 +332,23 @@ def train_aligner(translator: Translator, sources: list[str], targets: list[str]
         bar.close()
         aligner.epochs += 1
         line = f"aligner epoch {epoch}/{epochs}: perplexity {math.exp(total / count):.1f} per piece (both directions)"
-        stop = False
+        stop, kept = False, epoch
         if held_out:
             held = perplexity(aligner.eval(), pairs, held_out, batch_tokens, translator.device)
             stop = held >= best[0] * (1 - STOP_GAIN)
             line += f", {held:.2f} on {len(held_out):,} held-out pairs"
-            if not stop:
-                best = (held, {name: t.clone() for name, t in aligner.state_dict().items()})
+            if held < best[0]:
+                best = (held, {name: t.clone() for name, t in aligner.state_dict().items()}, epoch)
+            kept = best[2]
         minutes = (time.monotonic() - started) / 60
         cpu_per_100k = (time.process_time() - cpu_started) / 60 / epoch / len(training) * 100_000
         line += (f", {len(batches)} batches; {minutes:.1f} min so far ({cpu_per_100k:.1f} CPU-min per 100,000 pairs "
                  f"an epoch)")
         if stop:
-            aligner.load_state_dict(best[1])
-            aligner.epochs -= 1
-            log(f"{line}; held-out perplexity no longer falls: stopped, keeping epoch {epoch - 1}")
+            if kept < epoch:
+                aligner.load_state_dict(best[1])
+                aligner.epochs -= epoch - kept
+            log(f"{line}; held-out perplexity falls by less than {STOP_GAIN:.1%}: stopped, keeping epoch {kept}")
             break
         log(line + (f", at most {minutes / epoch * (epochs - epoch):.1f} min left" if epoch < epochs else ""))
     return aligner.eval()

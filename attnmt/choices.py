@@ -12,7 +12,7 @@ AVERAGE = "average"                                                             
 # which reads it.
 ALIGN_STEPS = ("output", "input")
 # The aligner's epochs at most (aligner.train_aligner); the held-out pairs' perplexity usually stops it sooner.
-ALIGNER_MAX_EPOCHS = 5
+ALIGNER_MAX_EPOCHS = 3
 
 # attribution.py's methods beside attention, and integrated gradients' steps by default.
 METHODS = ("grad", "ig", "occlusion")

@@ -234,16 +234,20 @@ def test_training_says_each_epoch_and_the_time_left(dates_model):
     for epoch, line in enumerate(lines, 1):
         assert re.fullmatch(rf"aligner epoch {epoch}/3: perplexity [0-9.]+ per piece \(both directions\), [0-9.]+ on 6 "
                             rf"held-out pairs, \d+ batches; [0-9.]+ min so far \([0-9.]+ CPU-min per 100,000 pairs an "
-                            rf"epoch\)(, at most [0-9.]+ min left|; held-out perplexity no longer falls: stopped, "
-                            rf"keeping epoch {epoch - 1})?", line), line
-    stopped = "no longer falls" in lines[-1]
-    assert aligner.epochs == len(lines) - stopped
+                            rf"epoch\)(, at most [0-9.]+ min left|; held-out perplexity falls by less than 0.2%: "
+                            rf"stopped, keeping epoch \d)?", line), line
+    kept = re.search(r"keeping epoch (\d)", lines[-1])
+    assert aligner.epochs == (int(kept.group(1)) if kept else len(lines))
 
 
-def test_training_stops_when_the_held_out_perplexity_no_longer_falls_and_keeps_the_epoch_before(dates_model,
-                                                                                                 monkeypatch):
-    planted = iter([5.0, 4.0, 3.999, 2.0])                                 # the third falls by less than STOP_GAIN
-    monkeypatch.setattr(aligner_module, "perplexity", lambda *_: next(planted))
+@pytest.mark.parametrize("planted, stops_after, keeps", [
+    ([5.0, 4.0, 4.1, 2.0], 3, 2),           # the third rises: the second's weights are restored
+    ([5.0, 4.0, 3.999, 2.0], 3, 3),         # the third falls by less than STOP_GAIN: it is the last, and kept
+])
+def test_training_stops_when_the_held_out_perplexity_no_longer_falls_and_keeps_the_lowest(dates_model, monkeypatch,
+                                                                                          planted, stops_after, keeps):
+    perplexities = iter(planted)
+    monkeypatch.setattr(aligner_module, "perplexity", lambda *_: next(perplexities))
     weights: list[dict[str, torch.Tensor]] = []
     translator = Translator.load(dates_model, "cpu")
     trained = Aligner.for_model(translator.model, len(translator.tokenization.src_vocab),
@@ -253,10 +257,11 @@ def test_training_stops_when_the_held_out_perplexity_no_longer_falls_and_keeps_t
         weights.append({name: t.clone() for name, t in trained.state_dict().items()})
     train_aligner(translator, [s for s, _ in DATES], [t for _, t in DATES], epochs=4, batch_tokens=256, log=log,
                   aligner=trained)
-    assert len(weights) == 3 and trained.epochs == 2
+    assert len(weights) == stops_after and trained.epochs == keeps
     first, second = weights[0], weights[1]
-    assert not all(torch.equal(t, first[name]) for name, t in second.items())    # each epoch changes the weights,
-    assert all(torch.equal(t, second[name]) for name, t in trained.state_dict().items())   # so these are the second's
+    assert not all(torch.equal(t, first[name]) for name, t in second.items())     # each epoch changes the weights,
+    kept = weights[keeps - 1]                                                     # so these are the kept epoch's
+    assert all(torch.equal(t, kept[name]) for name, t in trained.state_dict().items())
 
 
 def test_align_adapts_a_copy_of_the_aligner_to_the_pairs_it_is_given(dates_model):
