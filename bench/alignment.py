@@ -37,9 +37,16 @@ forward and reverse links and each symmetrization, with eflomal's wall-clock and
 
 A model file with an aligner (`attnmt train-aligner`) also gets the aligner's rows: each
 direction's links, each symmetrization of the two, and the average of their posteriors
-(`attnmt align --method aligner`'s default), labelled with how long it trained. `--pairs 0:100`
-scores the first 100 gold pairs only, to choose a setting on them; `--pairs 100:` then scores what
-was chosen on the rest.
+(`attnmt align --method aligner`'s default), labelled with how long it trained; `--adapt 0 2` gives
+them as they are and again after 2 epochs on the gold pairs' text (`attnmt align --adapt 2`), and
+`--aligner-only` leaves out the attention rows. `--pairs 0:100` scores the first 100 gold pairs
+only, to choose a setting on them; `--pairs 100:` then scores what was chosen on the rest (every
+aligner, eflomal too, still reads all the pairs, as it would a document).
+
+A second gold standard, English-French Hansards (bench/hansards_text.py writes its folders):
+
+    python bench/alignment.py --gold runs/align_fr_en/gold --langs fr,en --eflomal runs/eflomal-venv \
+        --text runs/align_fr_en/unseen --model seen=SEEN --model unseen=UNSEEN --aligner-only --pairs 37:
 """
 
 from __future__ import annotations
