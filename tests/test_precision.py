@@ -318,6 +318,20 @@ def test_attnmt_translate_keeps_freed_large_blocks(dates_model, tmp_path):
     assert fate_of_a_freed_block(translated) == ["True", "False", "True"]
 
 
+@needs_glibc_mallinfo2
+@pytest.mark.parametrize("command", ["train-aligner", "align"])
+def test_the_aligner_commands_keep_freed_large_blocks(dates_model, tmp_path, command):
+    """So do `attnmt train-aligner` and `attnmt align` (whose --adapt trains): each of the aligner's
+    batches makes a log-softmax over the vocabulary for every distinct piece, tens of MB."""
+    source, target = tmp_path / "in.txt", tmp_path / "out.txt"
+    source.write_text("3. Oktober 1990\n")
+    target.write_text("3 October 1990\n")
+    argv = [command, str(dates_model), "--src", str(source), "--tgt", str(target), "--device", "cpu"]
+    argv += ["--out", str(tmp_path / "aligned.safetensors"), "--epochs", "1"] if command == "train-aligner" else []
+    called = f"def SET_UP():\n    from attnmt.cli import main\n    return main({argv!r}) == 0\n"
+    assert fate_of_a_freed_block(called) == ["True", "False", "True"]
+
+
 # --- precision that fits the machine ---------------------------------------------------------
 
 @pytest.mark.parametrize("features,expected", [((), "fp32"), (("AVX512-BF16",), "bf16"), (("AMX",), "bf16")])

@@ -171,6 +171,7 @@ def add_align(commands: Commands) -> None:
 
 def _align(args: argparse.Namespace) -> None:
     from ..align import align, pharaoh, read_gold, score
+    from ..fast.process import set_up_decoding_process
     from ..translate import Translator
 
     pairs = read_pairs(("--src", args.src), ("--tgt", args.tgt))
@@ -179,6 +180,7 @@ def _align(args: argparse.Namespace) -> None:
     if args.gold:
         gold = read_gold(args.gold, _gold_base(args), [(len(s.split()), len(t.split())) for s, t in pairs])
     use_decoding_threads(args)
+    set_up_decoding_process()
     reverse = Translator.load(args.reverse, args.device) if args.reverse else None
     alignments = align(Translator.load(args.model, args.device), sources, targets, args.method, args.threshold,
                        args.layer, args.head, reverse, args.symmetrize, args.step, adapt=args.adapt,
@@ -214,11 +216,13 @@ def _train_aligner(args: argparse.Namespace) -> None:
     import time
 
     from ..aligner import train_aligner, write_aligner
+    from ..fast.process import set_up_training_process
     from ..translate import Translator, model_info
 
     check_parent_dir(args.out)
     pairs = read_pairs(("--src", args.src), ("--tgt", args.tgt))
     use_decoding_threads(args)
+    set_up_training_process()
     translator = Translator.load(args.model, args.device)
     started = time.monotonic()
     before = model_info(args.model)["aligner"] or {"minutes": 0.0}
