@@ -18,11 +18,14 @@ import argparse
 import time
 
 import torch
+from alignment import GoldSet, links_by_method
 
-from attnmt.align import aligner_links, aligner_posteriors, averaged, flipped, read_gold, score, symmetrize
+from attnmt.align import aligner_posteriors
 from attnmt.aligner import Aligner, train_aligner
 from attnmt.data import find_split_file, read_lines
 from attnmt.translate import Translator
+
+RULES = ("average", "grow-diag-final", "intersect")      # the links printed (bench/alignment.py has them all)
 
 
 def main() -> None:
@@ -45,26 +48,17 @@ def main() -> None:
     translator = Translator.load(args.model, "cpu")
     sources = list(read_lines(find_split_file(args.text, "train", src_lang)))
     targets = list(read_lines(find_split_file(args.text, "train", tgt_lang)))
-    gold_sources = [line.split() for line in read_lines(f"{args.gold}/test.{src_lang}")]
-    gold_targets = [line.split() for line in read_lines(f"{args.gold}/test.{tgt_lang}")]
-    pairs = list(zip(gold_sources, gold_targets, strict=True))
-    dev = slice(*(int(n) if n else None for n in args.dev.split(":")))
-    gold = read_gold(f"{args.gold}/test.talp", 1, [(len(s), len(t)) for s, t in pairs])[dev]
+    gold = GoldSet.read(args.gold, args.langs, args.dev)
     text = translator.tokenization
     aligner = Aligner.for_model(translator.model, len(text.src_vocab), len(text.tgt_vocab), hidden=args.hidden)
     print(f"# {args.model}: {len(sources):,} pairs; batch {args.batch_tokens} target pieces, hidden {args.hidden}, "
-          f"lr {args.lr}; dev pairs {args.dev}: {len(gold)}")
+          f"lr {args.lr}; dev pairs {args.dev}: {len(gold.links[gold.scored])}")
 
     def scored(line: str) -> None:
         print(f"# {line}")
-        posteriors = aligner_posteriors(translator, aligner.eval(), pairs[dev])
-        forward = [aligner_links(*f) for f, _ in posteriors]
-        backward = [flipped(aligner_links(*b)) for _, b in posteriors]
-        figures = {"average": [averaged(f, b) for (f, _), (b, _) in posteriors],
-                   "grow_diag_final": [symmetrize(f, b, "grow-diag-final") for f, b in zip(forward, backward)],
-                   "intersect": [symmetrize(f, b, "intersect") for f, b in zip(forward, backward)]}
+        links = dict(links_by_method(aligner_posteriors(translator, aligner.eval(), gold.pairs)))
         print(f"epoch={aligner.epochs} cpu_s={time.process_time() - started:.0f} "
-              + " ".join(f"aer_{name}={score(links, gold).aer:.4f}" for name, links in figures.items()), flush=True)
+              + " ".join(f"aer_{rule.replace('-', '_')}={gold.score(links[rule]).aer:.4f}" for rule in RULES), flush=True)
 
     train_aligner(translator, sources, targets, args.epochs, lr=args.lr, batch_tokens=args.batch_tokens, log=scored,
                   aligner=aligner)

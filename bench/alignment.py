@@ -67,6 +67,7 @@ from attnmt.align import (
     SYMMETRIZATIONS,
     AlignmentScores,
     Link,
+    WordPosterior,
     aligner_links,
     aligner_posteriors,
     averaged,
@@ -107,6 +108,17 @@ class GoldSet:
     def score(self, predicted: list[set[Link]]) -> AlignmentScores:
         """AER, precision and recall of links predicted for every pair, on the pairs scored."""
         return score(predicted[self.scored], self.links[self.scored])
+
+    @classmethod
+    def read(cls, folder: str | Path, langs: str, pairs: str | None) -> GoldSet:
+        """The gold set in `folder` (test.SRC, test.TGT, test.talp numbered from 1), `langs` "SRC,TGT",
+        scoring the pairs `pairs` ("FROM:TO", a Python slice; None: all)."""
+        src_lang, tgt_lang = langs.split(",")
+        sources = (Path(folder) / f"test.{src_lang}").read_text(encoding="utf-8").splitlines()
+        targets = (Path(folder) / f"test.{tgt_lang}").read_text(encoding="utf-8").splitlines()
+        scored = slice(*(int(n) if n else None for n in pairs.split(":"))) if pairs else slice(None)
+        lengths = [(len(s.split()), len(t.split())) for s, t in zip(sources, targets)]
+        return cls(sources, targets, read_gold(Path(folder) / "test.talp", 1, lengths), scored)
 
 
 def train_kind(kind: str, data: str, budget: list[str], out: Path) -> Path:
@@ -196,6 +208,16 @@ def eflomal_rows(venv: Path, text: Path, gold: GoldSet, langs: tuple[str, str]
     return rows
 
 
+def links_by_method(posteriors: list[tuple[WordPosterior, WordPosterior]]) -> list[tuple[str, list[set[Link]]]]:
+    """The aligner's links (align.aligner_posteriors' posteriors) by each rule: each direction's
+    alone, each symmetrization of the two, and their averaged posteriors (its default)."""
+    forward = [aligner_links(*f) for f, _ in posteriors]
+    backward = [flipped(aligner_links(*b)) for _, b in posteriors]
+    return [("forward", forward), ("reverse", backward),
+            *((m, [symmetrize(f, b, m) for f, b in zip(forward, backward)]) for m in SYMMETRIZATIONS),
+            (AVERAGE, [averaged(f, b) for (f, _), (b, _) in posteriors])]
+
+
 def aligner_rows(name: str, path: str, translator: Translator, gold: GoldSet,
                  adapt: int) -> list[tuple[str, str, str, AlignmentScores]]:
     """Rows of the aligner trained for the model (attnmt train-aligner): each direction's links and
@@ -210,14 +232,9 @@ def aligner_rows(name: str, path: str, translator: Translator, gold: GoldSet,
         aligner = train_aligner(translator, gold.sources, gold.targets, adapt, aligner=aligner, hold_out=False,
                                 log=lambda line: print(f"{name} adapting: {line}", file=sys.stderr, flush=True))
         about += f", then --adapt {adapt} on the {len(gold.sources)} gold pairs' text"
-    posteriors = aligner_posteriors(translator, aligner, gold.pairs)
-    forward = [aligner_links(*f) for f, _ in posteriors]
-    backward = [flipped(aligner_links(*b)) for _, b in posteriors]
     rows = []
     key = f"{name}_aligner" + (f"_adapt{adapt}" if adapt else "")
-    for method, links in [("forward", forward), ("reverse", backward),
-                          *((m, [symmetrize(f, b, m) for f, b in zip(forward, backward)]) for m in SYMMETRIZATIONS),
-                          (AVERAGE, [averaged(f, b) for (f, _), (b, _) in posteriors])]:
+    for method, links in links_by_method(aligner_posteriors(translator, aligner, gold.pairs)):
         result = gold.score(links)
         print(f"metric=aer_{key}_{method} value={result.aer:.4f}")
         rows.append((name, about, method, result))
@@ -263,15 +280,11 @@ def main() -> None:
     if args.eflomal and not args.text:
         parser.error("--eflomal needs --text (the training text without the gold sentences)")
 
-    gold_dir = Path(args.gold)
     src_lang, tgt_lang = args.langs.split(",")
-    sources = (gold_dir / f"test.{src_lang}").read_text(encoding="utf-8").splitlines()
-    targets = (gold_dir / f"test.{tgt_lang}").read_text(encoding="utf-8").splitlines()
-    scored = slice(*(int(n) if n else None for n in args.pairs.split(":"))) if args.pairs else slice(None)
-    gold = GoldSet(sources, targets, read_gold(gold_dir / "test.talp", 1, [(len(s.split()), len(t.split()))
-                                                                            for s, t in zip(sources, targets)]), scored)
+    gold = GoldSet.read(args.gold, args.langs, args.pairs)
+    sources, targets = gold.sources, gold.targets
     if args.pairs:
-        print(f"# gold pairs {args.pairs} scored: {len(gold.links[scored])} of {len(gold.links)}", file=sys.stderr)
+        print(f"# gold pairs {args.pairs} scored: {len(gold.links[gold.scored])} of {len(gold.links)}", file=sys.stderr)
     if args.build_text:
         build_text(Path(args.build_text), Path(args.multi30k), Path(args.tatoeba), sources, targets)
         return
