@@ -20,8 +20,9 @@ pairs by the exact likelihood, in both directions:
               jump; a_j = NULL with probability p0, after which the next jump starts from r again
               (a NULL remembers the position before it); the first piece jumps from position 0,
               before the sentence's first piece (numbered from 1)
-    posterior the forward-backward algorithm gives each piece's P(a_j = i | x, y) exactly; pieces
-              merge to words as attention's do (align.to_words)
+    posterior the forward-backward algorithm gives each piece's P(a_j = i | x, y) exactly, with the
+              jumps' scores weighted by jump_weight (the trained model at 1; below 1 the words
+              count for more); pieces merge to words as attention's do (align.to_words)
     both ways the aligner holds a second HMM writing the source from the target; `attnmt align`
               links the word pairs whose two posteriors average one half or more (align.averaged),
               or combines each direction's best links (align.aligner_links, align.symmetrize)
@@ -78,6 +79,9 @@ class AlignerConfig:
     window: int = 0           # neighbours on each side the lexical model reads (0: the piece alone)
     hidden: int = 128         # 256 costs a third more CPU an epoch for little (RWTH dev pairs, docs/recipes.md)
     max_jump: int = 7         # jumps further than this share their side's last bucket
+    jump_weight: float = 0.75  # the jumps' weight against the words when links are read (posteriors): their
+                               # scores times this, renormalized; training uses 1. Chosen on the dev pairs
+                               # (docs/recipes.md): 0.75 gained on the Hansards' and changed nothing on RWTH's
 
 
 class LexicalModel(nn.Module):
@@ -127,28 +131,29 @@ class HiddenMarkovAligner(nn.Module):
         self.jumps = nn.Parameter(-0.5 * (jumps - 1).abs())         # starts out preferring the next piece
         self.null_logit = nn.Parameter(torch.tensor(-2.0))          # p0 = sigmoid: 0.12 to start
 
-    def log_jumps(self, given_lengths: torch.Tensor, positions: int) -> torch.Tensor:
+    def log_jumps(self, given_lengths: torch.Tensor, positions: int, weight: float = 1.0) -> torch.Tensor:
         """log p(a_j = i | a_j-1 = r) [B, S + 1, S] without NULL's share: from r = 0 (before the first
-        piece) .. S to each piece i (numbered from 1 here, from 0 in the tensor's last axis)."""
+        piece) .. S to each piece i (numbered from 1 here, from 0 in the tensor's last axis); with the
+        scores times `weight` (below 1: flatter, the words count for more)."""
         device = self.jumps.device
         before = torch.arange(positions + 1, device=device)[:, None]            # [S + 1, 1]
         to = torch.arange(1, positions + 1, device=device)[None, :]             # [1, S]
-        scores = self.jumps[(to - before).clamp(-self.max_jump, self.max_jump) + self.max_jump]   # [S + 1, S]
+        scores = weight * self.jumps[(to - before).clamp(-self.max_jump, self.max_jump) + self.max_jump]  # [S + 1, S]
         padding = torch.arange(positions, device=device)[None, :] >= given_lengths.to(device)[:, None]  # [B, S]
         return torch.log_softmax(scores[None].masked_fill(padding[:, None, :], IMPOSSIBLE), 2)
 
-    def forward_backward(self, log_emission: torch.Tensor, given_lengths: torch.Tensor, written_lengths: torch.Tensor
-                         ) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward_backward(self, log_emission: torch.Tensor, given_lengths: torch.Tensor, written_lengths: torch.Tensor,
+                         jump_weight: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
         """log p(written | given) [B] summed over every alignment, from log_emission [B, T, S + 1]
         (LexicalModel's), and each piece's P(a_j = i | both sides) [B, T, S + 1] (the last column
-        NULL's): the plain reference in logs.
+        NULL's): the plain reference in logs; the jumps weighted by `jump_weight` (log_jumps).
 
         The state after piece j is where the next jump starts: position r in 0..S (r = i + 1 after
         piece i, or the position a NULL remembers). alpha[r] sums the paths that write pieces 0..j
         and end in r, split by how: by a piece (`real`, r >= 1) or by NULL (`null`)."""
         batch, pieces, width = log_emission.shape
         positions = width - 1
-        jump = self.log_jumps(given_lengths, positions)                          # [B, S + 1, S]
+        jump = self.log_jumps(given_lengths, positions, jump_weight)             # [B, S + 1, S]
         log_real, log_null = nn.functional.logsigmoid(-self.null_logit), nn.functional.logsigmoid(self.null_logit)
         written = torch.arange(pieces, device=log_emission.device)[None, :] < written_lengths.to(log_emission.device)[:, None]
         alpha = torch.full((batch, positions + 1), IMPOSSIBLE, device=log_emission.device)
@@ -246,9 +251,11 @@ class Aligner(nn.Module):
     def posteriors(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt: torch.Tensor, tgt_lengths: torch.Tensor
                    ) -> list[torch.Tensor]:
         """Each target piece's P(source piece i | both sentences) [B, T, S + 1] and each source
-        piece's P(target piece j | both) [B, S, T + 1], the last column NULL's."""
-        return [direction.forward_backward(*inputs)[1]
-                for direction, *inputs in self.directions(src, src_lengths, tgt, tgt_lengths)]
+        piece's P(target piece j | both) [B, S, T + 1], the last column NULL's, with the jumps
+        weighted as the config says (jump_weight)."""
+        return [direction.forward_backward(emission, given_lengths, written_lengths, self.config.jump_weight)[1]
+                for direction, emission, given_lengths, written_lengths
+                in self.directions(src, src_lengths, tgt, tgt_lengths)]
 
 
 def piece_tensors(pairs: list[tuple[list[int], list[int]]], rows: list[int], device: torch.device

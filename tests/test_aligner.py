@@ -37,13 +37,14 @@ def tiny_direction(max_jump: int = 2) -> HiddenMarkovAligner:
     return direction
 
 
-def every_alignment(direction: HiddenMarkovAligner, log_emission: torch.Tensor, given: int, written: int
-                    ) -> tuple[float, torch.Tensor]:
+def every_alignment(direction: HiddenMarkovAligner, log_emission: torch.Tensor, given: int, written: int,
+                    jump_weight: float = 1.0) -> tuple[float, torch.Tensor]:
     """p(written | given) and each piece's posterior [written, S + 1] of one sentence pair, by
-    summing over every alignment one by one, straight from the model's definition."""
+    summing over every alignment one by one, straight from the model's definition (the jumps'
+    scores times jump_weight)."""
     p0 = float(torch.sigmoid(direction.null_logit.detach()))
     positions = log_emission.shape[1] - 1
-    jumps, reach = direction.jumps.detach(), direction.max_jump
+    jumps, reach = direction.jumps.detach() * jump_weight, direction.max_jump
     total, marginals = 0.0, torch.zeros(written, positions + 1, dtype=torch.float64)
     for alignment in itertools.product([*range(1, given + 1), None], repeat=written):
         probability, before = 1.0, 0
@@ -77,6 +78,25 @@ def test_the_likelihood_and_posteriors_are_those_of_every_alignment_summed_one_b
     (gradient,) = torch.autograd.grad(direction.forward_backward(log_emission, given, written)[0].sum(),
                                       log_emission)
     assert torch.allclose(gradient, posterior, atol=1e-5)
+
+
+def test_weighted_jumps_give_the_posteriors_of_every_alignment_with_those_jumps():
+    direction = tiny_direction()
+    log_emission = torch.log_softmax(torch.randn(2, 4, 5), 2)                 # [B, T, S + 1]
+    given, written = torch.tensor([4, 3]), torch.tensor([4, 2])
+    plain = direction.forward_backward(log_emission, given, written)[1]
+    weighted = direction.forward_backward(log_emission, given, written, jump_weight=0.5)[1]
+    assert not torch.allclose(plain, weighted, atol=1e-3)
+    for row in range(2):
+        _, marginals = every_alignment(direction, log_emission[row], int(given[row]), int(written[row]), 0.5)
+        assert torch.allclose(weighted[row, : written[row]].double(), marginals, atol=1e-5)
+    # The aligner reads its posteriors with the weight its config holds.
+    aligner = Aligner(AlignerConfig(dim=3, window=1, hidden=5, max_jump=2, jump_weight=0.5), 9, 7)
+    aligner.source_to_target.load_state_dict(direction.state_dict())
+    src, tgt = torch.tensor([[1, 2, 3, 4], [5, 6, 7, PAD_ID]]), torch.tensor([[1, 2, 3, 4], [5, 6, PAD_ID, PAD_ID]])
+    forward, _ = aligner.posteriors(src, given, tgt, written)
+    expected = direction.forward_backward(direction.lexical(src, tgt), given, written, jump_weight=0.5)[1]
+    assert torch.allclose(forward, expected, atol=1e-6)
 
 
 def test_the_scaled_forward_algorithm_gives_the_likelihood_and_gradients_of_the_reference():
