@@ -1,9 +1,13 @@
 """Where a training update's time goes: a model of bench/ on a fixed batch, under torch.profiler.
 
     python bench/train_profile.py [--config peers_transformer.yaml] [--precision bf16] [--updates 20] [--threads 2]
+        [--batch 64x14] [--vocab 7882,5898]
 
-Builds the model as bench/train_versions.py does (the peers' vocabularies, one batch of 64
-sentences of 14 source and 14 target tokens) and runs attnmt's own `train_step`: 5 updates to
+Builds the model as bench/train_versions.py does (by default the peers' vocabularies, one batch of
+64 sentences of 14 source and 14 target tokens; --batch ROWSxLENGTH and --vocab SOURCE,TARGET give
+another shape, such as a recipe's: `--config ../configs/multi30k_en_de_transformer.yaml --batch
+256x16 --vocab 8000,8000` is about its 4,096 target tokens a batch) and runs attnmt's own
+`train_step`: 5 updates to
 warm up, `--updates` timed ones, then as many under torch.profiler. Prints the milliseconds an
 update takes and the update's model FLOPs (3 forward passes, counted as bench/speed.py counts
 them) as a share of this precision's matrix-product peak, measured here first; then the
@@ -40,16 +44,20 @@ def main() -> None:
     parser.add_argument("--precision", default="bf16", choices=["fp32", "bf16"])
     parser.add_argument("--updates", type=int, default=20)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--batch", default="64x14", help="ROWSxLENGTH: sentences, and tokens of each side")
+    parser.add_argument("--vocab", default="7882,5898", help="SOURCE,TARGET vocabulary sizes")
     args = parser.parse_args()
     set_up_training_process()                        # as attnmt train does
     peak = matmul_peak_gflops(args.threads, torch.bfloat16 if args.precision == "bf16" else torch.float32)
     torch.manual_seed(0)
     config = load_config(Path(__file__).parent / args.config, [f"train.precision={args.precision}"])
-    model = build_model(config.model, 7882, 5898).train()
+    rows, length = (int(n) for n in args.batch.split("x"))
+    src_vocab, tgt_vocab = (int(n) for n in args.vocab.split(","))
+    model = build_model(config.model, src_vocab, tgt_vocab).train()
     optimizer = make_optimizer(model, config.train)
     words = random.Random(0)
-    batch = collate([([words.randrange(4, 7000) for _ in range(14)], [words.randrange(4, 5000) for _ in range(14)])
-                     for _ in range(64)], list(range(64)))
+    batch = collate([([words.randrange(4, src_vocab) for _ in range(length)],
+                      [words.randrange(4, tgt_vocab) for _ in range(length)]) for _ in range(rows)], list(range(rows)))
     network = TeacherForced(model)
     update_gflop = 3 * FORWARD_FLOPS[config.model.arch](model, teacher_forced_lengths(batch)) / 1e9
 
@@ -70,7 +78,7 @@ def main() -> None:
     events = profile.key_averages()
     total = sum(e.self_cpu_time_total for e in events) / 1e6 / args.updates          # s an update
     products = sum(e.self_cpu_time_total for e in events if e.key in PRODUCTS) / 1e6 / args.updates
-    print(f"{args.config} {args.precision}, {args.threads} threads: {seconds * 1000:.1f} ms an update "
+    print(f"{args.config} {args.precision}, {args.threads} threads, {rows}x{length} batch: {seconds * 1000:.1f} ms an update "
           f"({profiled * 1000:.1f} under the profiler), {update_gflop:.2f} GFLOP of model products, "
           f"{args.precision} matmul peak {peak:.1f} GFLOP/s")
     print(f"update: {100 * update_gflop / seconds / peak:.1f} % of the peak")
