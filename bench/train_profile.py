@@ -7,13 +7,12 @@ Builds the model as bench/train_versions.py does (by default the peers' vocabula
 64 sentences of 14 source and 14 target tokens; --batch ROWSxLENGTH and --vocab SOURCE,TARGET give
 another shape, such as a recipe's: `--config ../configs/multi30k_en_de_transformer.yaml --batch
 256x16 --vocab 8000,8000` is about its 4,096 target tokens a batch) and runs attnmt's own
-`train_step`: 5 updates to
-warm up, `--updates` timed ones, then as many under torch.profiler. Prints the milliseconds an
-update takes and the update's model FLOPs (3 forward passes, counted as bench/speed.py counts
-them) as a share of this precision's matrix-product peak, measured here first; then the
-operators by self CPU time, and the matrix products' share of the profiled time with their own
-rate against the peak: the share the update would reach if everything else took no time.
-Run it on an otherwise idle machine.
+`train_step`: 5 updates to warm up, `--updates` timed ones, then as many under torch.profiler.
+Prints the milliseconds an update takes and the update's model FLOPs (3 forward passes, counted
+as bench/speed.py counts them) as a share of this precision's matrix-product peak, measured here
+first; then the operators by self CPU time, and the matrix products' share of the profiled time
+with their own rate against the peak: the share the update would reach if everything else took
+no time. Run it on an otherwise idle machine.
 """
 
 from __future__ import annotations
@@ -22,6 +21,7 @@ import argparse
 import random
 import time
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -38,21 +38,31 @@ from speed import FORWARD_FLOPS, matmul_peak_gflops, teacher_forced_lengths
 PRODUCTS = ("aten::addmm", "aten::mm", "aten::bmm", "aten::baddbmm", "aten::_int_mm")
 
 
+def two_counts(separator: str) -> Callable[[str], tuple[int, int]]:
+    """An argparse type: two positive whole numbers joined by `separator`."""
+    def parse(text: str) -> tuple[int, int]:
+        parts = text.split(separator)
+        if len(parts) != 2 or not all(part.isdigit() and int(part) > 0 for part in parts):
+            raise argparse.ArgumentTypeError(f"expected two positive whole numbers joined by {separator!r}, got {text!r}")
+        return int(parts[0]), int(parts[1])
+    return parse
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="peers_transformer.yaml", help="a file in bench/")
     parser.add_argument("--precision", default="bf16", choices=["fp32", "bf16"])
     parser.add_argument("--updates", type=int, default=20)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--batch", default="64x14", help="ROWSxLENGTH: sentences, and tokens of each side")
-    parser.add_argument("--vocab", default="7882,5898", help="SOURCE,TARGET vocabulary sizes")
+    parser.add_argument("--batch", default="64x14", type=two_counts("x"),
+                        help="ROWSxLENGTH: sentences, and tokens of each side")
+    parser.add_argument("--vocab", default="7882,5898", type=two_counts(","), help="SOURCE,TARGET vocabulary sizes")
     args = parser.parse_args()
     set_up_training_process()                        # as attnmt train does
     peak = matmul_peak_gflops(args.threads, torch.bfloat16 if args.precision == "bf16" else torch.float32)
     torch.manual_seed(0)
     config = load_config(Path(__file__).parent / args.config, [f"train.precision={args.precision}"])
-    rows, length = (int(n) for n in args.batch.split("x"))
-    src_vocab, tgt_vocab = (int(n) for n in args.vocab.split(","))
+    (rows, length), (src_vocab, tgt_vocab) = args.batch, args.vocab
     model = build_model(config.model, src_vocab, tgt_vocab).train()
     optimizer = make_optimizer(model, config.train)
     words = random.Random(0)
