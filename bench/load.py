@@ -340,10 +340,11 @@ class HeldRequest:
 
 
 async def listening(port: int) -> bool:
-    """Whether the server still accepts connections."""
+    """Whether the server still accepts connections. A stopping server may refuse the connection or
+    reset it mid-handshake (its listening socket closed while the connection waited): both mean no."""
     try:
         _, writer = await asyncio.open_connection(HOST, port)
-    except ConnectionRefusedError:
+    except (ConnectionRefusedError, ConnectionResetError):
         return False
     writer.close()
     return True
