@@ -343,10 +343,11 @@ def test_a_stop_wakes_the_server_where_uvicorn_looked_for_one_every_tenth_of_a_s
 
 
 def refused(address: tuple) -> bool:
-    """Whether a connection to `address` is refused: nothing listens there."""
+    """Whether a connection to `address` is refused: nothing listens there. A connection reset while
+    the listening socket closes under it is a refusal too (bench/load.py's `listening` meets the same race)."""
     try:
         socket.create_connection(address).close()
-    except ConnectionRefusedError:
+    except (ConnectionRefusedError, ConnectionResetError):
         return True
     return False
 
