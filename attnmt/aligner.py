@@ -220,11 +220,11 @@ class Aligner(nn.Module):
 
     @classmethod
     def for_model(cls, model: Model, src_vocab: int, tgt_vocab: int, window: int = 0,
-                  hidden: int = AlignerConfig.hidden) -> Aligner:
+                  hidden: int = AlignerConfig.hidden, max_jump: int = AlignerConfig.max_jump) -> Aligner:
         """A new aligner whose embeddings start as the model's (each side's, PAD's as zeros)."""
         embedded: TokenEmbeddings = require(model, TokenEmbeddings, "attnmt train-aligner")
         src_embeddings, tgt_embeddings = embedded.token_embeddings()
-        config = AlignerConfig(dim=src_embeddings.embedding_dim, window=window, hidden=hidden)
+        config = AlignerConfig(dim=src_embeddings.embedding_dim, window=window, hidden=hidden, max_jump=max_jump)
         aligner = cls(config, src_vocab, tgt_vocab)
         with torch.no_grad():
             for direction, given in ((aligner.source_to_target, src_embeddings), (aligner.target_to_source, tgt_embeddings)):

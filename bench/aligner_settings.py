@@ -1,8 +1,8 @@
 """Choosing the aligner's settings on a gold standard's dev pairs: an aligner trained with the batch,
-width and rate given, its AER on the dev pairs printed after every epoch.
+width, rate and jump range given, its AER on the dev pairs printed after every epoch.
 
     python bench/aligner_settings.py MODEL --text runs/align_text/seen --gold ../shared/data/rwth_deen_gold \
-        --dev 0:100 --batch-tokens 16384 --hidden 128 --lr 0.01 --epochs 3
+        --dev 0:100 --batch-tokens 16384 --hidden 128 --lr 0.01 --max-jump 7 --epochs 3
 
 MODEL is the model the aligner is trained for (its tokenizer and embeddings); --text a folder with
 train.SRC and train.TGT (--langs). Each epoch prints a line `epoch=E cpu_s=... aer_average=...
@@ -21,7 +21,7 @@ import torch
 from alignment import GoldSet, links_by_method
 
 from attnmt.align import aligner_posteriors
-from attnmt.aligner import Aligner, train_aligner
+from attnmt.aligner import Aligner, AlignerConfig, train_aligner
 from attnmt.data import find_split_file, read_lines
 from attnmt.translate import Translator
 
@@ -38,6 +38,8 @@ def main() -> None:
     parser.add_argument("--batch-tokens", type=int, default=16384)
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--lr", type=float, default=0.01)
+    parser.add_argument("--max-jump", type=int, default=AlignerConfig.max_jump,
+                        help="jumps further than this many pieces share one score (default: %(default)s)")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--threads", type=int, help="torch threads (default: torch's)")
     args = parser.parse_args()
@@ -50,9 +52,10 @@ def main() -> None:
     targets = list(read_lines(find_split_file(args.text, "train", tgt_lang)))
     gold = GoldSet.read(args.gold, args.langs, args.dev)
     text = translator.tokenization
-    aligner = Aligner.for_model(translator.model, len(text.src_vocab), len(text.tgt_vocab), hidden=args.hidden)
+    aligner = Aligner.for_model(translator.model, len(text.src_vocab), len(text.tgt_vocab), hidden=args.hidden,
+                                max_jump=args.max_jump)
     print(f"# {args.model}: {len(sources):,} pairs; batch {args.batch_tokens} target pieces, hidden {args.hidden}, "
-          f"lr {args.lr}; dev pairs {args.dev}: {len(gold.links[gold.scored])}")
+          f"lr {args.lr}, max jump {args.max_jump}; dev pairs {args.dev}: {len(gold.links[gold.scored])}")
 
     def scored(line: str) -> None:
         print(f"# {line}")
