@@ -2,7 +2,7 @@
 width, rate and jump range given, its AER on the dev pairs printed after every epoch.
 
     python bench/aligner_settings.py MODEL --text runs/align_text/seen --gold ../shared/data/rwth_deen_gold \
-        --dev 0:100 --batch-tokens 16384 --hidden 128 --lr 0.01 --max-jump 7 --epochs 3
+        --dev 0:100 --batch-tokens 16384 --hidden 128 --lr 0.01 --max-jump 15 --epochs 3
 
 MODEL is the model the aligner is trained for (its tokenizer and embeddings); --text a folder with
 train.SRC and train.TGT (--langs). Each epoch prints a line `epoch=E cpu_s=... aer_average=...
