@@ -10,10 +10,14 @@
 
 Prints one `metric=<name> value=<number>` line per figure; `bleu_lc_tok` is BLEU on lowercased
 word tokens (the PyTorch seq2seq tutorials' recipe), `sacrebleu` the detokenized cased BLEU whose
-signature is printed too. Figures without a suffix are for beam 5, with the config's length
-penalty (decode.alpha) unless `--alpha` says otherwise. `--also-test NAME SOURCE
-REFERENCE` scores the same model on another test set too (beam 5; plain text, or WMT's .sgm, either
-maybe gzipped), its figures suffixed `_NAME`.
+signature is printed too. `--moses-bleu` adds `bleu_moses_lc`: BLEU over lowercased text put
+through the Moses punctuation normalizer and tokenizer (sacremoses, `pip install sacremoses`;
+hyphenated words stay whole), the preprocessing of the Multi30k release and so the measure of
+papers that report fairseq's or multi-bleu's BLEU on it, with `reference_tokens_moses` to check
+against their reference length. Figures without a suffix are for beam 5, with the config's length
+penalty (decode.alpha) unless `--alpha` says otherwise. `--also-test NAME SOURCE REFERENCE` scores
+the same model on another test set too (beam 5; plain text, or WMT's .sgm, either maybe gzipped),
+its figures suffixed `_NAME`.
 """
 
 from __future__ import annotations
@@ -22,14 +26,16 @@ import argparse
 import html
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
+import sacrebleu
 import torch
 
 from attnmt.config import load_config
 from attnmt.data import find_split_file, read_lines, read_parallel
 from attnmt.errors import AttnmtError
-from attnmt.evaluate import score_translations
+from attnmt.evaluate import score_outputs, score_translations
 from attnmt.fast.process import set_up_training_process
 from attnmt.files import MODEL_FILE
 from attnmt.train import train
@@ -60,8 +66,11 @@ def main() -> None:
                         help="continue the run in --out (its checkpoint) until --budget-min minutes of training in all")
     parser.add_argument("--also-test", nargs=3, action="append", default=[], metavar=("NAME", "SOURCE", "REFERENCE"),
                         help="another test set to score the model on, with beam 5 (e.g. newstest2014)")
+    parser.add_argument("--moses-bleu", action="store_true",
+                        help="also BLEU over Moses-tokenized lowercased text (needs sacremoses)")
     parser.add_argument("overrides", nargs="*", help="config key=value overrides")
     args = parser.parse_args()
+    moses_bleu = load_moses_bleu() if args.moses_bleu else None  # before training: a missing package costs none
 
     config = load_config(args.config, [f"data.path={args.data}", f"train.out_dir={args.out}",
                                        f"train.max_minutes={args.budget_min}", *args.overrides])
@@ -89,8 +98,14 @@ def main() -> None:
     print(f"metric=threads value={torch.get_num_threads()}")
     print(f"metric=alpha value={alpha}")
     for beam, suffix in ((1, "_greedy"), (5, "")):
-        scores = score_translations(translator, test, beam_size=beam, alpha=alpha if beam > 1 else 0.0, lc_tok=True)
+        outputs = [t.text for t in translator.translate([s for s, _ in test], beam, alpha if beam > 1 else 0.0)]
+        scores = score_outputs(translator, test, outputs, lc_tok=True)
         print_scores(scores, suffix)
+        if moses_bleu:
+            bleu, reference_tokens = moses_bleu(outputs, [r for _, r in test], config.data.tgt_lang)
+            print(f"metric=bleu_moses_lc{suffix} value={bleu}")
+    if moses_bleu:
+        print(f"metric=reference_tokens_moses value={reference_tokens}")
     print(f"signature sacrebleu={scores['bleu_signature']} chrf={scores['chrf_signature']}")
     for name, pairs in also_tests.items():
         print(f"metric=sentences_{name} value={len(pairs)}")
@@ -101,6 +116,28 @@ def print_scores(scores: dict, suffix: str) -> None:
     print(f"metric=bleu_lc_tok{suffix} value={scores['bleu_lc_tok']}")
     print(f"metric=sacrebleu{suffix} value={scores['bleu']}")
     print(f"metric=chrf{suffix} value={scores['chrf']}")
+
+
+def load_moses_bleu() -> Callable[[list[str], list[str], str], tuple[float, int]]:
+    """moses_bleu below, once sacremoses is known to be there (else one line and a non-zero exit)."""
+    try:
+        from sacremoses import MosesPunctNormalizer, MosesTokenizer
+    except ImportError:
+        sys.exit("quality: --moses-bleu needs sacremoses, which attnmt does not install: pip install sacremoses")
+
+    def moses_bleu(outputs: list[str], references: list[str], lang: str) -> tuple[float, int]:
+        """BLEU over the Multi30k release's preprocessing (lowercase, normalize punctuation, tokenize)
+        of outputs and references, and the references' token count."""
+        normalizer, tokenizer = MosesPunctNormalizer(lang=lang), MosesTokenizer(lang=lang)
+
+        def tokens(text: str) -> str:
+            return tokenizer.tokenize(normalizer.normalize(text.lower()), escape=False, return_str=True)
+
+        score = sacrebleu.metrics.BLEU(tokenize="none", force=True).corpus_score(
+            [tokens(o) for o in outputs], [[tokens(r) for r in references]])
+        return round(score.score, 2), score.ref_len
+
+    return moses_bleu
 
 
 def read_test_set(name: str, source: str, reference: str) -> list[tuple[str, str]]:
