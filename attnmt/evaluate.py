@@ -73,6 +73,7 @@ class Evaluation:
     """One model's scores of sentence pairs (`attnmt evaluate`)."""
 
     scores: dict[str, float | str]            # score_outputs': exact match (%), BLEU, chrF, ...
+    hypotheses: list[str]                     # the outputs scored, one per pair (for further measures)
     by_length: Optional[list[dict]] = None    # bleu_by_length's rows, where asked for
 
     def lines(self) -> list[str]:
@@ -100,7 +101,7 @@ def evaluate(translator: TextTranslator, pairs: list[tuple[str, str]], beam_size
     scores = score_outputs(translator, pairs, hypotheses, lc_tok)
     by_length = None if edges is None else bleu_by_length(sources, hypotheses, references, edges, lc_tok,
                                                           translator.tgt_tokenizer.lowercase)
-    return Evaluation(scores, by_length)
+    return Evaluation(scores, hypotheses, by_length)
 
 
 def score_translations(translator: TextTranslator, pairs: list[tuple[str, str]], beam_size: Optional[int] = None,

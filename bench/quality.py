@@ -35,7 +35,7 @@ import torch
 from attnmt.config import load_config
 from attnmt.data import find_split_file, read_lines, read_parallel
 from attnmt.errors import AttnmtError
-from attnmt.evaluate import score_outputs, score_translations
+from attnmt.evaluate import evaluate, score_translations
 from attnmt.fast.process import set_up_training_process
 from attnmt.files import MODEL_FILE
 from attnmt.train import train
@@ -98,11 +98,11 @@ def main() -> None:
     print(f"metric=threads value={torch.get_num_threads()}")
     print(f"metric=alpha value={alpha}")
     for beam, suffix in ((1, "_greedy"), (5, "")):
-        outputs = [t.text for t in translator.translate([s for s, _ in test], beam, alpha if beam > 1 else 0.0)]
-        scores = score_outputs(translator, test, outputs, lc_tok=True)
+        evaluation = evaluate(translator, test, beam, alpha if beam > 1 else 0.0, lc_tok=True)
+        scores = evaluation.scores
         print_scores(scores, suffix)
         if moses_bleu:
-            bleu, reference_tokens = moses_bleu(outputs, [r for _, r in test], config.data.tgt_lang)
+            bleu, reference_tokens = moses_bleu(evaluation.hypotheses, [r for _, r in test], config.data.tgt_lang)
             print(f"metric=bleu_moses_lc{suffix} value={bleu}")
     if moses_bleu:
         print(f"metric=reference_tokens_moses value={reference_tokens}")

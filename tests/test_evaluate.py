@@ -12,11 +12,12 @@ from test_cli import assert_one_line_error, attnmt
 
 from attnmt.config import config_from_dict
 from attnmt.data import load_corpus
-from attnmt.evaluate import bleu_by_length, bucket_labels, corpus_scores, exact_match_any, score_outputs
+from attnmt.evaluate import bleu_by_length, bucket_labels, corpus_scores, evaluate, exact_match_any, score_outputs
 from attnmt.modelfile import read_model, save_model
 from attnmt.plot import missing_glyphs
 from attnmt.prepare import load_split
 from attnmt.tokenize import WordTokenizer
+from attnmt.translate import Translator
 
 
 def test_bucket_labels():
@@ -147,3 +148,12 @@ def test_scoring_tokenized_periods_prints_no_sacrebleu_warning_and_hides_no_othe
     caplog.clear()
     sacrebleu.metrics.BLEU().corpus_score(hypotheses, [[r for _, r in pairs]])
     assert "tokenized period" in caplog.text
+
+
+def test_an_evaluation_keeps_the_outputs_it_scored(dates_model):
+    """bench/quality.py scores evaluate's outputs once more by a measure of its own."""
+    translator = Translator.load(dates_model, "cpu")
+    pairs = [("march 3, 1999", "1999-03-03"), ("12 june 2001", "2001-06-12")]
+    evaluation = evaluate(translator, pairs, beam_size=2)
+    assert evaluation.hypotheses == [t.text for t in translator.translate([s for s, _ in pairs], 2)]
+    assert evaluation.scores == score_outputs(translator, pairs, evaluation.hypotheses)
