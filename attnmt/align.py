@@ -47,7 +47,7 @@ import torch
 
 from .aligner import Aligner, piece_tensors, read_aligner, train_aligner
 from .batch import pad
-from .choices import ALIGN_METHODS, ALIGN_STEPS, AVERAGE, SYMMETRIZATIONS
+from .choices import ALIGN_METHODS, ALIGN_STEPS, AVERAGE, MAX_JUMP_WEIGHT, SYMMETRIZATIONS
 from .errors import AttnmtError
 from .seam import AttentionView, require
 from .translate import AttentionMaps, TextTranslator, Translator
@@ -122,12 +122,13 @@ def word_attention(translator: Translator, pairs: list[tuple[list[str], list[str
 
 
 def aligner_posteriors(translator: Translator, aligner: Aligner, pairs: list[tuple[list[str], list[str]]],
-                       batch_size: int = 32) -> list[tuple[WordPosterior, WordPosterior]]:
+                       batch_size: int = 32, jump_weight: Optional[float] = None
+                       ) -> list[tuple[WordPosterior, WordPosterior]]:
     """For each (source words, target words) pair, the posteriors of the translator's aligner between
     words, pieces merged as word_attention merges them: the target words' over the source words
     [len(target), len(source)] with each target word's NULL share [len(target)], and the source
     words' over the target words [len(source), len(target)] with theirs: each row and its NULL
-    share sum to 1."""
+    share sum to 1. The jumps are weighted by `jump_weight` (default: the aligner's own)."""
     text = translator.tokenization
     pieces = [(translator.src_tokenizer.tokenize_words(s), translator.tgt_tokenizer.tokenize_words(t))
               for s, t in pairs]
@@ -142,7 +143,8 @@ def aligner_posteriors(translator: Translator, aligner: Aligner, pairs: list[tup
         rows = ready[start : start + batch_size]
         src, src_lengths, tgt, tgt_lengths = piece_tensors(encoded, rows, translator.device)
         with torch.inference_mode():
-            forward, backward = (p.float().cpu().numpy() for p in aligner.posteriors(src, src_lengths, tgt, tgt_lengths))
+            forward, backward = (p.float().cpu().numpy()
+                                 for p in aligner.posteriors(src, src_lengths, tgt, tgt_lengths, jump_weight))
         for row, i in enumerate(rows):
             (_, src_owner), (_, tgt_owner) = pieces[i]
             source_words, target_words = len(pairs[i][0]), len(pairs[i][1])
@@ -255,14 +257,16 @@ def align(translator: Translator, sources: list[str], targets: list[str], method
           threshold: float = 0.3, layer: Optional[int] = None, head: Optional[int] = None,
           reverse: Optional[Translator] = None, symmetrization: Optional[str] = None,
           step: str = "output", aligner: Optional[Aligner] = None, adapt: int = 0,
-          log: Callable[[str], None] = lambda line: None) -> list[WordAlignment]:
+          jump_weight: Optional[float] = None, log: Callable[[str], None] = lambda line: None) -> list[WordAlignment]:
     """Word alignments of sentence pairs, words split at whitespace. With `reverse` (a model
     translating targets into sources), or with the aligner (both directions), the directions are
     combined by `symmetrization` (default: average for the aligner, grow-diag-final for
     `reverse`); `attention` then stays the forward direction's. Method aligner uses `aligner`
     (default: the one the translator's model file holds); with `adapt`, a copy of it first trains
     that many epochs on the pairs themselves (their text alone, as statistical aligners train on the
-    text they align; `log` gets a line per epoch), neither `aligner` nor the model file changed."""
+    text they align; `log` gets a line per epoch), neither `aligner` nor the model file changed; and
+    it reads its links with the jumps weighted by `jump_weight` (default: the aligner's own,
+    AlignerConfig.jump_weight)."""
     if len(sources) != len(targets):
         raise AttnmtError(f"{len(sources)} source sentences but {len(targets)} target sentences: they pair line by line")
     if method not in ALIGN_METHODS:
@@ -273,6 +277,10 @@ def align(translator: Translator, sources: list[str], targets: list[str], method
         raise AttnmtError(f"threshold {threshold}: allowed (0, 1]")
     if adapt and method != "aligner":
         raise AttnmtError(f"adapt {adapt}: only the aligner adapts to the pairs (method aligner)")
+    if jump_weight is not None and method != "aligner":
+        raise AttnmtError(f"jump weight {jump_weight}: only the aligner weighs jumps (method aligner)")
+    if jump_weight is not None and not 0 <= jump_weight <= MAX_JUMP_WEIGHT:
+        raise AttnmtError(f"jump weight {jump_weight}: allowed [0, {MAX_JUMP_WEIGHT:g}]")
     pairs = [(s.split(), t.split()) for s, t in zip(sources, targets)]
 
     if method == "aligner":
@@ -285,7 +293,7 @@ def align(translator: Translator, sources: list[str], targets: list[str], method
         if adapt:
             aligner = train_aligner(translator, sources, targets, adapt, log=log, aligner=copy.deepcopy(aligner),
                                     hold_out=False)
-        posteriors = aligner_posteriors(translator, aligner, pairs)
+        posteriors = aligner_posteriors(translator, aligner, pairs, jump_weight=jump_weight)
         weights, backward_weights = [f for (f, _), _ in posteriors], [b for _, (b, _) in posteriors]
         links = [aligner_links(*forward) for forward, _ in posteriors]
         backward_links = [flipped(aligner_links(*backward)) for _, backward in posteriors]

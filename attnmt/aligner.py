@@ -249,12 +249,13 @@ class Aligner(nn.Module):
                              for direction, *inputs in self.directions(src, src_lengths, tgt, tgt_lengths))
         return forward + backward
 
-    def posteriors(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt: torch.Tensor, tgt_lengths: torch.Tensor
-                   ) -> list[torch.Tensor]:
+    def posteriors(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt: torch.Tensor, tgt_lengths: torch.Tensor,
+                   jump_weight: Optional[float] = None) -> list[torch.Tensor]:
         """Each target piece's P(source piece i | both sentences) [B, T, S + 1] and each source
         piece's P(target piece j | both) [B, S, T + 1], the last column NULL's, with the jumps
-        weighted as the config says (jump_weight)."""
-        return [direction.forward_backward(emission, given_lengths, written_lengths, self.config.jump_weight)[1]
+        weighted by `jump_weight` (default: the config's)."""
+        weight = self.config.jump_weight if jump_weight is None else jump_weight
+        return [direction.forward_backward(emission, given_lengths, written_lengths, weight)[1]
                 for direction, emission, given_lengths, written_lengths
                 in self.directions(src, src_lengths, tgt, tgt_lengths)]
 

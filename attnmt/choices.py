@@ -1,5 +1,5 @@
 """The named choices of the flags whose code needs torch: how attention becomes word alignments
-(align.py) and the aligner's epochs (aligner.py), the attribution methods (attribution.py),
+(align.py) and the aligner's epochs and jump weight (aligner.py, align.py), the attribution methods (attribution.py),
 CTranslate2's quantizations (export.py). They live here, beside no tensor, so that the `attnmt`
 command builds its flags, and answers `--help` or a wrong choice, without loading torch; those
 modules check against the same names."""
@@ -14,6 +14,9 @@ ALIGN_STEPS = ("output", "input")
 # The aligner's epochs at most (aligner.train_aligner): three keep 200,000 short pairs within 10 CPU-minutes on two
 # cores (docs/recipes.md); the held-out pairs' perplexity may stop it sooner.
 ALIGNER_MAX_EPOCHS = 3
+# The most a reading of the aligner's links may weigh its learned jumps (align.align's jump_weight; 1 reads them as
+# trained, 0 leaves where the last word went out of it).
+MAX_JUMP_WEIGHT = 2.0
 
 # attribution.py's methods beside attention, and integrated gradients' steps by default.
 METHODS = ("grad", "ig", "occlusion")

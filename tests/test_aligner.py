@@ -300,6 +300,26 @@ def test_align_adapts_a_copy_of_the_aligner_to_the_pairs_it_is_given(dates_model
         align(translator, sources, targets, method="argmax", adapt=1)
 
 
+def test_align_reads_the_links_with_the_jump_weight_asked_for(dates_model):
+    translator = Translator.load(dates_model, "cpu")
+    sources, targets = [s for s, _ in DATES], [t for _, t in DATES]
+    aligner = train_aligner(translator, sources[:60], targets[:60], epochs=1, batch_tokens=256, log=lambda _: None)
+    own = aligner.config.jump_weight
+
+    def posteriors(**weight) -> list[np.ndarray]:
+        return [a.attention for a in align(translator, sources[60:], targets[60:], method="aligner", aligner=aligner,
+                                           **weight)]
+
+    assert all(np.array_equal(a, b) for a, b in zip(posteriors(jump_weight=own), posteriors(), strict=True))
+    flat = posteriors(jump_weight=0.0)
+    assert any(not np.allclose(a, b) for a, b in zip(flat, posteriors(), strict=True))
+    assert aligner.config.jump_weight == own                                   # the caller's aligner unchanged
+    aligner.config.jump_weight = 0.0                                           # the same as an aligner holding it
+    assert all(np.array_equal(a, b) for a, b in zip(flat, posteriors(), strict=True))
+    with pytest.raises(AttnmtError, match=r"jump weight 3.0: allowed \[0, 2\]"):
+        posteriors(jump_weight=3.0)
+
+
 def test_aligner_refusals_are_one_line(dates_model, tmp_path, capsys):
     src, tgt = tmp_path / "s.txt", tmp_path / "t.txt"
     src.write_text("a b\nc d\n")
@@ -319,6 +339,13 @@ def test_aligner_refusals_are_one_line(dates_model, tmp_path, capsys):
     assert "the aligner aligns both ways itself" in refusal("align", dates_model, "--src", src, "--tgt", tgt,
                                                             "--method", "aligner", "--reverse", dates_model)
     assert "only the aligner adapts" in refusal("align", dates_model, "--src", src, "--tgt", tgt, "--adapt", 1)
+    assert "only the aligner weighs jumps" in refusal("align", dates_model, "--src", src, "--tgt", tgt,
+                                                      "--jump-weight", 0.5)
+    with pytest.raises(SystemExit) as exited:                                  # argparse's refusal of the flag
+        main(["align", str(dates_model), "--src", str(src), "--tgt", str(tgt), "--method", "aligner",
+              "--jump-weight", "2.5"])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and err.count("\n") == 1 and "--jump-weight: 2.5 is out of range; allowed: [0, 2]" in err
     assert "does not exist" in refusal("train-aligner", dates_model, "--src", src, "--tgt", tgt, "--out",
                                        tmp_path / "missing" / "o.safetensors")
     with pytest.raises(AttnmtError, match="no sentence pairs"):

@@ -6,7 +6,7 @@ import argparse
 import sys
 import typing
 
-from ..choices import ALIGN_METHODS, ALIGN_STEPS, ALIGNER_MAX_EPOCHS, AVERAGE, IG_STEPS, METHODS, SYMMETRIZATIONS
+from ..choices import ALIGN_METHODS, ALIGN_STEPS, ALIGNER_MAX_EPOCHS, AVERAGE, IG_STEPS, MAX_JUMP_WEIGHT, METHODS, SYMMETRIZATIONS
 from ..config import Range
 from ..errors import AttnmtError
 from ..files import check_parent_dir
@@ -161,6 +161,11 @@ def add_align(commands: Commands) -> None:
                        help="with --method aligner: first train a copy of the aligner this many epochs on the pairs "
                             "given (their text alone, as statistical aligners train on the text they align), then "
                             "align; the model file is unchanged (default: %(default)s)")
+    align.add_argument("--jump-weight", type=Number(float, Range(f"[0, {MAX_JUMP_WEIGHT:g}]")), default=None,
+                       metavar="W", help="with --method aligner: how much where the last word went counts, against "
+                                         "what each word translates, when links are read: the learned jumps' scores "
+                                         "times W (default: the model file's, 0.75 from attnmt train-aligner; 1 reads "
+                                         "them as trained, lower lets the words count for more)")
     align.add_argument("--gold", help="gold links, one line per pair (i-j sure, ipj possible): prints AER, precision "
                                       "and recall on stderr")
     align.add_argument("--gold-base", type=int, choices=[0, 1], default=None,
@@ -184,6 +189,7 @@ def _align(args: argparse.Namespace) -> None:
     reverse = Translator.load(args.reverse, args.device) if args.reverse else None
     alignments = align(Translator.load(args.model, args.device), sources, targets, args.method, args.threshold,
                        args.layer, args.head, reverse, args.symmetrize, args.step, adapt=args.adapt,
+                       jump_weight=args.jump_weight,
                        log=lambda line: print(line, file=sys.stderr, flush=True))
     with output(args.output) as write:
         write("".join(pharaoh(a.links) + "\n" for a in alignments))
