@@ -358,23 +358,25 @@ def test_a_onednn_isa_cap_below_bf16_means_no_native_bf16():
     assert out.strip() == "()"
 
 
-def test_training_logs_what_auto_chose(tmp_path):
+@pytest.mark.parametrize("features", [(), ("AMX",)], ids=["no native bf16", "native bf16"])
+def test_training_logs_what_auto_chose(tmp_path, monkeypatch, features):
+    """Both answers of the CPU's check, on every CPU: without native bf16 one note names fp32; with
+    it, auto times the first batch in both formats and one line names the format the run trained in."""
+    monkeypatch.setattr(precision, "cpu_bf16_features", lambda: features)
     lines = []
     settings = tiny_dates_config(tmp_path)
     settings["data"].update(num_pairs=300, valid_size=20, test_size=0)
     settings["train"].update(epochs=1, precision="auto", device="cpu")
     train(config_from_dict(settings), log=lines.append)
-    cpu = torch.device("cpu")
     trained_in = {record["precision"] for record in read_metrics(tmp_path)}
     notes = [line for line in lines if line.startswith("precision:")]
-    if precision.native_bf16(cpu):
-        # auto timed the first batch in both formats: one line says which it kept, the one the run trained in
+    if features:
         assert len(trained_in) == 1 and len(notes) == 1
         assert notes[0].startswith(f"precision: train {trained_in.pop()} (train.precision auto: this CPU computes "
                                    f"bf16 natively, and the first batch's forward and backward took ")
     else:
         assert trained_in == {"fp32"}
-        assert notes == [f"precision: train.precision fp32, decode.precision fp32 ({precision._device_words(cpu)})"]
+        assert notes == ["precision: train.precision fp32, decode.precision fp32 (this CPU has no AVX512-BF16 or AMX)"]
 
 
 def test_translator_resolves_auto(dates_model):
