@@ -19,7 +19,7 @@ from attnmt.aligner import Aligner, AlignerConfig, HiddenMarkovAligner, read_ali
 from attnmt.cli import main
 from attnmt.config import config_from_dict
 from attnmt.dates import generate_dates
-from attnmt.modelfile import read_model
+from attnmt.modelfile import load_file, read_model
 from attnmt.train import train
 from attnmt.vocab import PAD_ID
 
@@ -244,6 +244,28 @@ def test_train_aligner_writes_the_model_file_with_it_and_align_uses_it(model, re
     assert read_model(again)[2]["aligner"]["epochs"] == 2
     assert train_aligner(translator, [s for s, _ in DATES], [t for _, t in DATES], log=lambda _: None,
                          aligner=aligner) is aligner
+
+
+def test_train_aligner_seed_is_the_runs_and_is_recorded(dates_model, tmp_path):
+    """--seed draws the new weights, the held-out pairs and the batches' order: the same seed twice gives
+    the same aligner, another seed another one; the file records which."""
+    src, tgt = tmp_path / "s.txt", tmp_path / "t.txt"
+    src.write_text("".join(f"{s}\n" for s, _ in DATES))
+    tgt.write_text("".join(f"{t}\n" for _, t in DATES))
+
+    def trained(seed: int, name: str) -> tuple[dict, dict]:
+        out = tmp_path / name
+        assert main(["train-aligner", str(dates_model), "--src", str(src), "--tgt", str(tgt), "--out", str(out),
+                     "--epochs", "1", "--seed", str(seed), "--device", "cpu"]) == 0
+        tensors, meta = load_file(out)
+        return {k: t for k, t in tensors.items() if k.startswith("aligner.")}, meta["aligner"]
+
+    (first, first_meta), (again, _), (other, other_meta) = trained(1, "a"), trained(1, "b"), trained(2, "c")
+    assert first_meta["seed"] == 1 and other_meta["seed"] == 2
+    assert first.keys() == again.keys() == other.keys() and first
+    # The same up to float sums' order (the thread count follows how busy the CPU is); another seed, other weights.
+    assert max(float((first[k] - again[k]).abs().max()) for k in first) < 1e-4
+    assert max(float((first[k] - other[k]).abs().max()) for k in first) > 1e-2
 
 
 def test_training_says_each_epoch_and_the_time_left(dates_model):

@@ -214,6 +214,9 @@ def add_train_aligner(commands: Commands) -> None:
     trainer.add_argument("--window", type=Number(int, Range("[0, 5]")), default=0,
                          help="neighbours of each piece on each side its lexical model reads (default: %(default)s, "
                               "the piece alone); an aligner trained further keeps its own")
+    trainer.add_argument("--seed", type=Number(int, Range("[0, 2147483647]")), default=1,
+                         help="seed of the new weights, the held-out pairs and the batches' order (default: "
+                              "%(default)s); two seeds show how far a result moves from run to run")
     add_compute(trainer)
     trainer.set_defaults(run=_train_aligner)
 
@@ -233,9 +236,9 @@ def _train_aligner(args: argparse.Namespace) -> None:
     started = time.monotonic()
     before = model_info(args.model)["aligner"] or {"minutes": 0.0}
     aligner = train_aligner(translator, [s for s, _ in pairs], [t for _, t in pairs], args.epochs,
-                            window=args.window, log=lambda line: print(line, file=sys.stderr, flush=True))
+                            seed=args.seed, window=args.window, log=lambda line: print(line, file=sys.stderr, flush=True))
     write_aligner(args.model, args.out, aligner, {
-        "pairs": len(pairs), "minutes": round(before["minutes"] + (time.monotonic() - started) / 60, 1)})
+        "pairs": len(pairs), "seed": args.seed, "minutes": round(before["minutes"] + (time.monotonic() - started) / 60, 1)})
     print(f"model with its aligner written to {args.out}")
 
 
