@@ -64,6 +64,7 @@ from .vocab import Tokenization, Vocabulary
 
 CHUNK_PAIRS = 20_000  # pairs a worker tokenizes at a time
 SHOWN_PROBLEMS = 5    # unreadable lines quoted in the report
+WAKE_SECONDS = 0.5    # how often the wait for a worker wakes, to act on a Ctrl-C another thread received
 # More unreadable lines than this share of those read is taken for the wrong file, not for a few
 # bad lines among millions: preparing stops there, naming the first.
 MAX_UNREADABLE_SHARE = 0.001
@@ -404,8 +405,15 @@ class Workers:
 
     def receive(self, worker: int) -> EncodedChunk:
         """The result of the chunk `worker` holds; its error raised again here, its death as one line."""
+        connection = self.connections[worker]
+        # A signal the kernel hands to another thread of this process (tqdm's monitor, torch's) does
+        # not interrupt a read blocked in this one, and Python runs its handler in this thread only,
+        # between bytecodes: so the wait wakes now and then, and Ctrl-C or SIGTERM is acted on within
+        # WAKE_SECONDS whichever thread received it.
+        while not connection.poll(WAKE_SECONDS):
+            pass
         try:
-            answer = self.connections[worker].recv()
+            answer = connection.recv()
         except (EOFError, ConnectionResetError):
             raise self._died(worker) from None
         if answer[0] == "done":

@@ -10,6 +10,7 @@ those lines, never on the clock; the timeout of `finish` only turns a hang into 
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import signal
@@ -40,8 +41,8 @@ PLANTED = textwrap.dedent(r'''
             super().__init__(*args)
 
         def __call__(self, chunk):
-            line = int(os.environ["PLANTED_LINE"])
-            if line in chunk.lines:
+            planted = {int(n) for n in os.environ["PLANTED_LINE"].split(",")}
+            for line in planted.intersection(chunk.lines):
                 if os.environ["PLANTED"] == "raise":
                     raise AttnmtError(f"{chunk.names[0]}:{line}: planted problem")
                 if os.environ["PLANTED"] == "block":
@@ -52,13 +53,19 @@ PLANTED = textwrap.dedent(r'''
 ''')
 
 # The command with chunks of 50 pairs (400 training pairs: 8 chunks) and the planted encoder.
-RUN = ("import sys; sys.path.insert(0, sys.argv[1]); import planted; from attnmt import prepare; "
+# Ctrl-C's handler is set, as an interactive shell leaves it: a shell running pytest in the
+# background starts it with SIGINT ignored, which its children would inherit. A thread that only
+# waits stands beside the main one, as tqdm's monitor and torch's threads do in a real run.
+RUN = ("import signal, sys, threading; signal.signal(signal.SIGINT, signal.default_int_handler); "
+       "threading.Thread(target=threading.Event().wait, daemon=True).start(); "
+       "sys.path.insert(0, sys.argv[1]); import planted; from attnmt import prepare; "
        "prepare.CHUNK_PAIRS = 50; prepare.ChunkEncoder = planted.Planted; from attnmt.cli import main; "
        "sys.exit(main(sys.argv[2:]))")
 LINE = 120  # in the third chunk, so that the workers have already given chunks back
+NEXT_LINE = 170  # in the fourth, the second worker's once the first holds the third
 
 
-def start(tmp_path: Path, command: str, plan: str) -> subprocess.Popen:
+def start(tmp_path: Path, command: str, plan: str, lines: tuple[int, ...] = (LINE,)) -> subprocess.Popen:
     (tmp_path / "planted.py").write_text(PLANTED)
     fifo = tmp_path / "fifo"
     if not fifo.exists():
@@ -70,22 +77,22 @@ def start(tmp_path: Path, command: str, plan: str) -> subprocess.Popen:
                       f"tokenizer: {{level: word}}\n"
                       f"model: {{arch: rnn, emb_dim: 8, enc_hidden: 8, dec_hidden: 8}}\n"
                       f"train: {{out_dir: {tmp_path / 'run'}, epochs: 1, threads: 1}}\n")
-    env = {**os.environ, "PLANTED": plan, "PLANTED_LINE": str(LINE), "PLANTED_FIFO": str(fifo),
-           "PYTHONIOENCODING": "utf-8"}
+    env = {**os.environ, "PLANTED": plan, "PLANTED_LINE": ",".join(map(str, lines)), "PLANTED_FIFO": str(fifo),
+           "PYTHONIOENCODING": "utf-8", "PYTHONFAULTHANDLER": "1"}  # a hang's stacks: `finish`
     return subprocess.Popen([sys.executable, "-c", RUN, str(tmp_path), command, str(config)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
 
 
-def read_until(process: subprocess.Popen, prefix: str) -> tuple[str, list[str]]:
-    """The first stderr line that starts with `prefix`, once both workers have said they started,
-    and every line read."""
+def read_until(process: subprocess.Popen, prefix: str, count: int = 1) -> tuple[str, list[str]]:
+    """The first stderr line that starts with `prefix`, once `count` have and both workers have
+    said they started, and every line read."""
     assert process.stderr is not None
-    lines, found = [], ""
+    lines: list[str] = []
     for line in process.stderr:
         lines.append(line)
-        found = found or (line if line.startswith(prefix) else "")
-        if found and sum(line.startswith("worker ") for line in lines) == 2:
-            return found, lines
+        found = [line for line in lines if line.startswith(prefix)]
+        if len(found) >= count and sum(line.startswith("worker ") for line in lines) == 2:
+            return found[0], lines
     process.wait()
     raise AssertionError(f"the command ended (status {process.returncode}) before printing {prefix!r}:\n" + "".join(lines))
 
@@ -96,9 +103,7 @@ def finish(process: subprocess.Popen, tmp_path: Path, read: list[str]) -> tuple[
     try:
         _, rest = process.communicate(timeout=60)
     except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.communicate()
-        pytest.fail("preparing hung")
+        pytest.fail("preparing hung:\n" + hung(process, read))
     lines = read + rest.splitlines(keepends=True)
     workers = [int(line.split()[1]) for line in lines if line.startswith("worker ")]
     assert workers, "the workers ran"
@@ -109,12 +114,36 @@ def finish(process: subprocess.Popen, tmp_path: Path, read: list[str]) -> tuple[
     return process.returncode, said
 
 
+def hung(process: subprocess.Popen, read: list[str]) -> str:
+    """What each process of the hung command was waiting in (the kernel's word for it), then its
+    stderr with every thread's Python stack (faulthandler's, on SIGABRT); all of it is killed."""
+    pids = [process.pid] + [int(line.split()[1]) for line in read if line.startswith("worker ")]
+    waits = [f"{'command' if pid == process.pid else 'worker'} {pid}: {state(pid)}" for pid in pids]
+    for pid in pids:
+        if alive(pid):
+            os.kill(pid, signal.SIGABRT)
+    try:
+        _, rest = process.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        rest = "(its stderr stayed open)"
+    os.killpg(process.pid, signal.SIGKILL)
+    return "\n".join(waits) + "\n" + "".join(read) + rest
+
+
+def state(pid: int) -> str:
+    """A process's state and what each of its threads waits in, from /proc."""
+    try:
+        threads = sorted(Path(f"/proc/{pid}/task").iterdir())
+        return ", ".join(f"{thread_state(pid, int(t.name))} {(t / 'wchan').read_text() or '-'}" for t in threads)
+    except (FileNotFoundError, ProcessLookupError):
+        return "gone"
+
+
 def alive(pid: int) -> bool:
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        return thread_state(pid, pid) not in ("Z", "X")
     except (FileNotFoundError, ProcessLookupError):
         return False
-    return state not in ("Z", "X")
 
 
 @pytest.mark.parametrize("command", ["prepare", "train"])
@@ -166,3 +195,27 @@ def test_a_signal_while_workers_tokenize_ends_train_leaving_nothing(tmp_path, si
     assert not any("Traceback" in line for line in said), said
     if last:
         assert said[-1] == last
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="signals one thread of another process (tgkill)")
+def test_ctrl_c_received_by_another_thread_still_ends_train(tmp_path):
+    # The kernel may hand a process's signal to any of its threads; Python runs the handler in the
+    # main thread only, which a read blocked there never gives a chance (CI's hang, 2026-12-02).
+    process = start(tmp_path, "train", "block", lines=(LINE, NEXT_LINE))
+    _, read = read_until(process, "blocked ", count=2)
+    # Both workers hold a chunk they never finish: the main thread's last step is to wait for the
+    # first, asleep in the kernel. Signal another thread once it is.
+    while thread_state(process.pid, process.pid) != "S":
+        os.sched_yield()
+    others = [int(t.name) for t in Path(f"/proc/{process.pid}/task").iterdir() if int(t.name) != process.pid]
+    assert others, "the command runs a thread beside its main one"
+    assert ctypes.CDLL(None, use_errno=True).tgkill(process.pid, others[0], signal.SIGINT) == 0
+    status, said = finish(process, tmp_path, read)
+    assert status == 130, said
+    assert said[-1] == "attnmt: interrupted", said
+    assert not any("Traceback" in line for line in said), said
+
+
+def thread_state(pid: int, thread: int) -> str:
+    """One thread's state letter (R running, S asleep, ...) from /proc."""
+    return Path(f"/proc/{pid}/task/{thread}/stat").read_text().rsplit(")", 1)[1].split()[0]
