@@ -16,8 +16,10 @@ pairs by the exact likelihood, in both directions:
               with neighbours the posteriors spread over them, docs/recipes.md), embedded
               (initialised from the model's embeddings), through a hidden layer to a softmax over
               the other side's vocabulary; NULL writes from its own distribution
-    jump      p(a_j = i | a_j-1 = r) = (1 - p0) · softmax_i(jumps[clamp(i - r, -M, M)]), learned per
-              jump; a_j = NULL with probability p0, after which the next jump starts from r again
+    jump      p(a_j = i | a_j-1 = r) = (1 - p0) · softmax_i(jumps[d] + leaving[x_r, d]), d = clamp(i - r,
+              -M, M): a score learned per jump, and one per jump and piece jumped from (word-dependent
+              transitions, He 2007: a comma or an article leans forward, a verb far); a_j = NULL
+              with probability p0, after which the next jump starts from r again
               (a NULL remembers the position before it); the first piece jumps from position 0,
               before the sentence's first piece (numbered from 1)
     posterior the forward-backward algorithm gives each piece's P(a_j = i | x, y) exactly, with the
@@ -131,23 +133,32 @@ class HiddenMarkovAligner(nn.Module):
         self.lexical = LexicalModel(config, given_vocab, written_vocab)
         jumps = torch.arange(-config.max_jump, config.max_jump + 1, dtype=torch.float32)
         self.jumps = nn.Parameter(-0.5 * (jumps - 1).abs())         # starts out preferring the next piece
+        # Each given piece's own leaning, added to the jump's score from where it stands; zeros to
+        # start (and in a file from before they were learned): the jumps alone.
+        self.leaving = nn.Embedding(given_vocab, len(jumps), padding_idx=PAD_ID)
+        nn.init.zeros_(self.leaving.weight)
         self.null_logit = nn.Parameter(torch.tensor(-2.0))          # p0 = sigmoid: 0.12 to start
 
-    def log_jumps(self, given_lengths: torch.Tensor, positions: int, weight: float = 1.0) -> torch.Tensor:
-        """log p(a_j = i | a_j-1 = r) [B, S + 1, S] without NULL's share: from r = 0 (before the first
-        piece) .. S to each piece i (numbered from 1 here, from 0 in the tensor's last axis); with the
-        scores times `weight` (below 1: flatter, the words count for more)."""
+    def log_jumps(self, given: torch.Tensor, given_lengths: torch.Tensor, weight: float = 1.0) -> torch.Tensor:
+        """log p(a_j = i | a_j-1 = r) [B, S + 1, S] without NULL's share, for the given pieces [B, S]:
+        from r = 0 (before the first piece) .. S (after piece r) to each piece i (numbered from 1
+        here, from 0 in the tensor's last axis); with the scores times `weight` (below 1: flatter,
+        the words count for more)."""
+        batch, positions = given.shape
         device = self.jumps.device
         before = torch.arange(positions + 1, device=device)[:, None]            # [S + 1, 1]
         to = torch.arange(1, positions + 1, device=device)[None, :]             # [1, S]
-        scores = weight * self.jumps[(to - before).clamp(-self.max_jump, self.max_jump) + self.max_jump]  # [S + 1, S]
+        jump = (to - before).clamp(-self.max_jump, self.max_jump) + self.max_jump  # [S + 1, S]: the jump's bucket
+        leaving = torch.cat([self.leaving.weight.new_zeros(batch, 1, self.leaving.embedding_dim),
+                             self.leaving(given)], 1)                            # [B, S + 1, 2M + 1]: r = 0 leans nowhere
+        scores = self.jumps[jump][None] + torch.gather(leaving, 2, jump[None].expand(batch, -1, -1))  # [B, S + 1, S]
         padding = torch.arange(positions, device=device)[None, :] >= given_lengths.to(device)[:, None]  # [B, S]
-        return torch.log_softmax(scores[None].masked_fill(padding[:, None, :], IMPOSSIBLE), 2)
+        return torch.log_softmax((weight * scores).masked_fill(padding[:, None, :], IMPOSSIBLE), 2)
 
-    def forward_backward(self, log_emission: torch.Tensor, given_lengths: torch.Tensor, written_lengths: torch.Tensor,
-                         jump_weight: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward_backward(self, log_emission: torch.Tensor, given: torch.Tensor, given_lengths: torch.Tensor,
+                         written_lengths: torch.Tensor, jump_weight: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
         """log p(written | given) [B] summed over every alignment, from log_emission [B, T, S + 1]
-        (LexicalModel's), and each piece's P(a_j = i | both sides) [B, T, S + 1] (the last column
+        (LexicalModel's) and the given pieces [B, S], and each piece's P(a_j = i | both sides) [B, T, S + 1] (the last column
         NULL's): the plain reference in logs; the jumps weighted by `jump_weight` (log_jumps).
 
         The state after piece j is where the next jump starts: position r in 0..S (r = i + 1 after
@@ -155,7 +166,7 @@ class HiddenMarkovAligner(nn.Module):
         and end in r, split by how: by a piece (`real`, r >= 1) or by NULL (`null`)."""
         batch, pieces, width = log_emission.shape
         positions = width - 1
-        jump = self.log_jumps(given_lengths, positions, jump_weight)             # [B, S + 1, S]
+        jump = self.log_jumps(given, given_lengths, jump_weight)                 # [B, S + 1, S]
         log_real, log_null = nn.functional.logsigmoid(-self.null_logit), nn.functional.logsigmoid(self.null_logit)
         written = torch.arange(pieces, device=log_emission.device)[None, :] < written_lengths.to(log_emission.device)[:, None]
         alpha = torch.full((batch, positions + 1), IMPOSSIBLE, device=log_emission.device)
@@ -181,8 +192,8 @@ class HiddenMarkovAligner(nn.Module):
             beta = torch.where(written[:, j, None], torch.logaddexp(through_piece, through_null), 0.0)
         return log_likelihood, torch.stack(shares, 1)
 
-    def log_likelihood(self, log_emission: torch.Tensor, given_lengths: torch.Tensor, written_lengths: torch.Tensor
-                       ) -> torch.Tensor:
+    def log_likelihood(self, log_emission: torch.Tensor, given: torch.Tensor, given_lengths: torch.Tensor,
+                       written_lengths: torch.Tensor) -> torch.Tensor:
         """forward_backward's log p(written | given) [B] alone, by the scaled forward algorithm: in
         probabilities, a vector-matrix product per piece instead of a log-sum-exp over every pair of
         positions, the state rescaled to sum to one at each piece (fast path for training; tested
@@ -190,7 +201,7 @@ class HiddenMarkovAligner(nn.Module):
         batch, pieces, width = log_emission.shape
         positions = width - 1
         device = log_emission.device
-        jump = self.log_jumps(given_lengths, positions).exp()                   # [B, S + 1, S]
+        jump = self.log_jumps(given, given_lengths).exp()                        # [B, S + 1, S]
         p_null = torch.sigmoid(self.null_logit)
         # Each piece's emissions over their largest, which is added back in the log: no underflow. A
         # constant, as log p = c + log(p / e^c) for any c.
@@ -235,10 +246,10 @@ class Aligner(nn.Module):
         return aligner.to(src_embeddings.weight.device)
 
     def directions(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt: torch.Tensor, tgt_lengths: torch.Tensor
-                   ) -> list[tuple[HiddenMarkovAligner, torch.Tensor, torch.Tensor, torch.Tensor]]:
+                   ) -> list[tuple[HiddenMarkovAligner, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]:
         """Each direction, target from source then source from target, with its log emissions
-        (LexicalModel's) and the lengths of the side it reads and of the side it writes."""
-        return [(direction, direction.lexical(given, written), given_lengths, written_lengths)
+        (LexicalModel's), the side it reads and its lengths, and the lengths of the side it writes."""
+        return [(direction, direction.lexical(given, written), given, given_lengths, written_lengths)
                 for direction, given, given_lengths, written, written_lengths in (
                     (self.source_to_target, src, src_lengths, tgt, tgt_lengths),
                     (self.target_to_source, tgt, tgt_lengths, src, src_lengths))]
@@ -256,8 +267,8 @@ class Aligner(nn.Module):
         piece's P(target piece j | both) [B, S, T + 1], the last column NULL's, with the jumps
         weighted by `jump_weight` (default: the config's)."""
         weight = self.config.jump_weight if jump_weight is None else jump_weight
-        return [direction.forward_backward(emission, given_lengths, written_lengths, weight)[1]
-                for direction, emission, given_lengths, written_lengths
+        return [direction.forward_backward(emission, given, given_lengths, written_lengths, weight)[1]
+                for direction, emission, given, given_lengths, written_lengths
                 in self.directions(src, src_lengths, tgt, tgt_lengths)]
 
 
@@ -386,7 +397,12 @@ def read_aligner(translator: Translator) -> Optional[Aligner]:
     text = translator.tokenization
     try:
         aligner = Aligner(AlignerConfig(**meta["aligner"]["config"]), len(text.src_vocab), len(text.tgt_vocab))
-        aligner.load_state_dict({name[len(PREFIX):]: t for name, t in tensors.items() if name.startswith(PREFIX)})
+        # An aligner written before the jumps learned the piece they leave has none of `leaving`:
+        # it keeps its zeros, which make it the aligner it was.
+        missing, unexpected = aligner.load_state_dict(
+            {name[len(PREFIX):]: t for name, t in tensors.items() if name.startswith(PREFIX)}, strict=False)
+        if unexpected or any(not name.endswith(".leaving.weight") for name in missing):
+            raise RuntimeError(f"tensors missing: {missing}, not the aligner's: {unexpected}")
         aligner.epochs = int(meta["aligner"].get("epochs", 0))
     except (KeyError, TypeError, RuntimeError) as err:
         raise AttnmtError(f"{path}: the aligner in this model file does not match its model ({first_line(err)}); "

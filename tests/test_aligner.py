@@ -19,7 +19,7 @@ from attnmt.aligner import PREFIX, Aligner, AlignerConfig, HiddenMarkovAligner, 
 from attnmt.cli import main
 from attnmt.config import config_from_dict
 from attnmt.dates import generate_dates
-from attnmt.modelfile import load_file, read_model
+from attnmt.modelfile import load_file, read_model, save_file
 from attnmt.train import train
 from attnmt.vocab import PAD_ID
 
@@ -37,14 +37,26 @@ def tiny_direction(max_jump: int = 2) -> HiddenMarkovAligner:
     return direction
 
 
-def every_alignment(direction: HiddenMarkovAligner, log_emission: torch.Tensor, given: int, written: int,
-                    jump_weight: float = 1.0) -> tuple[float, torch.Tensor]:
-    """p(written | given) and each piece's posterior [written, S + 1] of one sentence pair, by
-    summing over every alignment one by one, straight from the model's definition (the jumps'
-    scores times jump_weight)."""
+def pieces_of(lengths: torch.Tensor, positions: int, vocab: int = 9) -> torch.Tensor:
+    """Given pieces [B, positions] of those lengths, PAD after them."""
+    pieces = torch.randint(PAD_ID + 1, vocab, (len(lengths), positions))
+    return pieces.masked_fill(torch.arange(positions)[None, :] >= lengths[:, None], PAD_ID)
+
+
+def every_alignment(direction: HiddenMarkovAligner, log_emission: torch.Tensor, pieces: torch.Tensor, given: int,
+                    written: int, jump_weight: float = 1.0) -> tuple[float, torch.Tensor]:
+    """p(written | given) and each piece's posterior [written, S + 1] of one sentence pair (the
+    given pieces `pieces`, `given` of them), by summing over every alignment one by one, straight
+    from the model's definition (the jumps' scores times jump_weight)."""
     p0 = float(torch.sigmoid(direction.null_logit.detach()))
     positions = log_emission.shape[1] - 1
-    jumps, reach = direction.jumps.detach() * jump_weight, direction.max_jump
+    reach = direction.max_jump
+
+    def score(before: int, to: int) -> torch.Tensor:
+        bucket = max(-reach, min(reach, to - before)) + reach
+        leaning = direction.leaving.weight.detach()[pieces[before - 1], bucket] if before else 0.0
+        return jump_weight * (direction.jumps.detach()[bucket] + leaning)
+
     total, marginals = 0.0, torch.zeros(written, positions + 1, dtype=torch.float64)
     for alignment in itertools.product([*range(1, given + 1), None], repeat=written):
         probability, before = 1.0, 0
@@ -52,8 +64,7 @@ def every_alignment(direction: HiddenMarkovAligner, log_emission: torch.Tensor, 
             if i is None:
                 probability *= p0 * float(log_emission[j, positions].exp())
                 continue
-            jump = torch.softmax(torch.stack([jumps[max(-reach, min(reach, k - before)) + reach]
-                                              for k in range(1, given + 1)]), 0)
+            jump = torch.softmax(torch.stack([score(before, k) for k in range(1, given + 1)]), 0)
             probability *= (1 - p0) * float(jump[i - 1]) * float(log_emission[j, i - 1].exp())
             before = i
         total += probability
@@ -66,16 +77,18 @@ def test_the_likelihood_and_posteriors_are_those_of_every_alignment_summed_one_b
     direction = tiny_direction()
     log_emission = torch.log_softmax(torch.randn(3, 4, 5), 2)                 # [B, T, S + 1]
     given, written = torch.tensor([4, 2, 3]), torch.tensor([4, 3, 1])         # padded pairs, jumps past max_jump
-    log_likelihood, posterior = direction.forward_backward(log_emission, given, written)
+    pieces = pieces_of(given, 4)
+    log_likelihood, posterior = direction.forward_backward(log_emission, pieces, given, written)
     for row in range(3):
-        expected, marginals = every_alignment(direction, log_emission[row], int(given[row]), int(written[row]))
+        expected, marginals = every_alignment(direction, log_emission[row], pieces[row], int(given[row]),
+                                              int(written[row]))
         assert log_likelihood[row].item() == pytest.approx(math.log(expected), abs=1e-5)
         assert torch.allclose(posterior[row, : written[row]].double(), marginals, atol=1e-5)
         assert not posterior[row, written[row]:].any()                        # padded pieces
         assert not posterior[row, :, given[row] : 4].any()                    # padded positions
     # The posterior is the likelihood's gradient with respect to the emissions (the HMM's identity).
     log_emission.requires_grad_()
-    (gradient,) = torch.autograd.grad(direction.forward_backward(log_emission, given, written)[0].sum(),
+    (gradient,) = torch.autograd.grad(direction.forward_backward(log_emission, pieces, given, written)[0].sum(),
                                       log_emission)
     assert torch.allclose(gradient, posterior, atol=1e-5)
 
@@ -84,18 +97,19 @@ def test_weighted_jumps_give_the_posteriors_of_every_alignment_with_those_jumps(
     direction = tiny_direction()
     log_emission = torch.log_softmax(torch.randn(2, 4, 5), 2)                 # [B, T, S + 1]
     given, written = torch.tensor([4, 3]), torch.tensor([4, 2])
-    plain = direction.forward_backward(log_emission, given, written)[1]
-    weighted = direction.forward_backward(log_emission, given, written, jump_weight=0.5)[1]
+    src = torch.tensor([[1, 2, 3, 4], [5, 6, 7, PAD_ID]])
+    plain = direction.forward_backward(log_emission, src, given, written)[1]
+    weighted = direction.forward_backward(log_emission, src, given, written, jump_weight=0.5)[1]
     assert not torch.allclose(plain, weighted, atol=1e-3)
     for row in range(2):
-        _, marginals = every_alignment(direction, log_emission[row], int(given[row]), int(written[row]), 0.5)
+        _, marginals = every_alignment(direction, log_emission[row], src[row], int(given[row]), int(written[row]), 0.5)
         assert torch.allclose(weighted[row, : written[row]].double(), marginals, atol=1e-5)
     # The aligner reads its posteriors with the weight its config holds.
     aligner = Aligner(AlignerConfig(dim=3, window=1, hidden=5, max_jump=2, jump_weight=0.5), 9, 7)
     aligner.source_to_target.load_state_dict(direction.state_dict())
-    src, tgt = torch.tensor([[1, 2, 3, 4], [5, 6, 7, PAD_ID]]), torch.tensor([[1, 2, 3, 4], [5, 6, PAD_ID, PAD_ID]])
+    tgt = torch.tensor([[1, 2, 3, 4], [5, 6, PAD_ID, PAD_ID]])
     forward, _ = aligner.posteriors(src, given, tgt, written)
-    expected = direction.forward_backward(direction.lexical(src, tgt), given, written, jump_weight=0.5)[1]
+    expected = direction.forward_backward(direction.lexical(src, tgt), src, given, written, jump_weight=0.5)[1]
     assert torch.allclose(forward, expected, atol=1e-6)
 
 
@@ -104,11 +118,12 @@ def test_the_scaled_forward_algorithm_gives_the_likelihood_and_gradients_of_the_
     # Emissions from far below one (long pairs underflow unscaled) and pieces of padding in both sides.
     log_emission = (torch.log_softmax(torch.randn(4, 9, 8), 2) * 12).requires_grad_()     # [B, T, S + 1]
     given, written = torch.tensor([7, 2, 5, 1]), torch.tensor([9, 3, 1, 6])
-    reference = direction.forward_backward(log_emission, given, written)[0]
-    scaled = direction.log_likelihood(log_emission, given, written)
-    assert reference.min() < -150                                             # exp() of it is 0 in fp32
+    pieces = pieces_of(given, 7)
+    reference = direction.forward_backward(log_emission, pieces, given, written)[0]
+    scaled = direction.log_likelihood(log_emission, pieces, given, written)
+    assert reference.min().exp() == 0                                         # unscaled, it underflows in fp32
     assert torch.allclose(scaled, reference, rtol=1e-5, atol=1e-4)
-    parameters = [log_emission, direction.jumps, direction.null_logit]
+    parameters = [log_emission, direction.jumps, direction.leaving.weight, direction.null_logit]
     for got, expected in zip(torch.autograd.grad(scaled.sum(), parameters),
                              torch.autograd.grad(reference.sum(), parameters), strict=True):
         assert torch.allclose(got, expected, rtol=1e-4, atol=1e-4)
@@ -244,6 +259,30 @@ def test_train_aligner_writes_the_model_file_with_it_and_align_uses_it(model, re
     assert read_model(again)[2]["aligner"]["epochs"] == 2
     assert train_aligner(translator, [s for s, _ in DATES], [t for _, t in DATES], log=lambda _: None,
                          aligner=aligner) is aligner
+
+
+def test_an_aligner_written_before_jumps_learned_their_piece_reads_as_it_was(dates_model, tmp_path):
+    translator = Translator.load(dates_model, "cpu")
+    aligner = train_aligner(translator, [s for s, _ in DATES], [t for _, t in DATES], epochs=1, log=lambda _: None)
+    assert aligner.source_to_target.leaving.weight.abs().sum() > 0                # training moved them
+    out, old = tmp_path / "aligned.safetensors", tmp_path / "old.safetensors"
+    write_aligner(dates_model, out, aligner, {"pairs": len(DATES)})
+    tensors, meta = load_file(out)
+    meta = {k: v for k, v in meta.items() if k not in ("format", "format_version", "sha256")}
+    save_file(old, {k: t for k, t in tensors.items() if not k.endswith(".leaving.weight")}, meta)
+    with torch.no_grad():
+        for direction in (aligner.source_to_target, aligner.target_to_source):
+            direction.leaving.weight.zero_()
+    read = read_aligner(Translator.load(old, "cpu"))
+    assert read is not None
+    src, tgt = torch.tensor([[4, 5, 6, 7]]), torch.tensor([[5, 6, 8]])
+    for got, expected in zip(read.posteriors(src, torch.tensor([4]), tgt, torch.tensor([3])),
+                             aligner.posteriors(src, torch.tensor([4]), tgt, torch.tensor([3])), strict=True):
+        assert torch.allclose(got, expected, atol=1e-6)
+    # Any other tensor missing is a file that does not match.
+    save_file(old, {k: t for k, t in tensors.items() if not k.endswith(".jumps")}, meta)
+    with pytest.raises(AttnmtError, match="does not match its model"):
+        read_aligner(Translator.load(old, "cpu"))
 
 
 def test_train_aligner_seed_is_the_runs_and_is_recorded(dates_model, tmp_path):
