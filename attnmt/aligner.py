@@ -18,7 +18,7 @@ pairs by the exact likelihood, in both directions:
               the other side's vocabulary; NULL writes from its own distribution
     jump      p(a_j = i | a_j-1 = r) = (1 - p0) · softmax_i(jumps[d] + leaving[x_r, d]), d = clamp(i - r,
               -M, M): a score learned per jump, and one per jump and piece jumped from (word-dependent
-              transitions, He 2007: a comma or an article leans forward, a verb far); a_j = NULL
+              transitions, He 2007: from an article to the next piece, from German "nicht" back); a_j = NULL
               with probability p0, after which the next jump starts from r again
               (a NULL remembers the position before it); the first piece jumps from position 0,
               before the sentence's first piece (numbered from 1)
