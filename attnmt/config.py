@@ -248,6 +248,9 @@ class TrainConfig:
     init_from: str = ""
     # Adam's learning rate (the peak, with the warmup and linear schedulers).
     lr: float = ranged(1e-3, "(0, 10]")
+    # Adam's decay of its running mean of squared gradients: 0.999 is torch's default; 0.98, the
+    # Transformer paper's and fairseq's recipes', forgets a large early gradient sooner.
+    adam_beta2: float = ranged(0.999, "(0, 1)")
     # The gradients' norm is clipped to this.
     clip: float = ranged(1.0, "(0, inf)")
     # The share of the target probability spread over the whole vocabulary.

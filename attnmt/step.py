@@ -21,9 +21,17 @@ from .training_data import Part
 from .vocab import PAD_ID
 
 
-def make_optimizer(model: Model, tc: TrainConfig) -> torch.optim.Optimizer:
+def make_optimizer(model: Model, tc: TrainConfig, state: Optional[dict] = None) -> torch.optim.Optimizer:
+    """Adam over the model's weights; `state`: a checkpoint's optimizer state dict, whose moments it
+    continues with this config's beta2 (the scheduler sets the rate at each update)."""
     # The fused kernel updates each weight in one pass over memory (docs/speed.md).
-    return torch.optim.Adam(model.parameters(), lr=tc.lr, fused=True)
+    betas = (0.9, tc.adam_beta2)
+    optimizer = torch.optim.Adam(model.parameters(), lr=tc.lr, betas=betas, fused=True)
+    if state is not None:
+        optimizer.load_state_dict(state)
+        for group in optimizer.param_groups:
+            group["betas"] = betas
+    return optimizer
 
 
 def sequence_loss(logits: torch.Tensor, targets: torch.Tensor, label_smoothing: float = 0.0) -> torch.Tensor:

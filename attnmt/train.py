@@ -153,13 +153,10 @@ def train(config: Config, resume: bool = False, overwrite: bool = False,
     progress.precision = chosen
     config = replace(config, train=replace(tc, precision=chosen))
     tc = config.train
-    optimizer = make_optimizer(model, tc)
+    optimizer = make_optimizer(model, tc, start.optimizer)
     translator = Translator(model, config, text)
-    if start.weights is not None:
-        if start.optimizer is not None:
-            optimizer.load_state_dict(start.optimizer)
-        else:
-            log(f"starting from {tc.init_from}: its weights, tokenizers and vocabularies")
+    if start.weights is not None and start.optimizer is None:
+        log(f"starting from {tc.init_from}: its weights, tokenizers and vocabularies")
     if progress.threads and progress.threads != torch.get_num_threads():
         log(f"warning: the run being resumed trained with {progress.threads} threads, this process has "
             f"{torch.get_num_threads()}: the sums round differently, so it continues up to float rounding, not "

@@ -362,6 +362,7 @@ def test_path_required_except_for_dates():
         ("model", "dropout", -0.1),
         ("model", "teacher_forcing", 1.5),
         ("train", "label_smoothing", 1.0),
+        ("train", "adam_beta2", 1.0),
     ],
 )
 def test_out_of_range_values_name_key(section, key, value):

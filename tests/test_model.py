@@ -11,14 +11,14 @@ import torch
 from torch.testing import assert_close
 
 from attnmt.batch import collate, pad
-from attnmt.config import Config, DataConfig, validate
+from attnmt.config import Config, DataConfig, TrainConfig, validate
 from attnmt.errors import AttnmtError
 from attnmt.families.rnn.config import RNNConfig
 from attnmt.families.rnn.encoder import Encoder
 from attnmt.families.rnn.network import RNNEncoderDecoder
 from attnmt.seam import forced_logits
 from attnmt.search import greedy
-from attnmt.step import TeacherForced, sequence_loss
+from attnmt.step import TeacherForced, make_optimizer, sequence_loss
 from attnmt.vocab import EOS_ID, PAD_ID, SOS_ID
 
 VOCAB = 12
@@ -570,6 +570,29 @@ def test_greedy_same_alone_and_in_batch_and_consistent_with_forward(attention):
         assert predicted[:-1] == alone.ids
         if len(alone.ids) + 1 < max_lengths[row].item():  # ended by EOS, not by the limit
             assert predicted[-1] == EOS_ID
+
+
+# ---------------------------------------------------------------- the optimizer
+
+def test_adam_decays_its_squared_gradients_by_train_adam_beta2():
+    """Two updates of one weight, worked by hand from Adam's rule (Kingma and Ba 2015) with
+    beta1 0.9 and beta2 train.adam_beta2: m and v the running means of g and g², bias-corrected."""
+    lr, beta1, beta2, gradients = 0.1, 0.9, 0.5, [1.0, 3.0]
+    layer = torch.nn.Linear(1, 1, bias=False)
+    torch.nn.init.zeros_(layer.weight)
+    optimizer = make_optimizer(layer, TrainConfig(lr=lr, adam_beta2=beta2))
+    m = v = expected = 0.0
+    for t, g in enumerate(gradients, start=1):
+        layer.weight.grad = torch.tensor([[g]])
+        optimizer.step()
+        m, v = beta1 * m + (1 - beta1) * g, beta2 * v + (1 - beta2) * g * g
+        expected -= lr * (m / (1 - beta1 ** t)) / (math.sqrt(v / (1 - beta2 ** t)) + 1e-8)
+    assert_close(layer.weight.item(), expected)
+    assert optimizer.param_groups[0]["betas"] == (beta1, beta2)
+
+    resumed = make_optimizer(layer, TrainConfig(lr=lr, adam_beta2=0.98), optimizer.state_dict())
+    assert resumed.param_groups[0]["betas"] == (beta1, 0.98)          # the resumed run's config says
+    assert_close(resumed.state_dict()["state"], optimizer.state_dict()["state"])    # the moments go on
 
 
 # ---------------------------------------------------------------- the loss
