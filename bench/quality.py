@@ -118,21 +118,25 @@ def print_scores(scores: dict, suffix: str) -> None:
     print(f"metric=chrf{suffix} value={scores['chrf']}")
 
 
+def moses_tokenizer(lang: str) -> Callable[[str], str]:
+    """The Multi30k release's preprocessing of a sentence in `lang`: lowercase, the Moses punctuation
+    normalizer, the Moses tokenizer (no escapes). Needs sacremoses (load_moses_bleu checks for it)."""
+    from sacremoses import MosesPunctNormalizer, MosesTokenizer
+    normalizer, tokenizer = MosesPunctNormalizer(lang=lang), MosesTokenizer(lang=lang)
+    return lambda text: tokenizer.tokenize(normalizer.normalize(text.lower()), escape=False, return_str=True)
+
+
 def load_moses_bleu() -> Callable[[list[str], list[str], str], tuple[float, int]]:
     """moses_bleu below, once sacremoses is known to be there (else one line and a non-zero exit)."""
     try:
-        from sacremoses import MosesPunctNormalizer, MosesTokenizer
+        import sacremoses  # noqa: F401
     except ImportError:
         sys.exit("quality: --moses-bleu needs sacremoses, which attnmt does not install: pip install sacremoses")
 
     def moses_bleu(outputs: list[str], references: list[str], lang: str) -> tuple[float, int]:
-        """BLEU over the Multi30k release's preprocessing (lowercase, normalize punctuation, tokenize)
-        of outputs and references, and the references' token count."""
-        normalizer, tokenizer = MosesPunctNormalizer(lang=lang), MosesTokenizer(lang=lang)
-
-        def tokens(text: str) -> str:
-            return tokenizer.tokenize(normalizer.normalize(text.lower()), escape=False, return_str=True)
-
+        """BLEU over the Multi30k release's preprocessing of outputs and references (moses_tokenizer),
+        and the references' token count."""
+        tokens = moses_tokenizer(lang)
         score = sacrebleu.metrics.BLEU(tokenize="none", force=True).corpus_score(
             [tokens(o) for o in outputs], [[tokens(r) for r in references]])
         return round(score.score, 2), score.ref_len
