@@ -18,6 +18,7 @@ A store is found again by a key of the raw files and every setting that changes 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import itertools
@@ -38,6 +39,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Optional
 
 import numpy as np
+from filelock import FileLock, Timeout
 from tqdm import tqdm
 
 from . import __version__
@@ -70,6 +72,7 @@ WAKE_SECONDS = 0.5    # how often the wait for a worker wakes, to act on a Ctrl-
 MAX_UNREADABLE_SHARE = 0.001
 REASONS = ("unreadable", "empty", "too_long", "ratio", "duplicate")  # why a training pair is left out
 # What a run that finds its corpus prepared says of it.
+LOCKS = ".locks"   # in the store root: one lock file per store, held while a process prepares it
 REUSED = "prepared earlier from the same raw files and settings; attnmt prepare --rebuild prepares it anew"
 
 
@@ -602,13 +605,44 @@ def prepare_corpus(config: Config, given: Optional[Tokenization] = None, log: Ca
     `rebuild`), else prepared (with `given` tokenizers and vocabularies, if any)."""
     source = CorpusSource(config.data)
     found = None if rebuild else _find(config, source, given, log)
-    return found or _prepare(config, source, given, log)
+    return found or _prepare(config, source, given, log, rebuild)
 
 
-def _prepare(config: Config, source: CorpusSource, given: Optional[Tokenization], log: Callable[[str], None]
-             ) -> PreparedCorpus:
+def _prepare(config: Config, source: CorpusSource, given: Optional[Tokenization], log: Callable[[str], None],
+             rebuild: bool = False) -> PreparedCorpus:
+    """The store prepared now, by one process at a time: a run that finds another preparing the same
+    store (a second trial started beside the first) waits for it, then opens what it made, unless
+    `rebuild`; otherwise the second to finish would replace the store under the first."""
     root = store_root(config.data)
-    return PreparedCorpus.open(_build(config, source, given, root, root / store_key(config, source, given), log))
+    directory = root / store_key(config, source, given)
+    with _preparing(root, directory, log) as waited:
+        found = _find(config, source, given, log) if waited and not rebuild else None
+        if found is not None:
+            log(f"prepared corpus: {found.directory} (prepared by the run it waited for)")
+            return found
+        return PreparedCorpus.open(_build(config, source, given, root, directory, log))
+
+
+@contextlib.contextmanager
+def _preparing(root: Path, directory: Path, log: Callable[[str], None]) -> Iterator[bool]:
+    """Held while this process prepares `directory`: a lock file of its own in root/.locks (released
+    by the system if the process dies). Yields whether another process held it first."""
+    try:
+        (root / LOCKS).mkdir(parents=True, exist_ok=True)
+        lock = FileLock(root / LOCKS / f"{directory.name}.lock")
+        try:
+            lock.acquire(timeout=0)
+            waited = False
+        except Timeout:
+            log(f"{directory}: another run is preparing this corpus; waiting for it to finish")
+            lock.acquire()
+            waited = True
+    except OSError as err:
+        raise AttnmtError(f"{root}: cannot write a prepared corpus there: {err.strerror or err}") from None
+    try:
+        yield waited
+    finally:
+        lock.release()
 
 
 def _unchanged(files: list[dict]) -> bool:
@@ -628,10 +662,8 @@ def _unchanged(files: list[dict]) -> bool:
 def _build(config: Config, source: CorpusSource, given: Optional[Tokenization], root: Path, directory: Path,
            log: Callable[[str], None]) -> Path:
     try:
-        root.mkdir(parents=True, exist_ok=True)
-        for stale in root.glob(f".{directory.name}.*"):  # left by a run killed while preparing
-            if not _alive(stale.name.rsplit(".", 2)[-2]):
-                shutil.rmtree(stale, ignore_errors=True)
+        for stale in root.glob(f".{directory.name}.*"):  # the lock is this run's: left by one killed while preparing
+            shutil.rmtree(stale, ignore_errors=True)
         work = root / f".{directory.name}.{os.getpid()}.tmp"
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir()
@@ -655,16 +687,6 @@ def _build(config: Config, source: CorpusSource, given: Optional[Tokenization], 
 def _cpu_count() -> int:
     """The CPU cores this process may run on."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
-def _alive(pid: str) -> bool:
-    try:
-        os.kill(int(pid), 0)
-    except (ValueError, ProcessLookupError):
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _write_store(config: Config, source: CorpusSource, given: Optional[Tokenization], work: Path,

@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +20,7 @@ from attnmt import prepare
 from attnmt.config import config_from_dict
 from attnmt.data import load_corpus
 from attnmt.errors import AttnmtError
-from attnmt.prepare import find_corpus, load_split, open_corpus, prepare_corpus
+from attnmt.prepare import LOCKS, find_corpus, load_split, open_corpus, prepare_corpus
 from attnmt.resume import find_start
 from attnmt.store import META_FILE, PreparedCorpus, StoreWriter
 from attnmt.tokenize import SubwordTokenizer, make_tokenizer
@@ -41,6 +42,11 @@ def small_corpus(directory: Path, count: int = 300) -> Path:
     write_parallel(directory, pairs[:20], "val")
     write_parallel(directory, pairs[20:40], "test_2016_flickr")
     return directory
+
+
+def left_in(root: Path) -> list[str]:
+    """What a store root holds but its lock files (kept, empty, as the system's locks need)."""
+    return sorted(p.name for p in root.iterdir() if p.name != LOCKS) if root.exists() else []
 
 
 def config_for(path: Path, tmp_path: Path, **data) -> dict:
@@ -188,6 +194,32 @@ def test_a_store_is_reused_until_the_raw_text_or_a_setting_changes(tmp_path):
     assert found is not None and found.directory == lowercased
 
 
+def test_a_run_that_finds_another_preparing_the_same_store_waits_and_opens_it(tmp_path):
+    """Two trials started together: the second waits while the first holds the store's lock, then
+    opens what the first made, instead of preparing its own and replacing the store under the first."""
+    values = config_for(small_corpus(tmp_path / "data"), tmp_path)
+    config = config_from_dict(values)
+    source, root = prepare.CorpusSource(config.data), tmp_path / "prepared"
+    directory = root / prepare.store_key(config, source, None)
+    waiting, lines, second = threading.Event(), [], {}
+
+    def log(line: str) -> None:
+        lines.append(line)
+        if "another run is preparing this corpus" in line:
+            waiting.set()
+
+    with prepare._preparing(root, directory, lambda _: None):               # the first run, preparing
+        thread = threading.Thread(target=lambda: second.update(corpus=prepare_corpus(config_from_dict(values), log=log)))
+        thread.start()
+        assert waiting.wait(60), "the second run did not wait for the first"
+        assert not left_in(root), "the second run prepared while the first held the lock"
+        prepare._build(config, source, None, root, directory, lambda _: None)  # what the first makes
+        made = (directory / META_FILE).stat().st_ino
+    thread.join(60)
+    assert second["corpus"].directory == directory and (directory / META_FILE).stat().st_ino == made
+    assert any("prepared by the run it waited for" in line for line in lines)
+
+
 def test_an_incomplete_damaged_or_older_store_is_prepared_again(tmp_path):
     values = config_for(small_corpus(tmp_path / "data"), tmp_path)
     corpus = prepare_corpus(config_from_dict(values), log=lambda _: None)
@@ -236,7 +268,7 @@ def test_a_file_of_many_bad_lines_is_refused_naming_the_first(tmp_path):
         prepare_corpus(config_from_dict(config_for(data, tmp_path)), log=lambda _: None)
     message = str(info.value)
     assert message.startswith(f"{data / 'train.en'}:5: not valid UTF-8") and "1 unreadable lines of 200" in message
-    assert not list((tmp_path / "prepared").iterdir())  # nothing left behind
+    assert not left_in(tmp_path / "prepared")  # nothing left behind
 
 
 @pytest.mark.parametrize("max_pairs", [0, 100])
@@ -320,7 +352,7 @@ def test_a_full_disk_leaves_no_store_and_says_so_in_one_line(tmp_path):
     assert result.returncode == 0, result.stderr
     assert re.fullmatch(rf"{re.escape(str(tmp_path / 'prepared'))}: cannot write the prepared corpus: File too large; "
                         r"nothing was kept\n", result.stdout)
-    assert not list((tmp_path / "prepared").iterdir())
+    assert not left_in(tmp_path / "prepared")
     assert find_corpus(config_from_dict(values)) is None
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from conftest import write_dates_files
+from test_prepare import left_in
 
 PLANTED = textwrap.dedent(r'''
     import os
@@ -108,8 +109,7 @@ def finish(process: subprocess.Popen, tmp_path: Path, read: list[str]) -> tuple[
     workers = [int(line.split()[1]) for line in lines if line.startswith("worker ")]
     assert workers, "the workers ran"
     assert not [pid for pid in workers if alive(pid)], "a worker process is left"
-    prepared = tmp_path / "prepared"
-    assert not prepared.exists() or not list(prepared.iterdir()), "a store or part of one is left"
+    assert not left_in(tmp_path / "prepared"), "a store or part of one is left"
     said = [line.rstrip("\n") for line in lines if not line.startswith(("worker ", "blocked "))]
     return process.returncode, said
 
