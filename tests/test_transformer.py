@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 from test_model import one_thread, tiny_corpus  # noqa: F401 (one_thread: an autouse fixture)
+from torch import nn
 from torch.testing import assert_close
 
 from attnmt import Translator
@@ -18,7 +19,7 @@ from attnmt.families import build_model
 from attnmt.families.transformer.cache import TransformerState
 from attnmt.families.transformer.config import TransformerConfig
 from attnmt.families.transformer.fast import InPlaceState
-from attnmt.families.transformer.network import MultiHeadAttention, Transformer, sinusoids
+from attnmt.families.transformer.network import DecoderLayer, EncoderLayer, MultiHeadAttention, Transformer, sinusoids
 from attnmt.fast import fast_paths_in
 from attnmt.seam import forced_logits
 from attnmt.search import greedy
@@ -78,6 +79,51 @@ def test_sinusoids_are_the_papers():
         for i in range(3):
             assert row[2 * i].item() == pytest.approx(math.sin(p / 10000 ** (2 * i / 6)), abs=1e-6)
             assert row[2 * i + 1].item() == pytest.approx(math.cos(p / 10000 ** (2 * i / 6)), abs=1e-6)
+
+
+@pytest.mark.parametrize("norm", ["pre", "post"])
+def test_the_layers_compute_what_torchs_transformer_layers_compute(norm):
+    """An encoder and a decoder layer, given the weights of torch's nn.TransformerEncoderLayer and
+    nn.TransformerDecoderLayer (norm_first for pre-norm, LayerNorm after each residual sum for
+    post-norm), give their outputs: the residuals and norms are where the paper and fairseq put them."""
+    torch.manual_seed(0)
+    config = TransformerConfig(emb_dim=16, heads=2, ff_dim=32, dropout=0.0, attn_dropout=0.0, act_dropout=0.0, norm=norm)
+    encoder, decoder = EncoderLayer(config), DecoderLayer(config)
+    shape = {"d_model": 16, "nhead": 2, "dim_feedforward": 32, "dropout": 0.0, "batch_first": True, "norm_first": norm == "pre"}
+    their_encoder, their_decoder = nn.TransformerEncoderLayer(**shape), nn.TransformerDecoderLayer(**shape)
+
+    def copy(theirs: nn.Module, ours: nn.Module) -> None:
+        if isinstance(theirs, nn.MultiheadAttention):
+            projections = (ours.query_proj, ours.key_proj, ours.value_proj)
+            theirs.in_proj_weight.copy_(torch.cat([p.weight for p in projections]))
+            theirs.in_proj_bias.copy_(torch.cat([p.bias for p in projections]))
+            ours = ours.out_proj
+            theirs = theirs.out_proj
+        if isinstance(ours, nn.LayerNorm):   # not the identity they start as
+            ours.weight.normal_()
+            ours.bias.normal_()
+        theirs.weight.copy_(ours.weight)
+        theirs.bias.copy_(ours.bias)
+
+    with torch.no_grad():
+        for theirs, ours in [("self_attn", encoder.self_attention), ("linear1", encoder.feed_forward[0]),
+                             ("linear2", encoder.feed_forward[3]), ("norm1", encoder.attend.norm),
+                             ("norm2", encoder.transform.norm)]:
+            copy(getattr(their_encoder, theirs), ours)
+        for theirs, ours in [("self_attn", decoder.self_attention), ("multihead_attn", decoder.cross_attention),
+                             ("linear1", decoder.feed_forward[0]), ("linear2", decoder.feed_forward[3]),
+                             ("norm1", decoder.attend_self.norm), ("norm2", decoder.attend_source.norm),
+                             ("norm3", decoder.transform.norm)]:
+            copy(getattr(their_decoder, theirs), ours)
+    x, y = torch.randn(2, 5, 16), torch.randn(2, 4, 16)
+    source_allowed = (torch.arange(5) < torch.tensor([[5], [3]])).unsqueeze(1)       # [B, 1, S]
+    causal = (torch.arange(4) <= torch.arange(4).unsqueeze(1)).expand(2, 4, 4)        # [B, T, T]
+    encoded, _ = encoder(x, source_allowed)
+    assert_close(encoded, their_encoder(x, src_key_padding_mask=~source_allowed[:, 0]), atol=1e-5, rtol=0)
+    decoded, _, _ = decoder(y, causal, *decoder.cross_attention.keys_values(encoded), source_allowed)
+    future = nn.Transformer.generate_square_subsequent_mask(4)
+    assert_close(decoded, their_decoder(y, encoded, tgt_mask=future, memory_key_padding_mask=~source_allowed[:, 0]),
+                 atol=1e-5, rtol=0)
 
 
 @pytest.mark.parametrize("norm,positions", [("pre", "sinusoidal"), ("post", "learned")])
