@@ -56,6 +56,24 @@ def test_config_refusals_name_the_keys():
     assert config.model.arch == "transformer" and not hasattr(config.model, "teacher_forcing")
 
 
+def test_fairseqs_initialisation_scales_the_attention_projections_and_zeroes_the_other_biases():
+    xavier, fairseq = make_transformer(), make_transformer(init="fairseq")
+    bound = math.sqrt(6 / (16 + 16))                                        # Xavier's, for 16 -> 16
+    for model, gain in ((xavier, 1.0), (fairseq, 2 ** -0.5)):
+        attention = model.decoder_stack()[1].cross_attention
+        assert isinstance(attention, MultiHeadAttention)
+        for projection in (attention.query_proj, attention.key_proj, attention.value_proj):
+            assert bound * gain * 0.8 < projection.weight.abs().max() <= bound * gain
+    biases = [*(layer.self_attention.out_proj.bias for layer in fairseq.encoder_layers),
+              *(layer.feed_forward[i].bias for layer in fairseq.decoder_stack() for i in (0, 3)), fairseq.classifier.bias]
+    assert all((bias == 0).all() for bias in biases)
+    assert (xavier.classifier.bias != 0).all()                              # PyTorch's, as before
+    assert (fairseq.encoder_layers[0].attend.norm.weight == 1).all()        # LayerNorms start as the identity
+    assert_close(fairseq.tgt_embedding.weight.std(), xavier.tgt_embedding.weight.std(), atol=0.02, rtol=0)
+    with pytest.raises(AttnmtError, match=r"model.init fairseq and model.init_uniform 0.1 each say how the weights start"):
+        validate(Config(data=DataConfig(path="x"), model=TransformerConfig(init="fairseq", init_uniform=0.1)))
+
+
 def test_attention_by_hand():
     """One head, identity projections: softmax(q kᵀ / √d) v, pads at zero weight."""
     attention = MultiHeadAttention(2, 1, 0.0)

@@ -27,9 +27,17 @@ class TransformerConfig(ModelConfig):
     norm: Literal["pre", "post"] = "pre"
     positions: Literal["sinusoidal", "learned"] = "sinusoidal"
     max_positions: int = ranged(1024, "[1, 1000000]")
+    # How the weights start: xavier (Xavier-uniform weights, PyTorch's biases) or fairseq's (the query,
+    # key and value projections at 1/√2 of Xavier's bound, the other layers' biases zero), from which
+    # post-norm layers train much faster. Embeddings are N(0, d^-1/2) either way; init_uniform above 0
+    # replaces xavier and refuses fairseq.
+    init: Literal["xavier", "fairseq"] = "xavier"
 
     def check(self, config: Config) -> None:
         super().check(config)
+        if self.init == "fairseq" and self.init_uniform > 0:
+            raise AttnmtError(f"model.init fairseq and model.init_uniform {self.init_uniform:g} each say how the weights "
+                              f"start: keep one (init_uniform 0 for fairseq's)")
         if self.emb_dim % self.heads:
             raise AttnmtError(f"model.emb_dim ({self.emb_dim}) must be a multiple of model.heads ({self.heads}): "
                               f"each head gets emb_dim / heads dimensions")

@@ -220,6 +220,20 @@ class Transformer(nn.Module):
                 nn.init.normal_(parameter, std=self.config.emb_dim ** -0.5)
             elif parameter.dim() > 1:
                 nn.init.xavier_uniform_(parameter)
+        if self.config.init == "fairseq":
+            # fairseq's (and the anchor of configs/multi30k_en_de_transformer.yaml's): the query, key and
+            # value projections at 1/√2 of Xavier's bound, the biases after them zero; post-norm layers
+            # start much faster from it (docs/recipes.md).
+            for module in self.modules():
+                if isinstance(module, MultiHeadAttention):
+                    for projection in (module.query_proj, module.key_proj, module.value_proj):
+                        nn.init.xavier_uniform_(projection.weight, gain=2 ** -0.5)
+                    nn.init.zeros_(module.out_proj.bias)
+                elif isinstance(module, FeedForward):
+                    for layer in module:
+                        if isinstance(layer, nn.Linear):
+                            nn.init.zeros_(layer.bias)
+            nn.init.zeros_(self.classifier.bias)
         with torch.no_grad():  # padding embeddings stay zero
             self.src_embedding.weight[PAD_ID].zero_()
             self.tgt_embedding.weight[PAD_ID].zero_()
