@@ -71,8 +71,8 @@ WAKE_SECONDS = 0.5    # how often the wait for a worker wakes, to act on a Ctrl-
 # bad lines among millions: preparing stops there, naming the first.
 MAX_UNREADABLE_SHARE = 0.001
 REASONS = ("unreadable", "empty", "too_long", "ratio", "duplicate")  # why a training pair is left out
-# What a run that finds its corpus prepared says of it.
 LOCKS = ".locks"   # in the store root: one lock file per store, held while a process prepares it
+# What a run that finds its corpus prepared says of it.
 REUSED = "prepared earlier from the same raw files and settings; attnmt prepare --rebuild prepares it anew"
 
 

@@ -222,7 +222,7 @@ class Transformer(nn.Module):
                 nn.init.xavier_uniform_(parameter)
         if self.config.init == "fairseq":
             # fairseq's (and the anchor of configs/multi30k_en_de_transformer.yaml's): the query, key and
-            # value projections at 1/√2 of Xavier's bound, the biases after them zero; post-norm layers
+            # value projections at 1/√2 of Xavier's bound, the other layers' biases zero; post-norm layers
             # start much faster from it (docs/recipes.md).
             for module in self.modules():
                 if isinstance(module, MultiHeadAttention):
