@@ -29,6 +29,7 @@ import pickle
 import random
 import shutil
 import signal
+import sys
 import time
 import traceback
 from collections import Counter
@@ -340,15 +341,16 @@ class WorkerError(Exception):
     main process raises again (shown with --debug, or when the error is a bug)."""
 
 
-def _worker(make_encoder: Callable[[], Callable[[RawChunk], EncodedChunk]], connection: Connection) -> None:
-    """A tokenizing worker: encodes the chunks it is sent, one at a time, until told to stop (None)
-    or its connection closes. Ctrl-C reaches the whole process group: the main process decides,
-    so the worker ignores it (it was started with SIGINT blocked, so none arrives before this)."""
+def _worker(connection: Connection) -> None:
+    """A tokenizing worker: makes its encoder from the first message (a function that makes it), then
+    encodes the chunks it is sent, one at a time, until told to stop (None) or its connection closes.
+    Ctrl-C reaches the whole process group: the main process decides, so the worker ignores it (it
+    was started with SIGINT blocked, so none arrives before this)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     try:
-        encoder = make_encoder()
+        encoder = connection.recv()()
         while (chunk := connection.recv()) is not None:
             connection.send(("done", encoder(chunk)))
     except (EOFError, BrokenPipeError):  # the main process is gone or stopped listening
@@ -371,7 +373,11 @@ class Workers:
     closes) and named with how it ended, an error it raises comes back as that error, and closing
     ends every worker, whatever ended preparation. They are spawned, not forked: a fresh
     interpreter inherits none of this process's threads' locks (torch's, tqdm's) nor its signal
-    handlers."""
+    handlers. The encoder's maker (its tokenizers, often larger than a pipe holds) goes through the
+    worker's own pipe once it has started, not as the process's argument: Python's spawn writes
+    those into a pipe whose reading end this process keeps open until the write ends, so a worker
+    that died starting up (out of memory, a main program it could not run again) left that write,
+    and the run, waiting for ever."""
 
     def __init__(self, make_encoder: Callable[[], Callable[[RawChunk], EncodedChunk]], count: int, where: str) -> None:
         self.where = where
@@ -385,12 +391,13 @@ class Workers:
         try:
             for _ in range(count):
                 mine, theirs = context.Pipe()
-                process = context.Process(target=_worker, args=(make_encoder, theirs), daemon=True,
-                                          name="attnmt-prepare-worker")
+                process = context.Process(target=_worker, args=(theirs,), daemon=True, name="attnmt-prepare-worker")
                 self.processes.append(process)
                 self.connections.append(mine)
                 process.start()
                 theirs.close()  # only the worker holds its end: its death closes the pipe
+            for worker in range(count):  # once all have started, so that they start up side by side
+                self.send(worker, make_encoder)
         except BaseException:
             self.close()
             raise
@@ -398,9 +405,9 @@ class Workers:
             if masks:
                 signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
-    def send(self, worker: int, chunk: RawChunk) -> None:
+    def send(self, worker: int, message: object) -> None:
         try:
-            self.connections[worker].send(chunk)
+            self.connections[worker].send(message)
         except (BrokenPipeError, ConnectionResetError):
             if self.connections[worker].poll():  # it said why before it ended (an error in starting up)
                 self.receive(worker)
@@ -684,6 +691,17 @@ def _build(config: Config, source: CorpusSource, given: Optional[Tokenization], 
     return directory
 
 
+def _unspawnable_main() -> str:
+    """The main program's name where a spawned worker cannot run it again ('' where it can): Python's
+    spawn runs the main program's file in each new process (but its `__main__` part), which a
+    program read from standard input (`python - < script.py`) does not have."""
+    main = sys.modules.get("__main__")
+    if main is None or getattr(main, "__spec__", None) is not None:  # python -m: run again by its name
+        return ""
+    path = getattr(main, "__file__", None)  # None: python -c, the interactive prompt, notebooks
+    return path if path is not None and not os.path.isfile(path) else ""
+
+
 def _cpu_count() -> int:
     """The CPU cores this process may run on."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
@@ -699,7 +717,7 @@ def _write_store(config: Config, source: CorpusSource, given: Optional[Tokenizat
     src_tokenizer, tgt_tokenizer = (given.src_tokenizer, given.tgt_tokenizer) if given else _learn_tokenizers(
         config, source, log)
     with StoreWriter(work) as writer:
-        streamed = _stream(config.data, source, src_tokenizer, tgt_tokenizer, writer)
+        streamed = _stream(config.data, source, src_tokenizer, tgt_tokenizer, writer, log)
     if given:
         src_vocab, tgt_vocab = given.src_vocab, given.tgt_vocab
     else:
@@ -734,10 +752,15 @@ class Streamed:
 
 
 def _stream(data: DataConfig, source: CorpusSource, src_tokenizer: Tokenizer, tgt_tokenizer: Tokenizer,
-            writer: StoreWriter) -> Streamed:
+            writer: StoreWriter, log: Callable[[str], None]) -> Streamed:
     """Read, tokenize and filter the training pairs (in worker processes), count the tokens, and
     append the kept pairs to the store's `writer`."""
     workers = data.workers or _cpu_count()
+    unspawnable = _unspawnable_main()
+    if workers > 1 and unspawnable:
+        log(f"tokenizing in this process alone (not data.workers' {workers}): worker processes run the main "
+            f"program again, and {unspawnable} is not a file")
+        workers = 1
     problems, reading = Problems(), Problems()  # pairs left out by the workers; lines the reader could not split
     make_encoder = partial(ChunkEncoder, src_tokenizer.to_dict(), tgt_tokenizer.to_dict(), data)
     pieces = (src_tokenizer.pieces(), tgt_tokenizer.pieces())

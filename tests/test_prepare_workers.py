@@ -219,3 +219,60 @@ def test_ctrl_c_received_by_another_thread_still_ends_train(tmp_path):
 def thread_state(pid: int, thread: int) -> str:
     """One thread's state letter (R running, S asleep, ...) from /proc."""
     return Path(f"/proc/{pid}/task/{thread}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+# A worker that dies as it starts up, before it has read what it was given: `dying` is imported by
+# unpickling `make` in the worker, and ends that process at once (the parent imported it first).
+DYING = textwrap.dedent(r'''
+    import multiprocessing
+    import os
+
+    if multiprocessing.current_process().name != "MainProcess":  # a worker, named as soon as it starts
+        os.write(2, f"worker {os.getpid()} dying\n".encode())
+        os._exit(3)
+
+
+    def make(padding):
+        return len
+''')
+
+# The encoder's maker holds a megabyte, as a real corpus's tokenizers do, so that it is larger than
+# a pipe holds: Python's spawn, given it as the process's argument, waited for ever on a worker that
+# died before reading it (the GPU check's hang, 2026-12-04).
+DIE_STARTING = ("import functools, sys; sys.path.insert(0, sys.argv[1]); import dying; from attnmt import prepare; "
+                "from attnmt.errors import AttnmtError\n"
+                "try:\n"
+                "    list(prepare.encoded_chunks(functools.partial(dying.make, b'x' * 2**20), iter(['a', 'b', 'c']), 2))\n"
+                "except AttnmtError as err:\n"
+                "    sys.exit(f'attnmt: error: {err}')\n")
+
+
+def test_a_worker_that_dies_starting_up_ends_the_run_with_one_line(tmp_path):
+    (tmp_path / "dying.py").write_text(DYING)
+    process = subprocess.Popen([sys.executable, "-c", DIE_STARTING, str(tmp_path)], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONFAULTHANDLER": "1"},
+                               start_new_session=True)
+    try:
+        _, err = process.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("preparing hung:\n" + hung(process, []))
+    said = [line for line in err.splitlines() if not line.startswith("worker ")]
+    assert process.returncode == 1, err
+    assert said == ["attnmt: error: preparing the corpus: a tokenizing worker died (exit status 3); nothing was kept"], err
+
+
+def test_a_program_read_from_stdin_prepares_in_its_own_process(tmp_path):
+    # Spawned workers run the main program's file again, which a program read from stdin has not:
+    # each died at once (exit status 1) and the run ended. Now the program's own process tokenizes.
+    data = tmp_path / "data"
+    write_dates_files(data, {"train": 400, "val": 20, "test_2016_flickr": 20})
+    config = tmp_path / "config.yaml"
+    config.write_text(f"data: {{format: parallel, path: {data}, prepared_dir: {tmp_path / 'prepared'}, workers: 2}}\n"
+                      f"tokenizer: {{level: word}}\n")
+    program = ("import sys\nfrom attnmt import prepare\nprepare.CHUNK_PAIRS = 50\nfrom attnmt.cli import main\n"
+               f"sys.exit(main(['prepare', {str(config)!r}]))\n")
+    done = subprocess.run([sys.executable, "-"], input=program, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "tokenizing in this process alone (not data.workers' 2): worker processes run the main program again, " \
+           "and <stdin> is not a file" in done.stdout
+    assert "400 of 400 read" in done.stdout and "1 workers" in done.stdout, done.stdout
