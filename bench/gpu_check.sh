@@ -34,7 +34,9 @@ echo "== GPU tests (python -m pytest tests/test_gpu.py -m gpu)"
 echo "== ${MINUTES}-minute Multi30k training of the Transformer recipe into $OUT"
 # Through attnmt's own entry point in this process, so that the peak of PyTorch's allocator can be
 # read when it ends (nvidia-smi's figure would add the CUDA context and the cached blocks).
-"$PYTHON" - "$OUT" "$DATA" "$MINUTES" <<'PY'
+# The script is given with -c, not on stdin: preparing starts worker processes, which Python's spawn
+# would have re-read a main module named '<stdin>' from a file of that name.
+"$PYTHON" -c "$(cat <<'PY'
 import json, sys
 import torch
 from attnmt.cli import main
@@ -50,6 +52,7 @@ with open(f"{out}/gpu_memory.json", "w") as file:
     json.dump(peak, file)
 sys.exit(status)
 PY
+)" "$OUT" "$DATA" "$MINUTES"
 
 echo "== figures"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || echo "nvidia-smi: not found"
@@ -60,12 +63,16 @@ from attnmt.metrics import read_metrics
 
 out = sys.argv[1]
 records = read_metrics(out)
+epochs = [r for r in records if "target_tokens_per_s" in r]  # the averaged model's record has no speed
+averaged = [r for r in records if "average_of_last" in r]
 memory = json.load(open(f"{out}/gpu_memory.json"))
-speeds = [r["target_tokens_per_s"] for r in records]
-best = max(records, key=lambda r: r.get("valid_bleu", 0.0))
+speeds = [r["target_tokens_per_s"] for r in epochs]
+best = max(epochs, key=lambda r: r.get("valid_bleu", 0.0))
 print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, {torch.cuda.get_device_name()}")
-print(f"epochs validated: {len(records)}, minutes: {records[-1]['elapsed_min']}")
-print(f"target tokens/s: median {sorted(speeds)[len(speeds) // 2]:,.0f}, at the last validation {speeds[-1]:,.0f}")
+print(f"epochs validated: {len(epochs)}, minutes: {epochs[-1]['elapsed_min']}, updates: {epochs[-1]['step']}")
+print(f"target tokens/s: median {sorted(speeds)[len(speeds) // 2]:,.0f} over the epochs")
 print(f"best validation BLEU: {best.get('valid_bleu')} (epoch {best['epoch']})")
+for record in averaged:
+    print(f"the last {record['average_of_last']} epochs averaged: validation BLEU {record['valid_bleu']}")
 print(f"peak GPU memory: {memory['peak_allocated_gib']} GiB allocated, {memory['peak_reserved_gib']} GiB reserved")
 PY
