@@ -67,6 +67,7 @@ from .vocab import Tokenization, Vocabulary
 
 CHUNK_PAIRS = 20_000  # pairs a worker tokenizes at a time
 SHOWN_PROBLEMS = 5    # unreadable lines quoted in the report
+WORKER_NAME = "attnmt-prepare-worker"  # each tokenizing worker's process name, from its start
 WAKE_SECONDS = 0.5    # how often the wait for a worker wakes, to act on a Ctrl-C another thread received
 # More unreadable lines than this share of those read is taken for the wrong file, not for a few
 # bad lines among millions: preparing stops there, naming the first.
@@ -391,7 +392,7 @@ class Workers:
         try:
             for _ in range(count):
                 mine, theirs = context.Pipe()
-                process = context.Process(target=_worker, args=(theirs,), daemon=True, name="attnmt-prepare-worker")
+                process = context.Process(target=_worker, args=(theirs,), daemon=True, name=WORKER_NAME)
                 self.processes.append(process)
                 self.connections.append(mine)
                 process.start()
@@ -574,6 +575,7 @@ def open_corpus(config: Config, given: Optional[Tokenization] = None, log: Calla
     `given`, the tokenization of the checkpoint or model file a run continues from, is kept: the
     store prepared without it serves when it has the same one (a resumed run), else one is
     prepared with it (fine-tuning)."""
+    _refuse_in_a_starting_worker()
     source = CorpusSource(config.data)
     found = _find(config, source, None, log)
     if given is not None and (found is None or found.meta["tokenization"] != given.to_dict()):
@@ -587,6 +589,7 @@ def open_corpus(config: Config, given: Optional[Tokenization] = None, log: Calla
 def find_corpus(config: Config, given: Optional[Tokenization] = None, log: Callable[[str], None] = print
                 ) -> Optional[PreparedCorpus]:
     """The store of this corpus and these settings, if there is one and its raw files are unchanged."""
+    _refuse_in_a_starting_worker()
     return _find(config, CorpusSource(config.data), given, log)
 
 
@@ -610,6 +613,7 @@ def prepare_corpus(config: Config, given: Optional[Tokenization] = None, log: Ca
                    rebuild: bool = False) -> PreparedCorpus:
     """The store of this corpus and these settings: reused when its raw files are unchanged (unless
     `rebuild`), else prepared (with `given` tokenizers and vocabularies, if any)."""
+    _refuse_in_a_starting_worker()
     source = CorpusSource(config.data)
     found = None if rebuild else _find(config, source, given, log)
     return found or _prepare(config, source, given, log, rebuild)
@@ -689,6 +693,16 @@ def _build(config: Config, source: CorpusSource, given: Optional[Tokenization], 
             raise AttnmtError(f"{root}: cannot write the prepared corpus: {err.strerror or err}; nothing was kept") from None
         raise
     return directory
+
+
+def _refuse_in_a_starting_worker() -> None:
+    """Ends a tokenizing worker that, starting up, runs the program that started it and reaches a corpus:
+    Python's spawn runs the main program's file again in each new process, all but its
+    `if __name__ == "__main__":` part, so a script without one would prepare again in every worker
+    (waiting there for the lock its parent holds, for ever)."""
+    if multiprocessing.current_process().name == WORKER_NAME:
+        sys.exit("attnmt: error: a tokenizing worker ran the program that started it, which prepares a corpus "
+                 "again: put that program's work under `if __name__ == \"__main__\":`")
 
 
 def _unspawnable_main() -> str:

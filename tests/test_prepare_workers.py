@@ -276,3 +276,29 @@ def test_a_program_read_from_stdin_prepares_in_its_own_process(tmp_path):
     assert "tokenizing in this process alone (not data.workers' 2): worker processes run the main program again, " \
            "and <stdin> is not a file" in done.stdout
     assert "400 of 400 read" in done.stdout and "1 workers" in done.stdout, done.stdout
+
+
+def test_a_script_without_a_main_guard_ends_with_what_to_change(tmp_path):
+    # Each spawned worker runs the script's file again: without `if __name__ == "__main__":` it
+    # prepared once more in every worker, where it waited for ever for the lock its parent held.
+    data = tmp_path / "data"
+    write_dates_files(data, {"train": 400, "val": 20, "test_2016_flickr": 20})
+    config = tmp_path / "config.yaml"
+    config.write_text(f"data: {{format: parallel, path: {data}, prepared_dir: {tmp_path / 'prepared'}, workers: 2}}\n"
+                      f"tokenizer: {{level: word}}\n")
+    script = tmp_path / "unguarded.py"
+    script.write_text("import sys\nfrom attnmt import prepare\nprepare.CHUNK_PAIRS = 50\nfrom attnmt.cli import main\n"
+                      f"sys.exit(main(['prepare', {str(config)!r}]))\n")
+    process = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "PYTHONFAULTHANDLER": "1"}, start_new_session=True)
+    try:
+        _, err = process.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("preparing hung:\n" + hung(process, []))
+    said = err.splitlines()
+    assert process.returncode == 2, err
+    assert said[-1] == f"attnmt: error: preparing {data}: a tokenizing worker died (exit status 1); nothing was kept"
+    assert "attnmt: error: a tokenizing worker ran the program that started it, which prepares a corpus again: " \
+           "put that program's work under `if __name__ == \"__main__\":`" in said, err
+    assert not any("Traceback" in line for line in said), err
+    assert not left_in(tmp_path / "prepared")
