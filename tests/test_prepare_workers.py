@@ -247,56 +247,58 @@ DIE_STARTING = ("import functools, sys; sys.path.insert(0, sys.argv[1]); import 
                 "    sys.exit(f'attnmt: error: {err}')\n")
 
 
-def test_a_worker_that_dies_starting_up_ends_the_run_with_one_line(tmp_path):
-    (tmp_path / "dying.py").write_text(DYING)
-    process = subprocess.Popen([sys.executable, "-c", DIE_STARTING, str(tmp_path)], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONFAULTHANDLER": "1"},
-                               start_new_session=True)
+def run_to_end(args: list[str], program: str = "") -> tuple[int, str, str]:
+    """Its exit status, stdout and stderr once it has ended (a hang fails, with each process's wait);
+    `program`, if any, is its standard input."""
+    process = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "PYTHONFAULTHANDLER": "1"}, start_new_session=True)
     try:
-        _, err = process.communicate(timeout=60)
+        out, err = process.communicate(program, timeout=60)
     except subprocess.TimeoutExpired:
         pytest.fail("preparing hung:\n" + hung(process, []))
+    return process.returncode, out, err
+
+
+def unguarded_program(tmp_path: Path) -> tuple[Path, str]:
+    """400 training pairs, and a program without `if __name__ == "__main__":` that prepares them with
+    2 workers in chunks of 50."""
+    data = tmp_path / "data"
+    write_dates_files(data, {"train": 400, "val": 20, "test_2016_flickr": 20})
+    config = tmp_path / "config.yaml"
+    config.write_text(f"data: {{format: parallel, path: {data}, prepared_dir: {tmp_path / 'prepared'}, workers: 2}}\n"
+                      f"tokenizer: {{level: word}}\n")
+    return data, ("import sys\nfrom attnmt import prepare\nprepare.CHUNK_PAIRS = 50\nfrom attnmt.cli import main\n"
+                  f"sys.exit(main(['prepare', {str(config)!r}]))\n")
+
+
+def test_a_worker_that_dies_starting_up_ends_the_run_with_one_line(tmp_path):
+    (tmp_path / "dying.py").write_text(DYING)
+    status, _, err = run_to_end([sys.executable, "-c", DIE_STARTING, str(tmp_path)])
     said = [line for line in err.splitlines() if not line.startswith("worker ")]
-    assert process.returncode == 1, err
+    assert status == 1, err
     assert said == ["attnmt: error: preparing the corpus: a tokenizing worker died (exit status 3); nothing was kept"], err
 
 
 def test_a_program_read_from_stdin_prepares_in_its_own_process(tmp_path):
     # Spawned workers run the main program's file again, which a program read from stdin has not:
     # each died at once (exit status 1) and the run ended. Now the program's own process tokenizes.
-    data = tmp_path / "data"
-    write_dates_files(data, {"train": 400, "val": 20, "test_2016_flickr": 20})
-    config = tmp_path / "config.yaml"
-    config.write_text(f"data: {{format: parallel, path: {data}, prepared_dir: {tmp_path / 'prepared'}, workers: 2}}\n"
-                      f"tokenizer: {{level: word}}\n")
-    program = ("import sys\nfrom attnmt import prepare\nprepare.CHUNK_PAIRS = 50\nfrom attnmt.cli import main\n"
-               f"sys.exit(main(['prepare', {str(config)!r}]))\n")
-    done = subprocess.run([sys.executable, "-"], input=program, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
+    _, program = unguarded_program(tmp_path)
+    status, out, err = run_to_end([sys.executable, "-"], program)
+    assert status == 0, err
     assert "tokenizing in this process alone (not data.workers' 2): worker processes run the main program again, " \
-           "and <stdin> is not a file" in done.stdout
-    assert "400 of 400 read" in done.stdout and "1 workers" in done.stdout, done.stdout
+           "and <stdin> is not a file" in out
+    assert "400 of 400 read" in out and "1 workers" in out, out
 
 
 def test_a_script_without_a_main_guard_ends_with_what_to_change(tmp_path):
     # Each spawned worker runs the script's file again: without `if __name__ == "__main__":` it
     # prepared once more in every worker, where it waited for ever for the lock its parent held.
-    data = tmp_path / "data"
-    write_dates_files(data, {"train": 400, "val": 20, "test_2016_flickr": 20})
-    config = tmp_path / "config.yaml"
-    config.write_text(f"data: {{format: parallel, path: {data}, prepared_dir: {tmp_path / 'prepared'}, workers: 2}}\n"
-                      f"tokenizer: {{level: word}}\n")
+    data, program = unguarded_program(tmp_path)
     script = tmp_path / "unguarded.py"
-    script.write_text("import sys\nfrom attnmt import prepare\nprepare.CHUNK_PAIRS = 50\nfrom attnmt.cli import main\n"
-                      f"sys.exit(main(['prepare', {str(config)!r}]))\n")
-    process = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env={**os.environ, "PYTHONFAULTHANDLER": "1"}, start_new_session=True)
-    try:
-        _, err = process.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        pytest.fail("preparing hung:\n" + hung(process, []))
+    script.write_text(program)
+    status, _, err = run_to_end([sys.executable, str(script)])
     said = err.splitlines()
-    assert process.returncode == 2, err
+    assert status == 2, err
     assert said[-1] == f"attnmt: error: preparing {data}: a tokenizing worker died (exit status 1); nothing was kept"
     assert "attnmt: error: a tokenizing worker ran the program that started it, which prepares a corpus again: " \
            "put that program's work under `if __name__ == \"__main__\":`" in said, err
