@@ -34,8 +34,8 @@ echo "== GPU tests (python -m pytest tests/test_gpu.py -m gpu)"
 echo "== ${MINUTES}-minute Multi30k training of the Transformer recipe into $OUT"
 # Through attnmt's own entry point in this process, so that the peak of PyTorch's allocator can be
 # read when it ends (nvidia-smi's figure would add the CUDA context and the cached blocks).
-# The script is given with -c, not on stdin: preparing starts worker processes, which Python's spawn
-# would have re-read a main module named '<stdin>' from a file of that name.
+# The script is given with -c, not on stdin, so that preparing the corpus can use its worker
+# processes: they run the main program again, and one read from stdin has no file to run.
 "$PYTHON" -c "$(cat <<'PY'
 import json, sys
 import torch
