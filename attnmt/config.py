@@ -1,4 +1,6 @@
-"""All settings in one typed place: dataclasses, loaded from YAML, overridable by `key=value`."""
+"""All settings in one typed place: each section's dataclass, every number with its allowed range, and
+the checks of their combinations (`validate`). Reading them from YAML, key=value overrides or a model
+file's dict is configfile.py's, which chooses the model section's class from the families' registry."""
 
 from __future__ import annotations
 
@@ -6,36 +8,12 @@ import dataclasses
 import functools
 import math
 import re
-import types
 import typing
-from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Optional
-
-import yaml
+from typing import Any, Literal, Optional
 
 from .errors import AttnmtError
 from .threads import parse_setting
-
-if TYPE_CHECKING:
-    from .families import Family
-
-
-class _YamlLoader(yaml.SafeLoader):
-    """YAML 1.1 reads `1e-3` as a string; read it as the number people mean."""
-
-
-_YamlLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-    list("-+0123456789"),
-)
-
-
-def parse_yaml(text: str) -> Any:
-    return yaml.load(text, Loader=_YamlLoader)
-
 
 # auto: bf16 where the device computes it natively, fp32 elsewhere (precision.py).
 TrainPrecision = Literal["fp32", "bf16", "auto"]
@@ -187,39 +165,6 @@ class ModelConfig:
         """Refuse combinations the family cannot build (its subclass adds its own), naming the keys."""
         if self.share_embeddings and not config.vocab.joint:
             raise AttnmtError("model.share_embeddings needs vocab.joint: true (one vocabulary for both sides)")
-
-
-class _RegisteredConfigs(Mapping[str, type[ModelConfig]]):
-    """Each family's config class by model.arch, read from the registry (attnmt/families/__init__.py) at
-    each look-up. The families' configs subclass ModelConfig, so this module, below them in the house,
-    cannot import them when it loads: it asks the registry at the call, and nothing writes into it."""
-
-    @staticmethod
-    def _families() -> Mapping[str, Family]:
-        from .families import FAMILIES  # here, not at the top: the registry imports this module (no torch)
-
-        return FAMILIES
-
-    def __getitem__(self, arch: str) -> type[ModelConfig]:
-        return self._families()[arch].config
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._families())
-
-    def __len__(self) -> int:
-        return len(self._families())
-
-
-MODEL_CONFIGS: Mapping[str, type[ModelConfig]] = _RegisteredConfigs()
-DEFAULT_ARCH = "rnn"
-
-
-def model_config_class(arch: str) -> type[ModelConfig]:
-    """The config class of the family `arch`; refuses a family nobody registered."""
-    try:
-        return MODEL_CONFIGS[arch]
-    except KeyError:
-        raise AttnmtError(f"model.arch: {arch!r} is not one of {', '.join(MODEL_CONFIGS)}") from None
 
 
 @dataclass
@@ -444,163 +389,14 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     vocab: VocabConfig = field(default_factory=VocabConfig)
-    model: ModelConfig = field(default_factory=lambda: model_config_class(DEFAULT_ARCH)())
+    # The family's own config class (a ModelConfig subclass), chosen by model.arch where a config is
+    # read (configfile.py): required, as no family is the default below the registry.
+    model: ModelConfig = field(kw_only=True)
     train: TrainConfig = field(default_factory=TrainConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
-
-
-def _check_value(value: Any, hint: Any, where: str) -> Any:
-    """Return `value` as type `hint`, or raise naming the key `where`."""
-    origin = typing.get_origin(hint)
-    if origin is Literal:
-        allowed = typing.get_args(hint)
-        if value not in allowed:
-            raise AttnmtError(f"{where}: {value!r} is not one of {', '.join(map(str, allowed))}")
-        return value
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in typing.get_args(hint):
-            return None
-        inner = [a for a in typing.get_args(hint) if a is not type(None)][0]
-        return _check_value(value, inner, where)
-    if hint is bool:
-        if not isinstance(value, bool):
-            raise AttnmtError(f"{where}: expected true or false, got {value!r}")
-        return value
-    if hint is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise AttnmtError(f"{where}: expected an integer, got {value!r}")
-        return value
-    if hint is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise AttnmtError(f"{where}: expected a number, got {value!r}")
-        return float(value)
-    if hint is str:
-        if isinstance(value, bool):
-            raise AttnmtError(f"{where}: expected a string, got {value!r} (YAML reads yes/no/on/off as "
-                              f"true/false; put the value in quotes)")
-        if not isinstance(value, (str, int, float)):
-            raise AttnmtError(f"{where}: expected a string, got {value!r}")
-        return str(value)
-    raise TypeError(f"unsupported config type {hint} at {where}")
-
-
-def _build(cls: type, values: dict, where: str) -> Any:
-    if not isinstance(values, dict):
-        raise AttnmtError(f"{where or 'config'}: expected a mapping of keys, got {values!r}")
-    if cls is ModelConfig:
-        arch = values.get("arch", DEFAULT_ARCH)
-        cls = model_config_class(_check_value(arch, str, f"{where}.arch"))
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    kwargs = {}
-    for key, value in values.items():
-        path = f"{where}.{key}" if where else str(key)
-        if key not in fields:
-            owners = ([name for name, other in MODEL_CONFIGS.items() if key in {f.name for f in dataclasses.fields(other)}]
-                      if issubclass(cls, ModelConfig) else [])
-            if owners:
-                raise AttnmtError(f"{path} is a key of model.arch {' and '.join(owners)}, not of this config's "
-                                  f"{values.get('arch', DEFAULT_ARCH)}; its keys: {', '.join(fields)}")
-            raise AttnmtError(f"unknown config key {path!r}; valid keys here: {', '.join(fields)}")
-        hint = hints[key]
-        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
-            kwargs[key] = _build(hint, value or {}, path)
-        else:
-            kwargs[key] = _check_value(value, hint, path)
-    return cls(**kwargs)
-
-
-
-def config_from_dict(values: dict) -> Config:
-    config = _build(Config, _moved_keys(values), "")
-    validate(config)
-    return config
-
-
-def _moved_keys(values: dict) -> dict:
-    """`values` with the keys earlier versions kept elsewhere in their new place, so that their configs
-    and model files read alike: train.teacher_forcing is the RNN's model.teacher_forcing (a
-    Transformer's 1.0, what it always trained with, is dropped)."""
-    train, model = values.get("train"), values.get("model") or {}
-    if not isinstance(train, dict) or "teacher_forcing" not in train or not isinstance(model, dict):
-        return values
-    rate = train["teacher_forcing"]
-    train = {key: value for key, value in train.items() if key != "teacher_forcing"}
-    if model.get("arch", DEFAULT_ARCH) == "rnn" or rate != 1.0:
-        model = {**model, "teacher_forcing": rate}   # given last (an override): it wins
-    return {**values, "train": train, "model": model}
-
-
-def saved_config(values: dict) -> Config:
-    """The config a model file, checkpoint or exported engine holds, as written by any version: files
-    written before each family had its own keys hold every family's, of which model.arch's are kept."""
-    model = values.get("model")
-    if isinstance(model, dict):
-        family = model_config_class(model.get("arch", DEFAULT_ARCH))
-        keys = {f.name for f in dataclasses.fields(family)}
-        values = {**values, "model": {key: value for key, value in model.items() if key in keys}}
-    return config_from_dict(values)
-
-
-def apply_overrides(values: dict, overrides: list[str]) -> dict:
-    """Apply `section.key=value` strings (values parsed as YAML scalars) to a config dict."""
-    for item in overrides:
-        if "=" not in item:
-            raise AttnmtError(f"override {item!r}: expected section.key=value, e.g. model.attention=dot")
-        dotted, raw = item.split("=", 1)
-        keys = dotted.strip().split(".")
-        try:
-            value = parse_yaml(raw) if raw.strip() else ""
-        except yaml.YAMLError:
-            value = raw
-        node = values
-        for key in keys[:-1]:
-            if node.get(key) is None:  # absent, or a section whose keys are all commented out
-                node[key] = {}
-            node = node[key]
-            if not isinstance(node, dict):
-                raise AttnmtError(f"override {item!r}: {key!r} is not a section")
-        node[keys[-1]] = value
-    return values
-
-
-def load_config(path: str | Path, overrides: Optional[list[str]] = None) -> Config:
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise AttnmtError(f"{path}: config file not found") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise AttnmtError(f"{path}: cannot read config: {err}") from None
-    try:
-        values = parse_yaml(text) or {}
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        line = f" line {mark.line + 1}" if mark else ""
-        raise AttnmtError(f"{path}:{line} is not valid YAML: {getattr(err, 'problem', err)}") from None
-    if not isinstance(values, dict):
-        raise AttnmtError(f"{path}: expected a YAML mapping of sections (data, model, train, ...)")
-    values = _moved_keys(values)
-    # The file's keys and value types are checked on their own, then each override's in turn, so that
-    # a mistake is blamed on where it was made: the file, or the command line. Ranges and combinations
-    # (validate) are checked once every override is in, which may settle what the file leaves open.
-    try:
-        _build(Config, values, "")
-    except AttnmtError as err:
-        raise AttnmtError(f"{path}: {err}") from None
-    for item in overrides or []:
-        values = _moved_keys(apply_overrides(values, [item]))
-        try:
-            _build(Config, values, "")
-        except AttnmtError as err:
-            raise AttnmtError(f"override {item!r}: {err}") from None
-    try:
-        return config_from_dict(values)
-    except AttnmtError as err:
-        raise AttnmtError(f"{path}: {err}") from None
 
 
 def validate(config: Config) -> None:

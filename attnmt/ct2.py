@@ -14,7 +14,8 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from .config import Config, override_decode_precision, saved_config
+from .config import Config, override_decode_precision
+from .configfile import saved_config
 from .errors import AttnmtError, first_line
 from .export import ctranslate2_package
 from .modelfile import CTRANSLATE2_ENGINE_FILE

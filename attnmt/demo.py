@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from .config import Config, config_from_dict
+from .config import Config
+from .configfile import config_from_dict
 from .errors import AttnmtError
 from .plot import plot_attention
 from .train import holds_model, train

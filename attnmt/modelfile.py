@@ -27,7 +27,8 @@ from safetensors import SafetensorError
 from safetensors.torch import load as load_safetensors_bytes
 from safetensors.torch import save as save_safetensors_bytes
 
-from .config import Config, saved_config
+from .config import Config
+from .configfile import saved_config
 from .errors import AttnmtError
 from .files import MODEL_FILE, atomic_write
 from .vocab import Tokenization

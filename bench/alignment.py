@@ -81,7 +81,7 @@ from attnmt.align import (
     word_attention,
 )
 from attnmt.aligner import read_aligner, train_aligner
-from attnmt.config import load_config
+from attnmt.configfile import load_config
 from attnmt.data import find_split_file, read_lines, read_tsv
 from attnmt.tokenize import WordTokenizer
 from attnmt.train import train

@@ -114,7 +114,8 @@ from urllib.parse import urlencode, urlsplit
 
 import httpx
 
-from attnmt.config import ServeConfig, config_from_dict
+from attnmt.config import ServeConfig
+from attnmt.configfile import config_from_dict
 from attnmt.dates import generate_dates
 from attnmt.demo import run_demo
 from attnmt.errors import AttnmtError

@@ -32,7 +32,7 @@ from pathlib import Path
 import sacrebleu
 import torch
 
-from attnmt.config import load_config
+from attnmt.configfile import load_config
 from attnmt.data import find_split_file, read_lines, read_parallel
 from attnmt.errors import AttnmtError
 from attnmt.evaluate import evaluate, score_translations

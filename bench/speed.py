@@ -41,7 +41,8 @@ import torch
 from gpu_memory import GpuMemoryWatch
 
 from attnmt.batch import Batch, collate
-from attnmt.config import Config, load_config
+from attnmt.config import Config
+from attnmt.configfile import load_config
 from attnmt.data import find_split_file, read_lines
 from attnmt.families import build_model
 from attnmt.families.rnn.network import RNNEncoderDecoder

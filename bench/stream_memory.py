@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from attnmt.config import config_from_dict
+from attnmt.configfile import config_from_dict
 from attnmt.dates import written_dates
 from attnmt.train import train
 

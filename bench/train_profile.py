@@ -26,7 +26,7 @@ from typing import Callable
 import torch
 
 from attnmt.batch import collate
-from attnmt.config import load_config
+from attnmt.configfile import load_config
 from attnmt.families import build_model
 from attnmt.fast.process import set_up_training_process
 from attnmt.step import TeacherForced, make_optimizer, train_step

@@ -24,7 +24,10 @@ CHILD = """
 import json, random, sys, time, torch
 import attnmt
 from attnmt.batch import collate
-from attnmt.config import load_config
+try:
+    from attnmt.configfile import load_config
+except ImportError:                             # a checkout from before configfile.py (issue 95)
+    from attnmt.config import load_config
 from attnmt.fast.process import set_up_training_process
 try:
     from attnmt.families import build_model

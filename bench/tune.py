@@ -28,7 +28,7 @@ from pathlib import Path
 
 import yaml
 
-from attnmt.config import load_config
+from attnmt.configfile import load_config
 from attnmt.data import find_split_file, read_parallel
 from attnmt.evaluate import score_translations
 from attnmt.metrics import read_metrics

@@ -13,7 +13,7 @@ from typing import Iterator
 import pytest
 import torch
 
-from attnmt.config import config_from_dict
+from attnmt.configfile import config_from_dict
 from attnmt.dates import generate_dates
 from attnmt.fast.int8 import int8_products_exact
 from attnmt.modelfile import read_model, save_model

@@ -17,7 +17,7 @@ from attnmt import aligner as aligner_module
 from attnmt.align import align, aligner_links, aligner_posteriors, alignment_method, averaged, model_aligner, read_gold, score
 from attnmt.aligner import PREFIX, Aligner, AlignerConfig, HiddenMarkovAligner, read_aligner, train_aligner, write_aligner
 from attnmt.cli import main
-from attnmt.config import config_from_dict
+from attnmt.configfile import config_from_dict
 from attnmt.dates import generate_dates
 from attnmt.modelfile import load_file, read_model, save_file
 from attnmt.train import train

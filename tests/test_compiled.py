@@ -10,7 +10,7 @@ from conftest import needs_exact_int8, tiny_dates_config
 from test_batch_invariance import FP32_TOLERANCE, assert_alone_as_in_a_batch, assert_rows_computed_alone
 
 from attnmt import AttnmtError, Translator, cli
-from attnmt.config import config_from_dict
+from attnmt.configfile import config_from_dict
 from attnmt.families import build_model
 from attnmt.families.rnn.network import RNNEncoderDecoder
 from attnmt.fast.compiled import _program_key, compiled_step

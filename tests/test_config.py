@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from attnmt.config import Config, TrainConfig, apply_overrides, config_from_dict, load_config, source_languages, validate
+from attnmt.config import Config, TrainConfig, source_languages, validate
+from attnmt.configfile import apply_overrides, config_from_dict, load_config
 from attnmt.errors import AttnmtError
+from attnmt.families.rnn.config import RNNConfig
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -72,7 +74,7 @@ def test_load_config_empty_file_and_empty_section(tmp_path):
     # An empty file is all defaults, which (tsv without data.path) does not validate.
     assert "data.path" in error_of(write(tmp_path, ""))
     config = load_config(write(tmp_path, "data:\n  format: dates\nmodel:\n"))
-    assert config.model == Config().model
+    assert config.model == RNNConfig()                                     # the default family's defaults
 
 
 def test_to_dict_round_trip(tmp_path):
@@ -275,7 +277,7 @@ def valid_dict(**sections) -> dict:
 def test_the_defaults_are_valid_and_what_is_not_given_takes_them():
     values = valid_dict()
     config = config_from_dict(values)
-    defaults = Config().to_dict()
+    defaults = Config(model=RNNConfig()).to_dict()
     assert config.to_dict() == {**defaults, "data": {**defaults["data"], **values["data"]}}
     validate(config)  # reads, changes nothing
     assert config.to_dict() == config_from_dict(values).to_dict()

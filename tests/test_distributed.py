@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 RECORDER = """
 import json, os, sys
 import attnmt.train as training
-from attnmt.config import load_config
+from attnmt.configfile import load_config
 from attnmt.distributed import start_ranks
 
 config = load_config(sys.argv[1], sys.argv[3:])

@@ -39,7 +39,7 @@ def test_the_time_budget_is_documented_as_training_keeps_it(tmp_path, monkeypatc
     from conftest import tiny_dates_config
 
     from attnmt import train as training
-    from attnmt.config import config_from_dict
+    from attnmt.configfile import config_from_dict
     from attnmt.metrics import read_metrics
 
     now = [0.0]

@@ -10,7 +10,7 @@ import sacrebleu
 from conftest import tiny_dates_config
 from test_cli import assert_one_line_error, attnmt
 
-from attnmt.config import config_from_dict
+from attnmt.configfile import config_from_dict
 from attnmt.data import load_corpus
 from attnmt.evaluate import bleu_by_length, bucket_labels, corpus_scores, evaluate, exact_match_any, score_outputs
 from attnmt.modelfile import read_model, save_model

@@ -11,7 +11,7 @@ from conftest import tiny_dates_config
 
 from attnmt import AttnmtError, Translator
 from attnmt.cli import main
-from attnmt.config import config_from_dict
+from attnmt.configfile import config_from_dict
 from attnmt.explain import ExplainedStep, Explanation, explain, render
 from attnmt.seam import AttentionView, Probe
 from attnmt.train import train

@@ -15,7 +15,8 @@ import torch
 from conftest import tiny_dates_config
 from torch import nn
 
-from attnmt.config import MODEL_CONFIGS, Config, ModelConfig, config_from_dict, ranged
+from attnmt.config import Config, ModelConfig, ranged
+from attnmt.configfile import config_from_dict, model_config_class
 from attnmt.errors import AttnmtError
 from attnmt.families import Family, register, unregister
 from attnmt.seam import Rows
@@ -156,4 +157,4 @@ def test_register_refuses_an_arch_taken(toy_family):
     for arch in ("toy", "rnn"):
         with pytest.raises(ValueError, match=f"model.arch '{arch}' is registered already"):
             register(arch, Family(ToyConfig, ToyNetwork))  # type: ignore[arg-type]
-    assert MODEL_CONFIGS["rnn"] is not ToyConfig                        # nothing was replaced
+    assert model_config_class("rnn") is not ToyConfig                        # nothing was replaced

@@ -17,7 +17,7 @@ from torch.testing import assert_close
 
 from attnmt import Translator
 from attnmt.batch import collate, pad
-from attnmt.config import config_from_dict
+from attnmt.configfile import config_from_dict
 from attnmt.errors import AttnmtError
 from attnmt.families import build_model, reference_copy
 from attnmt.families.rnn.attention import AdditiveAttention

@@ -19,7 +19,7 @@ from test_distributed import RECORDER, launch
 from test_resume import TRANSFORMER, weights
 
 from attnmt import AttnmtError, Translator
-from attnmt.config import config_from_dict
+from attnmt.configfile import config_from_dict
 from attnmt.dates import generate_dates
 from attnmt.metrics import read_metrics
 from attnmt.precision import native_bf16

@@ -10,7 +10,7 @@ from conftest import tiny_dates_config
 
 from attnmt import plot
 from attnmt.cli import main
-from attnmt.config import config_from_dict
+from attnmt.configfile import config_from_dict
 from attnmt.errors import AttnmtError
 from attnmt.metrics import read_metrics
 from attnmt.modelfile import read_model, save_model

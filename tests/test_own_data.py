@@ -4,7 +4,7 @@ import random
 from pathlib import Path
 
 from attnmt import Translator
-from attnmt.config import load_config
+from attnmt.configfile import load_config
 from attnmt.metrics import read_metrics
 from attnmt.train import train
 

@@ -14,7 +14,7 @@ from conftest import needs_exact_int8, tiny_dates_config
 
 from attnmt import precision
 from attnmt.batch import collate
-from attnmt.config import config_from_dict
+from attnmt.configfile import config_from_dict
 from attnmt.errors import AttnmtError
 from attnmt.families.rnn.network import RNNEncoderDecoder
 from attnmt.families.transformer.network import Transformer
@@ -509,7 +509,7 @@ def test_train_from_python_leaves_the_callers_process_alone(tmp_path):
     """train() sets neither oneDNN's cache bound nor malloc's thresholds: `attnmt train` does."""
     code = f"""
 import os
-from attnmt.config import config_from_dict
+from attnmt.configfile import config_from_dict
 from attnmt.train import train
 from conftest import tiny_dates_config
 settings = tiny_dates_config({str(tmp_path)!r})

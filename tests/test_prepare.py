@@ -17,7 +17,7 @@ import pytest
 from conftest import SHARED_DATA, write_dates_files, write_dates_tsv, write_line_aligned
 
 from attnmt import prepare
-from attnmt.config import config_from_dict
+from attnmt.configfile import config_from_dict
 from attnmt.data import load_corpus
 from attnmt.errors import AttnmtError
 from attnmt.prepare import LOCKS, find_corpus, load_split, open_corpus, prepare_corpus
@@ -341,7 +341,7 @@ def test_a_full_disk_leaves_no_store_and_says_so_in_one_line(tmp_path):
     code = ("import json, resource, signal, sys\n"
             "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
             "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))\n"
-            "from attnmt.config import config_from_dict\n"
+            "from attnmt.configfile import config_from_dict\n"
             "from attnmt.errors import AttnmtError\n"
             "from attnmt.prepare import prepare_corpus\n"
             "try:\n"

@@ -10,7 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from attnmt import AttnmtError, Translator
-from attnmt.config import Config, load_config
+from attnmt.config import Config
+from attnmt.configfile import load_config
 from attnmt.tokenize import SPACE_SYMBOL, WHITE_SPACE, CharTokenizer, WordTokenizer, normalize
 
 # Bounded, so that the suite stays fast; no example database in the repository.

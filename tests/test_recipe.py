@@ -8,7 +8,7 @@ from conftest import tiny_dates_config
 
 import attnmt.train as train_module
 from attnmt import Translator
-from attnmt.config import config_from_dict
+from attnmt.configfile import config_from_dict
 from attnmt.modelfile import load_file, read_model
 from attnmt.train import train
 

@@ -17,7 +17,7 @@ import yaml
 from conftest import tiny_dates_config
 
 from attnmt import AttnmtError
-from attnmt.config import config_from_dict
+from attnmt.configfile import config_from_dict
 from attnmt.metrics import METRICS_FILE, read_metrics
 from attnmt.modelfile import load_file
 from attnmt.train import train

@@ -189,7 +189,7 @@ def test_validation_scores_the_weights_of_that_epoch(tmp_path):
     """With a bf16 decoding copy, each epoch's valid_bleu is that of the epoch's own weights."""
     from conftest import tiny_dates_config
 
-    from attnmt.config import config_from_dict
+    from attnmt.configfile import config_from_dict
     from attnmt.evaluate import score_translations
     from attnmt.prepare import prepare_corpus
     from attnmt.train import train

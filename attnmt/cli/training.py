@@ -42,7 +42,7 @@ def add_train(commands: Commands) -> None:
 
 def _train(args: argparse.Namespace) -> None:
     """`attnmt train`, in one process or in each of the processes torchrun starts."""
-    from ..config import load_config
+    from ..configfile import load_config
 
     config = load_config(args.config, args.overrides)      # its errors answer before torch loads
     from ..data import check_source
@@ -90,7 +90,7 @@ def add_prepare(commands: Commands) -> None:
 
 def _prepare(args: argparse.Namespace) -> None:
     """`attnmt prepare`: the training data as `attnmt train` would prepare them, and the report."""
-    from ..config import load_config
+    from ..configfile import load_config
 
     config = load_config(args.config, args.overrides)      # its errors answer before torch loads
     from ..prepare import REUSED, find_corpus, prepare_corpus, report_lines

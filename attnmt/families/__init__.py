@@ -1,9 +1,10 @@
 """The model families by model.arch: the registry. A family is a folder beside this one holding its
 network (implementing seam.Model) and its config (a ModelConfig subclass); its entry in FAMILIES is all
 the rest of attnmt needs (DEVELOPERS.md, "Model families"). The registry is data: each family's config
-class, and its network by where it lives, imported when a model is built. config.py asks it at the call
-(config.MODEL_CONFIGS), so reading and checking a config (the `attnmt` command's errors, `--help`) never
-loads torch, and importing this module writes into no other module."""
+class, and its network by where it lives, imported when a model is built. Reading a config
+(configfile.py) takes the model section's class from here, so reading and checking a config (the
+`attnmt` command's errors, `--help`) never loads torch, and importing this module writes into no other
+module."""
 
 from __future__ import annotations
 

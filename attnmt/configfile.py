@@ -1,0 +1,198 @@
+"""Reading a config: from a YAML file with key=value overrides (`load_config`), or from the dict a model
+file holds (`saved_config`). Each key's type is checked where it is read, naming it; the model
+section's class is its family's, chosen by model.arch from the registry (families/), which is why this
+module sits above the families while config.py, which their configs build on, sits below them."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+import yaml
+
+from .config import Config, ModelConfig, validate
+from .errors import AttnmtError
+from .families import FAMILIES
+
+
+class _YamlLoader(yaml.SafeLoader):
+    """YAML 1.1 reads `1e-3` as a string; read it as the number people mean."""
+
+
+_YamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+def parse_yaml(text: str) -> Any:
+    return yaml.load(text, Loader=_YamlLoader)
+
+
+DEFAULT_ARCH = "rnn"   # a config without model.arch, and model files written before families existed
+
+
+def model_config_class(arch: str) -> type[ModelConfig]:
+    """The config class of the family `arch` (the registry's); refuses a family nobody registered."""
+    try:
+        return FAMILIES[arch].config
+    except KeyError:
+        raise AttnmtError(f"model.arch: {arch!r} is not one of {', '.join(FAMILIES)}") from None
+
+
+def _check_value(value: Any, hint: Any, where: str) -> Any:
+    """Return `value` as type `hint`, or raise naming the key `where`."""
+    origin = typing.get_origin(hint)
+    if origin is Literal:
+        allowed = typing.get_args(hint)
+        if value not in allowed:
+            raise AttnmtError(f"{where}: {value!r} is not one of {', '.join(map(str, allowed))}")
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in typing.get_args(hint):
+            return None
+        inner = [a for a in typing.get_args(hint) if a is not type(None)][0]
+        return _check_value(value, inner, where)
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise AttnmtError(f"{where}: expected true or false, got {value!r}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise AttnmtError(f"{where}: expected an integer, got {value!r}")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise AttnmtError(f"{where}: expected a number, got {value!r}")
+        return float(value)
+    if hint is str:
+        if isinstance(value, bool):
+            raise AttnmtError(f"{where}: expected a string, got {value!r} (YAML reads yes/no/on/off as "
+                              f"true/false; put the value in quotes)")
+        if not isinstance(value, (str, int, float)):
+            raise AttnmtError(f"{where}: expected a string, got {value!r}")
+        return str(value)
+    raise TypeError(f"unsupported config type {hint} at {where}")
+
+
+def _build(cls: type, values: dict, where: str) -> Any:
+    if not isinstance(values, dict):
+        raise AttnmtError(f"{where or 'config'}: expected a mapping of keys, got {values!r}")
+    if cls is Config and "model" not in values:
+        values = {**values, "model": {}}   # the default family's section
+    if cls is ModelConfig:
+        arch = values.get("arch", DEFAULT_ARCH)
+        cls = model_config_class(_check_value(arch, str, f"{where}.arch"))
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in values.items():
+        path = f"{where}.{key}" if where else str(key)
+        if key not in fields:
+            owners = ([arch for arch, family in FAMILIES.items() if key in {f.name for f in dataclasses.fields(family.config)}]
+                      if issubclass(cls, ModelConfig) else [])
+            if owners:
+                raise AttnmtError(f"{path} is a key of model.arch {' and '.join(owners)}, not of this config's "
+                                  f"{values.get('arch', DEFAULT_ARCH)}; its keys: {', '.join(fields)}")
+            raise AttnmtError(f"unknown config key {path!r}; valid keys here: {', '.join(fields)}")
+        hint = hints[key]
+        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+            kwargs[key] = _build(hint, value or {}, path)
+        else:
+            kwargs[key] = _check_value(value, hint, path)
+    return cls(**kwargs)
+
+
+def config_from_dict(values: dict) -> Config:
+    """The config `values` (sections of keys) describe, checked: types, ranges and combinations."""
+    config = _build(Config, _moved_keys(values), "")
+    validate(config)
+    return config
+
+
+def _moved_keys(values: dict) -> dict:
+    """`values` with the keys earlier versions kept elsewhere in their new place, so that their configs
+    and model files read alike: train.teacher_forcing is the RNN's model.teacher_forcing (a
+    Transformer's 1.0, what it always trained with, is dropped)."""
+    train, model = values.get("train"), values.get("model") or {}
+    if not isinstance(train, dict) or "teacher_forcing" not in train or not isinstance(model, dict):
+        return values
+    rate = train["teacher_forcing"]
+    train = {key: value for key, value in train.items() if key != "teacher_forcing"}
+    if model.get("arch", DEFAULT_ARCH) == "rnn" or rate != 1.0:
+        model = {**model, "teacher_forcing": rate}   # given last (an override): it wins
+    return {**values, "train": train, "model": model}
+
+
+def saved_config(values: dict) -> Config:
+    """The config a model file, checkpoint or exported engine holds, as written by any version: files
+    written before each family had its own keys hold every family's, of which model.arch's are kept."""
+    model = values.get("model")
+    if isinstance(model, dict):
+        family = model_config_class(model.get("arch", DEFAULT_ARCH))
+        keys = {f.name for f in dataclasses.fields(family)}
+        values = {**values, "model": {key: value for key, value in model.items() if key in keys}}
+    return config_from_dict(values)
+
+
+def apply_overrides(values: dict, overrides: list[str]) -> dict:
+    """Apply `section.key=value` strings (values parsed as YAML scalars) to a config dict."""
+    for item in overrides:
+        if "=" not in item:
+            raise AttnmtError(f"override {item!r}: expected section.key=value, e.g. model.attention=dot")
+        dotted, raw = item.split("=", 1)
+        keys = dotted.strip().split(".")
+        try:
+            value = parse_yaml(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        node = values
+        for key in keys[:-1]:
+            if node.get(key) is None:  # absent, or a section whose keys are all commented out
+                node[key] = {}
+            node = node[key]
+            if not isinstance(node, dict):
+                raise AttnmtError(f"override {item!r}: {key!r} is not a section")
+        node[keys[-1]] = value
+    return values
+
+
+def load_config(path: str | Path, overrides: Optional[list[str]] = None) -> Config:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise AttnmtError(f"{path}: config file not found") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise AttnmtError(f"{path}: cannot read config: {err}") from None
+    try:
+        values = parse_yaml(text) or {}
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        line = f" line {mark.line + 1}" if mark else ""
+        raise AttnmtError(f"{path}:{line} is not valid YAML: {getattr(err, 'problem', err)}") from None
+    if not isinstance(values, dict):
+        raise AttnmtError(f"{path}: expected a YAML mapping of sections (data, model, train, ...)")
+    values = _moved_keys(values)
+    # The file's keys and value types are checked on their own, then each override's in turn, so that
+    # a mistake is blamed on where it was made: the file, or the command line. Ranges and combinations
+    # (validate) are checked once every override is in, which may settle what the file leaves open.
+    try:
+        _build(Config, values, "")
+    except AttnmtError as err:
+        raise AttnmtError(f"{path}: {err}") from None
+    for item in overrides or []:
+        values = _moved_keys(apply_overrides(values, [item]))
+        try:
+            _build(Config, values, "")
+        except AttnmtError as err:
+            raise AttnmtError(f"override {item!r}: {err}") from None
+    try:
+        return config_from_dict(values)
+    except AttnmtError as err:
+        raise AttnmtError(f"{path}: {err}") from None
