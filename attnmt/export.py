@@ -62,7 +62,7 @@ def export_ctranslate2(model_path: str | Path, out_dir: str | Path, quantization
         activation=common_spec.Activation.GELU if config.activation == "gelu" else common_spec.Activation.RELU,
         alignment_layer=-1, alignment_heads=config.heads)
     # The weights by their attnmt names (transformer.py's layout: query_proj, key_proj, value_proj,
-    # out_proj of each attention; feed_forward.0 and .3; the Residual blocks' norms).
+    # out_proj of each attention; feed_forward.0 and .3; each sublayer's norm).
     weights = {name: tensor.detach().float().numpy() for name, tensor in network.state_dict().items()}
 
     if config.positions == "learned":
@@ -81,19 +81,19 @@ def export_ctranslate2(model_path: str | Path, out_dir: str | Path, quantization
     for i, layer in enumerate(spec.encoder.layer):
         scope = f"encoder_layers.{i}"
         _attention(layer.self_attention, weights, f"{scope}.self_attention", fused_keys=True)
-        _layer_norm(layer.self_attention.layer_norm, weights, f"{scope}.attend.norm")
+        _layer_norm(layer.self_attention.layer_norm, weights, f"{scope}.self_attention_norm")
         _feed_forward(layer.ffn, weights, scope)
     for i, layer in enumerate(spec.decoder.layer):
         scope = f"decoder_layers.{i}"
         _attention(layer.self_attention, weights, f"{scope}.self_attention", fused_keys=True)
-        _layer_norm(layer.self_attention.layer_norm, weights, f"{scope}.attend_self.norm")
+        _layer_norm(layer.self_attention.layer_norm, weights, f"{scope}.self_attention_norm")
         _attention(layer.attention, weights, f"{scope}.cross_attention", fused_keys=False)
-        _layer_norm(layer.attention.layer_norm, weights, f"{scope}.attend_source.norm")
+        _layer_norm(layer.attention.layer_norm, weights, f"{scope}.cross_attention_norm")
         _feed_forward(layer.ffn, weights, scope)
 
     spec.config.unk_token, spec.config.bos_token, spec.config.eos_token = UNK, SOS, EOS
     spec.config.decoder_start_token = SOS
-    spec.config.layer_norm_epsilon = network.decoder_stack()[0].attend_self.norm.eps
+    spec.config.layer_norm_epsilon = network.decoder_stack()[0].self_attention_norm.eps
     spec.register_source_vocabulary(translator.tokenization.src_vocab.to_list())
     spec.register_target_vocabulary(translator.tokenization.tgt_vocab.to_list())
     spec.validate()
@@ -136,7 +136,7 @@ def _layer_norm(spec: Any, weights: dict, name: str) -> None:
 
 
 def _feed_forward(spec: Any, weights: dict, scope: str) -> None:
-    _layer_norm(spec.layer_norm, weights, f"{scope}.transform.norm")
+    _layer_norm(spec.layer_norm, weights, f"{scope}.feed_forward_norm")
     _linear(spec.linear_0, weights, f"{scope}.feed_forward.0")       # W_1
     _linear(spec.linear_1, weights, f"{scope}.feed_forward.3")       # W_2 (after the activation and dropout)
 

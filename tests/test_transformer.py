@@ -13,7 +13,8 @@ from torch.testing import assert_close
 
 from attnmt import Translator
 from attnmt.batch import collate, pad
-from attnmt.config import Config, DataConfig, TrainConfig, config_from_dict, validate
+from attnmt.config import Config, DataConfig, TrainConfig, validate
+from attnmt.configfile import config_from_dict
 from attnmt.errors import AttnmtError
 from attnmt.families import build_model
 from attnmt.families.transformer.cache import TransformerState
@@ -68,7 +69,7 @@ def test_fairseqs_initialisation_scales_the_attention_projections_and_zeroes_the
               *(layer.feed_forward[i].bias for layer in fairseq.decoder_stack() for i in (0, 3)), fairseq.classifier.bias]
     assert all((bias == 0).all() for bias in biases)
     assert (xavier.classifier.bias != 0).all()                              # PyTorch's, as before
-    assert (fairseq.encoder_layers[0].attend.norm.weight == 1).all()        # LayerNorms start as the identity
+    assert (fairseq.encoder_layers[0].self_attention_norm.weight == 1).all()        # LayerNorms start as the identity
     assert_close(fairseq.tgt_embedding.weight.std(), xavier.tgt_embedding.weight.std(), atol=0.02, rtol=0)
     with pytest.raises(AttnmtError, match=r"model.init fairseq and model.init_uniform 0.1 each say how the weights start"):
         validate(Config(data=DataConfig(path="x"), model=TransformerConfig(init="fairseq", init_uniform=0.1)))
@@ -125,13 +126,13 @@ def test_the_layers_compute_what_torchs_transformer_layers_compute(norm):
 
     with torch.no_grad():
         for theirs, ours in [("self_attn", encoder.self_attention), ("linear1", encoder.feed_forward[0]),
-                             ("linear2", encoder.feed_forward[3]), ("norm1", encoder.attend.norm),
-                             ("norm2", encoder.transform.norm)]:
+                             ("linear2", encoder.feed_forward[3]), ("norm1", encoder.self_attention_norm),
+                             ("norm2", encoder.feed_forward_norm)]:
             copy(getattr(their_encoder, theirs), ours)
         for theirs, ours in [("self_attn", decoder.self_attention), ("multihead_attn", decoder.cross_attention),
                              ("linear1", decoder.feed_forward[0]), ("linear2", decoder.feed_forward[3]),
-                             ("norm1", decoder.attend_self.norm), ("norm2", decoder.attend_source.norm),
-                             ("norm3", decoder.transform.norm)]:
+                             ("norm1", decoder.self_attention_norm), ("norm2", decoder.cross_attention_norm),
+                             ("norm3", decoder.feed_forward_norm)]:
             copy(getattr(their_decoder, theirs), ours)
     x, y = torch.randn(2, 5, 16), torch.randn(2, 4, 16)
     source_allowed = (torch.arange(5) < torch.tensor([[5], [3]])).unsqueeze(1)       # [B, 1, S]
@@ -338,7 +339,7 @@ def test_plot_of_an_rnn_model_has_no_self_attention(dates_model, tmp_path, capsy
 def test_a_joint_vocabulary_ties_all_three_matrices(tmp_path, arch):
     from conftest import tiny_dates_config
 
-    from attnmt.config import config_from_dict
+    from attnmt.configfile import config_from_dict
     from attnmt.train import train
 
     sizes = {"heads": 4, "ff_dim": 64} if arch == "transformer" else {}

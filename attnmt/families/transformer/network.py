@@ -8,8 +8,8 @@ from the encoder's output. Each layer adds what a block computes to its input (a
     decoder layer:  y = y + CausalSelfAttention(y);  y = y + CrossAttention(y, x);  y = y + FeedForward(y)
 with FeedForward(x) = W_2 act(W_1 x + b_1) + b_2. Pre-norm (the default) normalises each block's
 input, LayerNorm inside the residual, and the stack's output once more; post-norm, the paper's,
-normalises after each residual sum. Embeddings are scaled by √d and positions added (sinusoids
-of the paper, or learned). Decoding runs one position at a time: each layer caches the keys and
+normalises after each residual sum; each layer writes both out. Embeddings are scaled by √d and
+positions added (sinusoids of the paper, or learned). Decoding runs one position at a time: each layer caches the keys and
 values of the positions so far (cache.py), so a step computes only the new position; training
 computes every position at once and keeps no cache.
 """
@@ -94,66 +94,96 @@ class FeedForward(nn.Sequential):
                          nn.Dropout(dropout), nn.Linear(ff_dim, dim))
 
 
-class Residual(nn.Module):
-    """x + Dropout(block(LN(x))) for pre-norm, LN(x + Dropout(block(x))) for post-norm."""
+# The names earlier versions gave the layers' LayerNorms (each inside a Residual block), for reading
+# their model files and checkpoints: old name -> today's, within a layer.
+_OLD_NORM_NAMES = {"attend.norm": "self_attention_norm", "attend_self.norm": "self_attention_norm",
+                   "attend_source.norm": "cross_attention_norm", "transform.norm": "feed_forward_norm"}
 
-    def __init__(self, dim: int, pre_norm: bool, dropout: float):
-        super().__init__()
-        self.norm, self.pre_norm, self.dropout = nn.LayerNorm(dim), pre_norm, nn.Dropout(dropout)
 
-    def forward(self, x: torch.Tensor, block) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-        """`block` maps its input to (output, attention weights or None)."""
-        out, weights = block(self.norm(x) if self.pre_norm else x)
-        x = x + self.dropout(out)
-        return (x if self.pre_norm else self.norm(x)), weights
+def _rename_old_norms(module: nn.Module, state_dict: dict, prefix: str, *args) -> None:
+    """A load_state_dict pre-hook: a file written before the layers were written out names its norms
+    as _OLD_NORM_NAMES says; they are read under today's names."""
+    for old, new in _OLD_NORM_NAMES.items():
+        for tensor in ("weight", "bias"):
+            if f"{prefix}{old}.{tensor}" in state_dict:
+                state_dict[f"{prefix}{new}.{tensor}"] = state_dict.pop(f"{prefix}{old}.{tensor}")
 
 
 class EncoderLayer(nn.Module):
+    """Self-attention, then the feed-forward block, each added to its input (a residual) and normalised:
+    pre-norm  x = x + Dropout(Sublayer(LN(x)))   (the stack's output normalised once more);
+    post-norm x = LN(x + Dropout(Sublayer(x)))   (the paper's)."""
+
     def __init__(self, config: TransformerConfig):
         super().__init__()
-        dim, pre = config.emb_dim, config.norm == "pre"
+        dim = config.emb_dim
         self.self_attention = MultiHeadAttention(dim, config.heads, config.attn_dropout)
         self.feed_forward = FeedForward(dim, config.ff_dim, config.activation, config.act_dropout)
-        self.attend, self.transform = Residual(dim, pre, config.dropout), Residual(dim, pre, config.dropout)
+        self.self_attention_norm, self.feed_forward_norm = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.dropout = nn.Dropout(config.dropout)
+        self.pre_norm = config.norm == "pre"
+        self.register_load_state_dict_pre_hook(_rename_old_norms)
+
+    def attend(self, x: torch.Tensor, allowed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.self_attention(x, *self.self_attention.keys_values(x), allowed)
 
     def forward(self, x: torch.Tensor, allowed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """x [B, S, D], allowed [B, 1, S]: the new x and the self-attention weights [B, h, S, S]."""
-        attention = self.self_attention
-        x, weights = self.attend(x, lambda h: attention(h, *attention.keys_values(h), allowed))
-        x, _ = self.transform(x, lambda h: (self.feed_forward(h), None))
+        if self.pre_norm:
+            out, weights = self.attend(self.self_attention_norm(x), allowed)
+            x = x + self.dropout(out)
+            x = x + self.dropout(self.feed_forward(self.feed_forward_norm(x)))
+        else:
+            out, weights = self.attend(x, allowed)
+            x = self.self_attention_norm(x + self.dropout(out))
+            x = self.feed_forward_norm(x + self.dropout(self.feed_forward(x)))
         return x, weights
 
 
 class DecoderLayer(nn.Module):
+    """Causal self-attention, cross-attention over the encoder's output, then the feed-forward block,
+    each a residual normalised as in EncoderLayer (pre- or post-norm)."""
+
     def __init__(self, config: TransformerConfig):
         super().__init__()
-        dim, pre = config.emb_dim, config.norm == "pre"
+        dim = config.emb_dim
         # HeadsProbes in the copy attnmt explain probes (Transformer.fit_probe)
         self.self_attention: MultiHeadAttention | HeadsProbe = MultiHeadAttention(dim, config.heads, config.attn_dropout)
         self.cross_attention: MultiHeadAttention | HeadsProbe = MultiHeadAttention(dim, config.heads, config.attn_dropout)
         self.feed_forward = FeedForward(dim, config.ff_dim, config.activation, config.act_dropout)
-        self.attend_self, self.attend_source, self.transform = (Residual(dim, pre, config.dropout) for _ in range(3))
+        self.self_attention_norm, self.cross_attention_norm, self.feed_forward_norm = (nn.LayerNorm(dim) for _ in range(3))
+        self.dropout = nn.Dropout(config.dropout)
+        self.pre_norm = config.norm == "pre"
+        self.register_load_state_dict_pre_hook(_rename_old_norms)
+
+    def attend_self(self, y: torch.Tensor, causal: torch.Tensor, cache: Optional[LayerCache]
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Self-attention over the positions so far: y's own, and those a decoding `cache` holds (which
+        receives y's keys and values)."""
+        keys, values = self.self_attention.keys_values(y)
+        if cache is not None:
+            keys, values = cache.write(keys, values)
+        return self.self_attention(y, keys, values, causal)
 
     def forward(self, y: torch.Tensor, causal: torch.Tensor, cross_keys: torch.Tensor, cross_values: torch.Tensor,
                 source_allowed: torch.Tensor, cache: Optional[LayerCache] = None
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """y [B, T, D] at the new positions, attending over the positions so far as `causal` [B, T, C]
-        allows: the new ones alone (C = T), or, given a decoding `cache`, those it holds too, which
-        receives the new positions' keys and values. Cross-attention reads the encoder's keys and
-        values [B, h, S, d_k] where source_allowed [B, 1, S]. Returns the new y and the self- and
-        cross-attention weights [B, h, T, C] and [B, h, T, S]."""
-        self_attention = self.self_attention
-
-        def attend_self(h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            keys, values = self_attention.keys_values(h)
-            if cache is not None:
-                keys, values = cache.write(keys, values)
-            return self_attention(h, keys, values, causal)
-
-        y, self_weights = self.attend_self(y, attend_self)
-        y, cross_weights = self.attend_source(y, lambda h: self.cross_attention(h, cross_keys, cross_values,
-                                                                                source_allowed))
-        y, _ = self.transform(y, lambda h: (self.feed_forward(h), None))
+        allows: the new ones alone (C = T), or, given a decoding `cache`, those it holds too.
+        Cross-attention reads the encoder's keys and values [B, h, S, d_k] where source_allowed
+        [B, 1, S]. Returns the new y and the self- and cross-attention weights [B, h, T, C] and [B, h, T, S]."""
+        if self.pre_norm:
+            out, self_weights = self.attend_self(self.self_attention_norm(y), causal, cache)
+            y = y + self.dropout(out)
+            out, cross_weights = self.cross_attention(self.cross_attention_norm(y), cross_keys, cross_values, source_allowed)
+            y = y + self.dropout(out)
+            y = y + self.dropout(self.feed_forward(self.feed_forward_norm(y)))
+        else:
+            out, self_weights = self.attend_self(y, causal, cache)
+            y = self.self_attention_norm(y + self.dropout(out))
+            out, cross_weights = self.cross_attention(y, cross_keys, cross_values, source_allowed)
+            y = self.cross_attention_norm(y + self.dropout(out))
+            y = self.feed_forward_norm(y + self.dropout(self.feed_forward(y)))
         return y, self_weights, cross_weights
 
 
