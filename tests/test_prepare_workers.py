@@ -239,10 +239,10 @@ DYING = textwrap.dedent(r'''
 # The encoder's maker holds a megabyte, as a real corpus's tokenizers do, so that it is larger than
 # a pipe holds: Python's spawn, given it as the process's argument, waited for ever on a worker that
 # died before reading it (the GPU check's hang, 2026-12-04).
-DIE_STARTING = ("import functools, sys; sys.path.insert(0, sys.argv[1]); import dying; from attnmt import prepare; "
+DIE_STARTING = ("import functools, sys; sys.path.insert(0, sys.argv[1]); import dying; from attnmt import workers; "
                 "from attnmt.errors import AttnmtError\n"
                 "try:\n"
-                "    list(prepare.encoded_chunks(functools.partial(dying.make, b'x' * 2**20), iter(['a', 'b', 'c']), 2))\n"
+                "    list(workers.encoded_chunks(functools.partial(dying.make, b'x' * 2**20), iter(['a', 'b', 'c']), 2))\n"
                 "except AttnmtError as err:\n"
                 "    sys.exit(f'attnmt: error: {err}')\n")
 
