@@ -23,6 +23,7 @@ from multiprocessing.connection import Connection
 from typing import Callable, Generic, Iterator, TypeVar
 
 from .errors import AttnmtError
+from .threads import usable_cpus
 
 WORKER_NAME = "attnmt-prepare-worker"  # each tokenizing worker's process name, from its start
 WAKE_SECONDS = 0.5    # how often the wait for a worker wakes, to act on a Ctrl-C another thread received
@@ -32,9 +33,10 @@ Encoded = TypeVar("Encoded")
 
 
 def worker_count(setting: int, log: Callable[[str], None]) -> int:
-    """How many workers tokenize: data.workers' `setting`, 0 meaning one per CPU core this process may
-    run on; one, said in `log`, where the main program cannot be run again in a spawned worker."""
-    workers = setting or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    """How many workers tokenize: data.workers' `setting`, 0 meaning one per CPU this process may use
+    (threads.usable_cpus: its affinity, capped by a container's CPU quota); one, said in `log`,
+    where the main program cannot be run again in a spawned worker."""
+    workers = setting or usable_cpus()
     unspawnable = _unspawnable_main()
     if workers > 1 and unspawnable:
         log(f"tokenizing in this process alone (not data.workers' {workers}): worker processes run the main "
