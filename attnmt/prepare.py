@@ -7,9 +7,9 @@ The steps, none of which holds the corpus whole:
    file, or the generated dates), the held-out pairs set aside as text;
 2. a subword model (bpe, unigram) learns its pieces from a seeded sample of tokenizer.sample_pairs
    training pairs (all of them in a smaller corpus, in training order, as before preparing existed);
-3. worker processes (data.workers) decode, normalize and tokenize chunks of pairs (sentencepiece's
-   batch encoding for subwords) and leave out what the filters say; the main process counts the
-   tokens and appends ids and lengths to files;
+3. worker processes (data.workers; workers.py) decode, normalize and tokenize chunks of pairs
+   (sentencepiece's batch encoding for subwords) and leave out what the filters say; the main
+   process counts the tokens and appends ids and lengths to files;
 4. the vocabularies come from the counts, the ids are renumbered into them, and the rows are put in
    training order; meta.json is written last and the folder renamed into place, so that a run
    killed or a disk that fills up midway leaves nothing a later run takes for complete.
@@ -23,19 +23,13 @@ import dataclasses
 import hashlib
 import itertools
 import json
-import multiprocessing
 import os
-import pickle
 import random
 import shutil
-import signal
-import sys
 import time
-import traceback
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property, partial
-from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
@@ -64,11 +58,10 @@ from .files import cache_dir
 from .store import META_FILE, STORE_FORMAT, PreparedCorpus, StoreWriter
 from .tokenize import SubwordTokenizer, Tokenizer, make_tokenizer, tokenizer_from_dict
 from .vocab import Tokenization, Vocabulary
+from .workers import encoded_chunks, refuse_in_a_starting_worker, worker_count
 
 CHUNK_PAIRS = 20_000  # pairs a worker tokenizes at a time
 SHOWN_PROBLEMS = 5    # unreadable lines quoted in the report
-WORKER_NAME = "attnmt-prepare-worker"  # each tokenizing worker's process name, from its start
-WAKE_SECONDS = 0.5    # how often the wait for a worker wakes, to act on a Ctrl-C another thread received
 # More unreadable lines than this share of those read is taken for the wrong file, not for a few
 # bad lines among millions: preparing stops there, naming the first.
 MAX_UNREADABLE_SHARE = 0.001
@@ -337,167 +330,6 @@ def _flat(sequences: list[list[int]]) -> np.ndarray:
     return np.fromiter(itertools.chain.from_iterable(sequences), dtype=np.uint32, count=sum(map(len, sequences)))
 
 
-class WorkerError(Exception):
-    """The traceback of an error raised in a tokenizing worker, set as the cause of the error the
-    main process raises again (shown with --debug, or when the error is a bug)."""
-
-
-def _worker(connection: Connection) -> None:
-    """A tokenizing worker: makes its encoder from the first message (a function that makes it), then
-    encodes the chunks it is sent, one at a time, until told to stop (None) or its connection closes.
-    Ctrl-C reaches the whole process group: the main process decides, so the worker ignores it (it
-    was started with SIGINT blocked, so none arrives before this)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if hasattr(signal, "pthread_sigmask"):
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-    try:
-        encoder = connection.recv()()
-        while (chunk := connection.recv()) is not None:
-            connection.send(("done", encoder(chunk)))
-    except (EOFError, BrokenPipeError):  # the main process is gone or stopped listening
-        return
-    except BaseException as err:
-        text = traceback.format_exc()
-        try:
-            pickle.loads(pickle.dumps(err))
-        except Exception:  # an error that does not pickle travels as its type's name and its message
-            err = RuntimeError(f"{type(err).__name__}: {err}")
-        try:
-            connection.send(("error", err, text))
-        except OSError:
-            pass
-
-
-class Workers:
-    """`count` tokenizing processes, each with its own pipe and at most one chunk at a time, so that
-    nothing they share can be left locked: a worker that dies is seen at once (its end of the pipe
-    closes) and named with how it ended, an error it raises comes back as that error, and closing
-    ends every worker, whatever ended preparation. They are spawned, not forked: a fresh
-    interpreter inherits none of this process's threads' locks (torch's, tqdm's) nor its signal
-    handlers. The encoder's maker (its tokenizers, often larger than a pipe holds) goes through the
-    worker's own pipe once it has started, not as the process's argument: Python's spawn writes
-    those into a pipe whose reading end this process keeps open until the write ends, so a worker
-    that died starting up (out of memory, a main program it could not run again) left that write,
-    and the run, waiting for ever."""
-
-    def __init__(self, make_encoder: Callable[[], Callable[[RawChunk], EncodedChunk]], count: int, where: str) -> None:
-        self.where = where
-        self.processes: list[multiprocessing.process.BaseProcess] = []
-        self.connections: list[Connection] = []
-        context = multiprocessing.get_context("spawn")
-        # Started with SIGINT blocked (a child inherits the mask): a Ctrl-C while a worker starts up
-        # stays pending here and is discarded there, where _worker ignores it.
-        masks = hasattr(signal, "pthread_sigmask")  # not on Windows
-        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if masks else set()
-        try:
-            for _ in range(count):
-                mine, theirs = context.Pipe()
-                process = context.Process(target=_worker, args=(theirs,), daemon=True, name=WORKER_NAME)
-                self.processes.append(process)
-                self.connections.append(mine)
-                process.start()
-                theirs.close()  # only the worker holds its end: its death closes the pipe
-            for worker in range(count):  # once all have started, so that they start up side by side
-                self.send(worker, make_encoder)
-        except BaseException:
-            self.close()
-            raise
-        finally:
-            if masks:
-                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-
-    def send(self, worker: int, message: object) -> None:
-        try:
-            self.connections[worker].send(message)
-        except (BrokenPipeError, ConnectionResetError):
-            if self.connections[worker].poll():  # it said why before it ended (an error in starting up)
-                self.receive(worker)
-            raise self._died(worker) from None
-
-    def receive(self, worker: int) -> EncodedChunk:
-        """The result of the chunk `worker` holds; its error raised again here, its death as one line."""
-        connection = self.connections[worker]
-        # A signal the kernel hands to another thread of this process (tqdm's monitor, torch's) does
-        # not interrupt a read blocked in this one, and Python runs its handler in this thread only,
-        # between bytecodes: so the wait wakes now and then, and Ctrl-C or SIGTERM is acted on within
-        # WAKE_SECONDS whichever thread received it.
-        while not connection.poll(WAKE_SECONDS):
-            pass
-        try:
-            answer = connection.recv()
-        except (EOFError, ConnectionResetError):
-            raise self._died(worker) from None
-        if answer[0] == "done":
-            return answer[1]
-        _, err, text = answer
-        if isinstance(err, AttnmtError):
-            raise err from None
-        raise err from WorkerError(text)
-
-    def _died(self, worker: int) -> AttnmtError:
-        process = self.processes[worker]
-        process.join()
-        code = process.exitcode
-        how = (f"killed by signal {-code}" + (", out of memory? fewer data.workers need less" if code == -signal.SIGKILL
-                                               else "") if code is not None and code < 0 else f"exit status {code}")
-        return AttnmtError(f"preparing {self.where}: a tokenizing worker died ({how}); nothing was kept")
-
-    def close(self) -> None:
-        """End every worker: those idle are told to stop, then any still running is terminated."""
-        for connection in self.connections:
-            try:
-                connection.send(None)
-            except (OSError, ValueError):
-                pass
-        for process in self.processes:
-            if process.is_alive() and process.pid is not None:
-                process.terminate()  # SIGTERM: a worker has no handler of its own
-        for process in self.processes:
-            if process.pid is not None:
-                process.join()
-        for connection in self.connections:
-            connection.close()
-
-
-def encoded_chunks(make_encoder: Callable[[], Callable[[RawChunk], EncodedChunk]], chunks: Iterator[RawChunk],
-                   workers: int, where: str = "the corpus") -> Iterator[EncodedChunk]:
-    """The chunks encoded in order: a small corpus (one chunk) in this process, a larger one by
-    `workers` processes (`Workers`), each holding one chunk while the next waits here, so memory
-    stays bounded. Whatever stops the reading early (an error, Ctrl-C, SIGTERM, a worker that dies)
-    ends the workers before it goes on."""
-    first = next(chunks, None)
-    if first is None:
-        return
-    second = next(chunks, None)
-    if second is None or workers <= 1:
-        encoder = make_encoder()
-        yield encoder(first)
-        if second is not None:
-            yield encoder(second)
-            yield from map(encoder, chunks)
-        return
-    pool = Workers(make_encoder, workers, where)
-    try:
-        given = itertools.chain((first, second), chunks)
-        held = 0  # chunk i is with worker i % workers; chunks 0 .. held - 1 are out
-        for chunk in itertools.islice(given, workers):
-            pool.send(held, chunk)
-            held += 1
-        waiting = next(given, None)  # read while the workers tokenize
-        done = 0
-        while done < held:
-            worker = done % workers
-            result = pool.receive(worker)
-            if waiting is not None:
-                pool.send(worker, waiting)
-                held += 1
-            done += 1
-            yield result
-            waiting = next(given, None) if waiting is not None else None
-    finally:
-        pool.close()
-
-
 def load_split(config: DataConfig, split: str, path: str = "") -> list[Pair]:
     """One split ("train", "valid" or "test") of the corpus a model was trained on, cut as in
     training (same seed); `path` stands in for data.path, e.g. where the file is on this machine.
@@ -575,7 +407,7 @@ def open_corpus(config: Config, given: Optional[Tokenization] = None, log: Calla
     `given`, the tokenization of the checkpoint or model file a run continues from, is kept: the
     store prepared without it serves when it has the same one (a resumed run), else one is
     prepared with it (fine-tuning)."""
-    _refuse_in_a_starting_worker()
+    refuse_in_a_starting_worker()
     source = CorpusSource(config.data)
     found = _find(config, source, None, log)
     if given is not None and (found is None or found.meta["tokenization"] != given.to_dict()):
@@ -589,7 +421,7 @@ def open_corpus(config: Config, given: Optional[Tokenization] = None, log: Calla
 def find_corpus(config: Config, given: Optional[Tokenization] = None, log: Callable[[str], None] = print
                 ) -> Optional[PreparedCorpus]:
     """The store of this corpus and these settings, if there is one and its raw files are unchanged."""
-    _refuse_in_a_starting_worker()
+    refuse_in_a_starting_worker()
     return _find(config, CorpusSource(config.data), given, log)
 
 
@@ -613,7 +445,7 @@ def prepare_corpus(config: Config, given: Optional[Tokenization] = None, log: Ca
                    rebuild: bool = False) -> PreparedCorpus:
     """The store of this corpus and these settings: reused when its raw files are unchanged (unless
     `rebuild`), else prepared (with `given` tokenizers and vocabularies, if any)."""
-    _refuse_in_a_starting_worker()
+    refuse_in_a_starting_worker()
     source = CorpusSource(config.data)
     found = None if rebuild else _find(config, source, given, log)
     return found or _prepare(config, source, given, log, rebuild)
@@ -695,32 +527,6 @@ def _build(config: Config, source: CorpusSource, given: Optional[Tokenization], 
     return directory
 
 
-def _refuse_in_a_starting_worker() -> None:
-    """Ends a tokenizing worker that, starting up, runs the program that started it and reaches a corpus:
-    Python's spawn runs the main program's file again in each new process, all but its
-    `if __name__ == "__main__":` part, so a script without one would prepare again in every worker
-    (waiting there for the lock its parent holds, for ever)."""
-    if multiprocessing.current_process().name == WORKER_NAME:
-        sys.exit("attnmt: error: a tokenizing worker ran the program that started it, which prepares a corpus "
-                 "again: put that program's work under `if __name__ == \"__main__\":`")
-
-
-def _unspawnable_main() -> str:
-    """The main program's name where a spawned worker cannot run it again ('' where it can): Python's
-    spawn runs the main program's file in each new process (but its `__main__` part), which a
-    program read from standard input (`python - < script.py`) does not have."""
-    main = sys.modules.get("__main__")
-    if main is None or getattr(main, "__spec__", None) is not None:  # python -m: run again by its name
-        return ""
-    path = getattr(main, "__file__", None)  # None: python -c, the interactive prompt, notebooks
-    return path if path is not None and not os.path.isfile(path) else ""
-
-
-def _cpu_count() -> int:
-    """The CPU cores this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
 def _write_store(config: Config, source: CorpusSource, given: Optional[Tokenization], work: Path,
                  log: Callable[[str], None]) -> None:
     """Prepare the corpus into the folder `work`: tokenizers, ids and counts, vocabularies, the
@@ -769,12 +575,7 @@ def _stream(data: DataConfig, source: CorpusSource, src_tokenizer: Tokenizer, tg
             writer: StoreWriter, log: Callable[[str], None]) -> Streamed:
     """Read, tokenize and filter the training pairs (in worker processes), count the tokens, and
     append the kept pairs to the store's `writer`."""
-    workers = data.workers or _cpu_count()
-    unspawnable = _unspawnable_main()
-    if workers > 1 and unspawnable:
-        log(f"tokenizing in this process alone (not data.workers' {workers}): worker processes run the main "
-            f"program again, and {unspawnable} is not a file")
-        workers = 1
+    workers = worker_count(data.workers, log)
     problems, reading = Problems(), Problems()  # pairs left out by the workers; lines the reader could not split
     make_encoder = partial(ChunkEncoder, src_tokenizer.to_dict(), tgt_tokenizer.to_dict(), data)
     pieces = (src_tokenizer.pieces(), tgt_tokenizer.pieces())

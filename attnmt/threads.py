@@ -27,6 +27,7 @@ from .errors import AttnmtError
 
 MAX_THREADS = 1024
 LOOK_S = 0.1  # how long `auto` watches the other programs' use of the cores
+CPU_QUOTA = Path("/sys/fs/cgroup/cpu.max")  # cgroup v2: "QUOTA PERIOD" in microseconds, or "max PERIOD"
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ def usable_cpus() -> int:
     """The logical CPUs this process may run on: its affinity, capped by a cgroup CPU quota."""
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     try:
-        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        quota, period = CPU_QUOTA.read_text().split()[:2]
         if quota != "max":
             cpus = min(cpus, max(1, math.ceil(int(quota) / int(period))))
     except (OSError, ValueError):

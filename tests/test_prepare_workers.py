@@ -21,7 +21,11 @@ from pathlib import Path
 
 import pytest
 from conftest import write_dates_files
-from test_prepare import left_in
+from test_prepare import config_for, left_in, small_corpus
+
+from attnmt import threads
+from attnmt.config import config_from_dict
+from attnmt.prepare import prepare_corpus
 
 PLANTED = textwrap.dedent(r'''
     import os
@@ -239,10 +243,10 @@ DYING = textwrap.dedent(r'''
 # The encoder's maker holds a megabyte, as a real corpus's tokenizers do, so that it is larger than
 # a pipe holds: Python's spawn, given it as the process's argument, waited for ever on a worker that
 # died before reading it (the GPU check's hang, 2026-12-04).
-DIE_STARTING = ("import functools, sys; sys.path.insert(0, sys.argv[1]); import dying; from attnmt import prepare; "
+DIE_STARTING = ("import functools, sys; sys.path.insert(0, sys.argv[1]); import dying; from attnmt import workers; "
                 "from attnmt.errors import AttnmtError\n"
                 "try:\n"
-                "    list(prepare.encoded_chunks(functools.partial(dying.make, b'x' * 2**20), iter(['a', 'b', 'c']), 2))\n"
+                "    list(workers.encoded_chunks(functools.partial(dying.make, b'x' * 2**20), iter(['a', 'b', 'c']), 2))\n"
                 "except AttnmtError as err:\n"
                 "    sys.exit(f'attnmt: error: {err}')\n")
 
@@ -304,3 +308,18 @@ def test_a_script_without_a_main_guard_ends_with_what_to_change(tmp_path):
            "put that program's work under `if __name__ == \"__main__\":`" in said, err
     assert not any("Traceback" in line for line in said), err
     assert not left_in(tmp_path / "prepared")
+
+
+@pytest.mark.parametrize(("quota", "count"), [("200000 100000", 2), ("150000 100000", 2), ("50000 100000", 1),
+                                              ("max 100000", 64), (None, 64)],
+                         ids=["2 CPUs", "1.5 CPUs", "half a CPU", "no quota", "no cgroup v2"])
+def test_the_worker_count_follows_a_containers_cpu_quota(tmp_path, monkeypatch, quota, count):
+    """data.workers 0 in a container on a 64-core host: one worker per CPU its cgroup's quota (cpu.max)
+    gives, as threads counts them, not one per core of the host."""
+    cpu_max = tmp_path / "cpu.max"
+    if quota is not None:
+        cpu_max.write_text(f"{quota}\n")
+    monkeypatch.setattr(threads, "CPU_QUOTA", cpu_max)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)))
+    values = config_for(small_corpus(tmp_path / "data"), tmp_path, workers=0)  # one chunk: no process is started
+    assert prepare_corpus(config_from_dict(values), log=lambda _: None).report["workers"] == count
