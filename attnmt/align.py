@@ -51,7 +51,6 @@ from .choices import ALIGN_METHODS, ALIGN_STEPS, AVERAGE, MAX_JUMP_WEIGHT, SYMME
 from .errors import AttnmtError
 from .seam import AttentionView, require
 from .translate import AttentionMaps, TextTranslator, Translator
-from .vocab import SOS_ID
 
 Link = tuple[int, int]                      # (source word, target word), from 0
 WordPosterior = tuple[np.ndarray, np.ndarray]   # [written words, given words], and NULL's share [written words]
@@ -97,8 +96,7 @@ def word_attention(translator: Translator, pairs: list[tuple[list[str], list[str
         raise AttnmtError(f"step {step!r}: choose {', '.join(ALIGN_STEPS)}")
     first = ALIGN_STEPS.index(step)        # the row of target piece 0: output 0 (it writes it), input 1
     model = translator.model
-    pieces = [(translator.src_tokenizer.tokenize_words(s), translator.tgt_tokenizer.tokenize_words(t))
-              for s, t in pairs]
+    pieces = [(translator.source_word_tokens(s), translator.tgt_tokenizer.tokenize_words(t)) for s, t in pairs]
     results: list[np.ndarray] = [np.zeros((len(t), len(s)), dtype=np.float32) for s, t in pairs]
     ready = [i for i, ((s, _), (t, _)) in enumerate(pieces) if s and t]
     ready.sort(key=lambda i: -len(pieces[i][0][0]))
@@ -109,7 +107,8 @@ def word_attention(translator: Translator, pairs: list[tuple[list[str], list[str
             src = pad([translator.tokenization.src_vocab.encode(pieces[i][0][0]) for i in rows]).to(translator.device)
             lengths = torch.tensor([len(pieces[i][0][0]) for i in rows])
             # The whole target is fed, so that the step after the last piece reads it too.
-            tgt_in = pad([[SOS_ID] + translator.tokenization.tgt_vocab.encode(pieces[i][1][0]) for i in rows])   # [B, T + 1]
+            start = translator.tokenization.tgt_vocab.sos_id
+            tgt_in = pad([[start] + translator.tokenization.tgt_vocab.encode(pieces[i][1][0]) for i in rows])   # [B, T + 1]
             maps = require(model, AttentionMaps, "attnmt align").attention_maps(src, lengths, tgt_in.to(translator.device))
             if "cross" not in maps:
                 raise AttnmtError("this model has no attention (model.attention none): it cannot align words")
@@ -181,7 +180,7 @@ def chosen_map(cross: torch.Tensor, layer: Optional[int], head: Optional[int]) -
 
 def cross_attention_layers(translator: Translator) -> int:
     """How many layers of cross-attention the model has (one for an RNN)."""
-    one = torch.tensor([[SOS_ID]], device=translator.device)
+    one = torch.tensor([[translator.tokenization.tgt_vocab.sos_id]], device=translator.device)
     with torch.inference_mode():
         maps = translator.model.eval().attention_maps(one, torch.tensor([1]), one)
     if "cross" not in maps:

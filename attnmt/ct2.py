@@ -39,11 +39,13 @@ class CTranslate2Translator(TextTranslator):
     where attnmt uses GNMT's ((5 + length) / 6)^alpha; with alpha 0 (the default) both rank alike."""
 
     def __init__(self, engine: Any, config: Config, src_tokenizer: Tokenizer, tgt_tokenizer: Tokenizer,
-                 device: torch.device, architecture: dict[str, int | str | bool], vocab_sizes: tuple[int, int]) -> None:
+                 device: torch.device, architecture: dict[str, int | str | bool], vocab_sizes: tuple[int, int],
+                 source_end: Optional[str] = None) -> None:
         self.engine, self.config = engine, config
         self.src_tokenizer, self.tgt_tokenizer = src_tokenizer, tgt_tokenizer
         self._device = device
         self.architecture, self.vocab_sizes = architecture, vocab_sizes
+        self.source_end = source_end
 
     @classmethod
     def load(cls, path: str | Path, device: str = "auto", precision: Optional[str] = None) -> "CTranslate2Translator":
@@ -59,6 +61,7 @@ class CTranslate2Translator(TextTranslator):
             src_tokenizer, tgt_tokenizer = tokenizers_from_dicts(saved["src_tokenizer"], saved["tgt_tokenizer"])
             architecture, vocab_sizes = dict(saved["architecture"]), (int(saved["src_vocab_size"]),
                                                                      int(saved["tgt_vocab_size"]))
+            source_end = saved.get("source_end")   # engines exported before model.source_eos: none
         except (OSError, ValueError, KeyError, TypeError, AttnmtError) as err:
             raise AttnmtError(f"{engine_file}: unreadable ({first_line(err)}); export the model again") from None
         override_decode_precision(config, precision)
@@ -71,7 +74,7 @@ class CTranslate2Translator(TextTranslator):
         except (RuntimeError, ValueError) as err:
             raise AttnmtError(f"{path}: CTranslate2 cannot load it in {compute_type} on {where}: "
                               f"{first_line(err)}") from None
-        return cls(engine, config, src_tokenizer, tgt_tokenizer, where, architecture, vocab_sizes)
+        return cls(engine, config, src_tokenizer, tgt_tokenizer, where, architecture, vocab_sizes, source_end)
 
     def precision_note(self) -> Optional[str]:
         return precision_note({"decode.precision": self.config.decode.precision}, self._device)
@@ -89,7 +92,8 @@ class CTranslate2Translator(TextTranslator):
         limits = [self.max_output_tokens(len(tokens)) for tokens in sources]
         outputs = self.engine.translate_batch(
             sources, max_batch_size=batch_size, beam_size=beam_size, num_hypotheses=n_best, length_penalty=alpha,
-            return_attention=True, max_input_length=0, max_decoding_length=max(limits))
+            return_attention=True, max_input_length=0, max_decoding_length=max(limits),
+            suppress_sequences=[[token] for token in self.config.decode.never_generate] or None)
         found = [(i, tokens[: limits[i]], attention) for i, output in enumerate(outputs)
                  for tokens, attention in zip(output.hypotheses, output.attention)]
         if beam_size > 1 and found:

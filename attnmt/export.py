@@ -24,7 +24,6 @@ from .families.transformer.network import Transformer, sinusoids
 from .files import check_parent_dir
 from .modelfile import CTRANSLATE2_ENGINE_FILE
 from .translate import Translator
-from .vocab import EOS, SOS, UNK
 
 
 def ctranslate2_package() -> Any:
@@ -59,7 +58,8 @@ def export_ctranslate2(model_path: str | Path, out_dir: str | Path, quantization
     pre = config.norm == "pre"
     spec = transformer_spec.TransformerSpec.from_config(
         (config.enc_layers, config.dec_layers), config.heads, pre_norm=pre,
-        activation=common_spec.Activation.GELU if config.activation == "gelu" else common_spec.Activation.RELU,
+        activation={"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU,
+                    "silu": common_spec.Activation.SWISH}[config.activation],
         alignment_layer=-1, alignment_heads=config.heads)
     # The weights by their attnmt names (transformer.py's layout: query_proj, key_proj, value_proj,
     # out_proj of each attention; feed_forward.0 and .3; each sublayer's norm).
@@ -69,7 +69,7 @@ def export_ctranslate2(model_path: str | Path, out_dir: str | Path, quantization
         positions = weights["positions.weight"]
     else:
         count = max(max_positions, config.max_positions)
-        positions = sinusoids(torch.arange(count).unsqueeze(0), config.emb_dim)[0].numpy()
+        positions = sinusoids(torch.arange(count).unsqueeze(0), config.emb_dim, config.sinusoid_layout)[0].numpy()
     for side, stack in (("encoder", spec.encoder), ("decoder", spec.decoder)):
         stack.scale_embeddings = True                                  # attnmt scales embeddings by √d too
         stack.position_encodings.encodings = positions
@@ -91,8 +91,10 @@ def export_ctranslate2(model_path: str | Path, out_dir: str | Path, quantization
         _layer_norm(layer.attention.layer_norm, weights, f"{scope}.cross_attention_norm")
         _feed_forward(layer.ffn, weights, scope)
 
-    spec.config.unk_token, spec.config.bos_token, spec.config.eos_token = UNK, SOS, EOS
-    spec.config.decoder_start_token = SOS
+    target = translator.tokenization.tgt_vocab
+    spec.config.unk_token, spec.config.bos_token, spec.config.eos_token = (
+        target.itos[target.unk_id], target.itos[target.sos_id], target.eos)
+    spec.config.decoder_start_token = target.itos[target.sos_id]
     spec.config.layer_norm_epsilon = network.decoder_stack()[0].self_attention_norm.eps
     spec.register_source_vocabulary(translator.tokenization.src_vocab.to_list())
     spec.register_target_vocabulary(translator.tokenization.tgt_vocab.to_list())
@@ -121,7 +123,7 @@ def write_engine_file(out_dir: Path, translator: Translator) -> None:
     engine = {"kind": "attnmt-ctranslate2", "config": description["config"],
               "src_tokenizer": description["src_tokenizer"], "tgt_tokenizer": description["tgt_tokenizer"],
               "architecture": info.architecture, "src_vocab_size": info.src_vocab_size,
-              "tgt_vocab_size": info.tgt_vocab_size}
+              "tgt_vocab_size": info.tgt_vocab_size, "source_end": translator.source_end}
     (out_dir / CTRANSLATE2_ENGINE_FILE).write_text(json.dumps(engine), encoding="utf-8")
 
 

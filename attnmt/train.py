@@ -15,7 +15,7 @@ import torch
 from tqdm import tqdm
 
 from .average import average_weights, keep_epoch_model
-from .batch import batch_indices, collate
+from .batch import Framing, batch_indices, collate
 from .config import Config, TrainConfig, TrainPrecision
 from .errors import AttnmtError
 from .evaluate import score_translations
@@ -88,7 +88,8 @@ class TrainResult:
     minutes: float  # on the training clock, which a resumed run continues
 
 
-def evaluate_loss(model: Model, examples: list[Example], batch_size: int, device: torch.device) -> float:
+def evaluate_loss(model: Model, examples: list[Example], batch_size: int, device: torch.device,
+                  framing: Framing = Framing()) -> float:
     """Mean cross-entropy per target token, teacher-forced, no dropout."""
     forced = TeacherForced(model).eval()
     total, tokens = 0.0, 0
@@ -96,7 +97,7 @@ def evaluate_loss(model: Model, examples: list[Example], batch_size: int, device
     with torch.inference_mode():
         for batch_ids in batch_indices(lengths, batch_size):
             ids = batch_ids.tolist()
-            batch = collate([examples[i] for i in ids], ids, device)
+            batch = collate([examples[i] for i in ids], ids, device, framing)
             at = batch.target_mask
             logits = forced(batch.src, batch.src_lengths, batch.tgt_in, at)
             total += sequence_loss(logits, batch.tgt_out[at]).item()
@@ -129,7 +130,7 @@ def train(config: Config, resume: bool = False, overwrite: bool = False,
     start = ranks.share(find_start(config, out_dir / CHECKPOINT_FILE if resume else None, log)
                         if ranks.is_main else None)
     assert start is not None, "rank 0 shares where the run starts"
-    data = TrainingData.of(PreparedCorpus.open(start.corpus), config.data.max_len)
+    data = TrainingData.of(PreparedCorpus.open(start.corpus), config.data.max_len, config.model.source_eos)
     corpus, text = data.corpus, data.corpus.tokenization
     left_out = ", ".join(f"{n} {reason.replace('_', ' ')}" for reason, n in corpus.report["left_out"].items() if n)
     log(f"data: {len(corpus)} training pairs ({left_out or 'none'} left out), {len(data.valid)} valid, "
@@ -360,7 +361,8 @@ class Run:
     def validate(self) -> dict:
         """The validation figures of the model now: loss and, with validation pairs, exact match and BLEU."""
         translator, progress = self.translator, self.progress
-        valid_loss = evaluate_loss(translator.model, self.data.valid, self.config.train.batch_size, self.device)
+        valid_loss = evaluate_loss(translator.model, self.data.valid, self.config.train.batch_size, self.device,
+                                   self.data.framing)
         train_loss = progress.epoch_loss / max(progress.epoch_tokens, 1)
         record = {"epoch": progress.epoch, "step": progress.step, "train_loss": round(train_loss, 4),
                   "valid_loss": round(valid_loss, 4),

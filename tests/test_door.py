@@ -67,6 +67,8 @@ def config_cases() -> list[tuple[str, str]]:
                 cases += [(key, "maybe"), (key, "3")]
             elif hint is str:
                 cases += [(key, "[1, 2]"), (key, "{a: 1}")]
+            elif typing.get_origin(hint) is list:
+                cases += [(key, "not-a-list"), (key, "[[1, 2]]")]
             else:
                 assert hint in (int, float) and "range" in f.metadata, f"{key}: a number without a range"
                 cases += [(key, "abc"), (key, "[1]")] + [(key, repr(v)) for v in out_of_range(hint, f.metadata["range"])]
