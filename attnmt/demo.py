@@ -8,7 +8,8 @@ from typing import Callable
 from .config import Config, config_from_dict
 from .errors import AttnmtError
 from .plot import plot_attention
-from .train import holds_model, train
+from .resume import holds_model
+from .train import train
 from .translate import Translator
 
 # One epoch and no time budget: every machine trains the same updates, so the demo trains as far on
