@@ -20,7 +20,7 @@ from .fast import fast_paths_in
 from .fast.compiled import compiled_step
 from .fast.int8 import int8_decoding_copy
 from .modelfile import ModelDescription, describe, load_file, network_weights, read_model, save_model
-from .precision import precision_note, resolve_device
+from .precision import has_lstm, precision_note, resolve_device
 from .precision import resolve as resolve_precision
 from .seam import Model, gives, require
 from .search import Hypothesis, Step, beam_search, greedy, top_k
@@ -232,8 +232,7 @@ class Translator(TextTranslator):
 
     def precision_note(self) -> Optional[str]:
         """One line on the precision chosen (for `auto`) or a warning (bf16 without native bf16), or None."""
-        return precision_note({"decode.precision": self.config.decode.precision}, self.device,
-                              lstm=any(isinstance(module, torch.nn.LSTM) for module in self.model.modules()))
+        return precision_note({"decode.precision": self.config.decode.precision}, self.device, has_lstm(self.model.modules()))
 
     def _search(self, sources: list[list[str]], n_best: int, beam_size: int, alpha: float,
                 batch_size: int) -> list[list[Translation]]:
