@@ -83,6 +83,16 @@ class LoopKept(NamedTuple):
     v: Optional[torch.Tensor]
 
 
+class LoopDims(NamedTuple):
+    """The loop's widths and product dtype, as its backward reads them."""
+
+    A: int                             # additive attention's (0 for dot and general)
+    O: int                             # the attentional vector's, h~_t
+    D: int                             # the context's, c_t
+    dtype: torch.dtype                 # of the matrix products
+    query_bias: bool                   # whether W_q has a bias (concat)
+
+
 class InputFedGRUAttention(torch.autograd.Function):
     """Features [B, T, O] and attention weights [B, T, S] for all T steps.
 
@@ -146,7 +156,7 @@ class InputFedGRUAttention(torch.autograd.Function):
                 contexts[t] = torch.bmm(weights[t].to(dtype).unsqueeze(1), values_c)[:, 0]  # [B, D]
                 tanh_(torch.add(F.linear(contexts[t].to(dtype), w_context_c), projected[:, A:A + O], out=features[t]))
 
-        ctx.dims = (A, O, D, dtype, query_bias)
+        ctx.dims = LoopDims(A, O, D, dtype, query_bias)
         ctx.set_materialize_grads(False)  # no zeros for the weights' gradient when no loss reads them
         ctx.input_dtypes = (embedded.dtype, h0.dtype, keys.dtype, values.dtype)
         ctx.save_for_backward(*LoopKept(states, projections, gates_rz, gates_n, weights, contexts, features, hiddens,
@@ -156,80 +166,117 @@ class InputFedGRUAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_features, grad_weights):
-        A, O, D, dtype, query_bias = ctx.dims
-        additive = A > 0
+        dims: LoopDims = ctx.dims
         kept = LoopKept(*ctx.saved_tensors)
-        states, projections, features, weights, hiddens = kept.states, kept.projections, kept.features, kept.weights, kept.hiddens
-        T, B, H = kept.gates_n.shape
-        G = 3 * H
-        state_dtype = states.dtype
-
-        grad_features = torch.zeros_like(features) if grad_features is None else grad_features.transpose(0, 1)  # [T, B, O]
+        grad_features = torch.zeros_like(kept.features) if grad_features is None else grad_features.transpose(0, 1)  # [T, B, O]
         if grad_weights is not None:
             grad_weights = grad_weights.transpose(0, 1)                           # [T, B, S]
-        # Row k: the gradient of projections[k], the products of states[k]: [query, combine, gates].
-        state_rows = states.new_zeros(T + 1, B, A + O + G)
-        grad_combined = state_rows[1:, :, A:A + O]                                # [T, B, O], a view
-        grad_gi = states.new_empty(T, B, G)
-        grad_contexts = states.new_empty(T, B, D)
-        grad_scores = states.new_empty(T, B, weights.shape[2])
-        grad_keys = torch.zeros_like(kept.keys, dtype=state_dtype) if additive else None
-        grad_hidden = None if hiddens is None else torch.empty_like(hiddens[0])   # [B, S, A], each step's in turn
-        grad_h_carry = states.new_zeros(B, H)     # of h_t through h_{t+1} = n + z (h_t - n)
-        grad_feed = states.new_zeros(B, O)        # of the attentional vector through the next step's input
-        for t in reversed(range(T)):
-            f, w = features[t], weights[t]
-            grad_pre = torch.mul(f, f, out=grad_combined[t]).neg_().add_(1).mul_(grad_features[t] + grad_feed)
-            grad_contexts[t] = grad_pre.to(dtype) @ kept.w_context                # [B, D]
-            grad_w = torch.bmm(kept.values, grad_contexts[t].to(dtype).unsqueeze(2))[:, :, 0].to(state_dtype)  # [B, S]
-            if grad_weights is not None:
-                grad_w += grad_weights[t]
-            grad_s = torch.mul(w, grad_w - (w * grad_w).sum(-1, keepdim=True), out=grad_scores[t])  # softmax
-            row = state_rows[t + 1]
-            if additive:  # scores 2 vᵀ σ(x), x = 2 W_q h_t + 2 W_k h_j
-                assert hiddens is not None and kept.v is not None and grad_keys is not None and grad_hidden is not None
-                grad_s.mul_(2)
-                sigmoid_hidden_grad(hiddens[t], kept.v, grad_s, out=grad_hidden)  # [B, S, A], of x
-                grad_keys += grad_hidden  # per step: all steps' kept for one sum needed as much memory again as hiddens
-                row[:, :A] = grad_hidden.sum(1)
-                row[:, :A] *= 2
-            grad_h = (row.to(dtype) @ kept.w_state).to(state_dtype).add_(grad_h_carry)  # [B, H]
-            if not additive:
-                grad_h += torch.bmm(grad_s.to(dtype).unsqueeze(1), kept.keys)[:, 0]
-            # The gates' input part goes to grad_gi, their recurrent part to the row of projections[t].
-            grad_h_carry = gru_cell_backward(grad_h, states[t], kept.gates_rz[t], kept.gates_n[t],
-                                             projections[t, :, A + O + 2 * H:], grad_gi[t], state_rows[t, :, A + O:])
-            if t > 0:
-                grad_feed = (grad_gi[t].to(dtype) @ kept.w_feed).to(state_dtype)
-        grad_h0 = (state_rows[0].to(dtype) @ kept.w_state).to(state_dtype).add_(grad_h_carry)
-
-        def product(rows: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:     # Σ rowsᵀ inputs over steps
-            return (rows.reshape(-1, rows.shape[-1]).T.to(dtype) @ inputs.reshape(-1, inputs.shape[-1]).to(dtype)).to(state_dtype)
-
-        grad_w_state = product(state_rows, states)                                # [A + O + G, H]
-        grad_b_state = state_rows.sum((0, 1))
-        grad_w_combine = torch.cat([product(grad_combined, kept.contexts), grad_w_state[A:A + O]], dim=1)
-        embedded_steps = kept.embedded.transpose(0, 1)                            # [T, B, E]
-        grad_w_ih = torch.cat([product(grad_gi, embedded_steps), product(grad_gi[1:], features[:-1])], dim=1)
-        grad_embedded = (grad_gi.to(dtype) @ kept.w_embedded).transpose(0, 1)     # [B, T, E]
-        grad_values = torch.bmm(weights.permute(1, 2, 0).to(dtype), grad_contexts.transpose(0, 1).to(dtype))
-        grad_v: Optional[torch.Tensor]
-        grad_w_query: Optional[torch.Tensor]
-        grad_b_query: Optional[torch.Tensor]
-        if additive:
-            assert hiddens is not None and grad_keys is not None
-            grad_v = product(grad_scores.reshape(-1, 1), hiddens)[0]             # [A]
-            grad_keys *= 2                                                        # dx / d(W_k h_j) = 2
-            grad_w_query = grad_w_state[:A]
-            grad_b_query = grad_b_state[:A] if query_bias else None
-        else:
-            grad_v = grad_w_query = grad_b_query = None
-            grad_keys = torch.bmm(grad_scores.permute(1, 2, 0).to(dtype), states[1:].transpose(0, 1).to(dtype))
+        grads, grad_h0 = steps_backward(kept, dims, grad_features, grad_weights)
+        grad_embedded, grad_keys, grad_values, grad_loop_weights = products_backward(kept, dims, grads)
         embedded_dtype, h0_dtype, keys_dtype, values_dtype = ctx.input_dtypes
-        grad_loop_weights = LoopWeights(grad_w_ih, grad_gi.sum((0, 1)), grad_w_state[A + O:], grad_b_state[A + O:],
-                                        grad_w_query, grad_b_query, grad_v, grad_w_combine, grad_b_state[A:A + O])
         return (grad_embedded.to(embedded_dtype), grad_h0.to(h0_dtype), grad_keys.to(keys_dtype),
                 grad_values.to(values_dtype), None, *grad_loop_weights)
+
+
+class StepGrads(NamedTuple):
+    """The gradients of every step's products, time-major: what each weight's gradient sums over steps."""
+
+    state_rows: torch.Tensor           # [T + 1, B, A + O + G], row k of projections[k]: [query, combine's h_t part, gates]
+    gi: torch.Tensor                   # [T, B, G], of the gates' input part
+    contexts: torch.Tensor             # [T, B, D], of c_t
+    scores: torch.Tensor               # [T, B, S], of the scores (additive: of vᵀσ(x), twice the score's)
+    keys: Optional[torch.Tensor]       # [B, S, A], additive: of x through W_k h_j, summed over steps (else None)
+
+
+def steps_backward(kept: LoopKept, dims: LoopDims, grad_features: torch.Tensor, grad_weights: Optional[torch.Tensor]
+                   ) -> tuple[StepGrads, torch.Tensor]:
+    """The loop's steps in reverse, given the gradients of the features [T, B, O] and of the attention
+    weights [T, B, S] (or None): every step's gradients and h0's [B, H]."""
+    A, O, dtype, states = dims.A, dims.O, dims.dtype, kept.states
+    T, B, H = kept.gates_n.shape
+    grads = StepGrads(states.new_zeros(T + 1, B, A + O + 3 * H), states.new_empty(T, B, 3 * H),
+                      states.new_empty(T, B, dims.D), states.new_empty(T, B, kept.weights.shape[2]),
+                      torch.zeros_like(kept.keys, dtype=states.dtype) if A > 0 else None)
+    grad_combined = grads.state_rows[1:, :, A:A + O]                           # [T, B, O], a view
+    grad_hidden = None if kept.hiddens is None else torch.empty_like(kept.hiddens[0])  # [B, S, A], each step's in turn
+    grad_h_carry = states.new_zeros(B, H)     # of h_t through h_{t+1} = n + z (h_t - n)
+    grad_feed = states.new_zeros(B, O)        # of the attentional vector through the next step's input
+    for t in reversed(range(T)):
+        # h~_t = tanh(W_c [c_t; h_t]): the gradient of the product, the combine part of row t + 1
+        f = kept.features[t]
+        grad_pre = torch.mul(f, f, out=grad_combined[t]).neg_().add_(1).mul_(grad_features[t] + grad_feed)
+        grad_s = attention_backward(kept, dims, grads, t, grad_pre,
+                                    None if grad_weights is None else grad_weights[t], grad_hidden)
+        # h_t: through the products that read it (row t + 1) and through h_{t+1}
+        grad_h = (grads.state_rows[t + 1].to(dtype) @ kept.w_state).to(states.dtype).add_(grad_h_carry)  # [B, H]
+        if A == 0:                                                             # dot, general: s_j = k_jᵀ h_t
+            grad_h += torch.bmm(grad_s.to(dtype).unsqueeze(1), kept.keys)[:, 0]
+        # The gates' input part goes to grads.gi, their recurrent part to the row of projections[t].
+        grad_h_carry = gru_cell_backward(grad_h, states[t], kept.gates_rz[t], kept.gates_n[t],
+                                         kept.projections[t, :, A + O + 2 * H:], grads.gi[t],
+                                         grads.state_rows[t, :, A + O:])
+        if t > 0:                                                              # input feeding: h~_{t-1} in step t's input
+            grad_feed = (grads.gi[t].to(dtype) @ kept.w_feed).to(states.dtype)
+    grad_h0 = (grads.state_rows[0].to(dtype) @ kept.w_state).to(states.dtype).add_(grad_h_carry)
+    return grads, grad_h0
+
+
+def attention_backward(kept: LoopKept, dims: LoopDims, grads: StepGrads, t: int, grad_pre: torch.Tensor,
+                       grad_weights: Optional[torch.Tensor], grad_hidden: Optional[torch.Tensor]) -> torch.Tensor:
+    """Step t's attention in reverse, from the gradient of W_c [c_t; h_t] grad_pre [B, O] (and of
+    α_t, grad_weights [B, S], if a loss reads it): c_t's into grads.contexts, the scores' into
+    grads.scores (returned); for additive scores, W_q h_t's into the query part of row t + 1 and W_k
+    h_j's added to grads.keys, through grad_hidden [B, S, A]."""
+    A, dtype, alpha = dims.A, dims.dtype, kept.weights[t]                  # α_t [B, S]
+    grads.contexts[t] = grad_pre.to(dtype) @ kept.w_context                # [B, D]
+    # c_t = Σ_j α_tj v_j
+    grad_alpha = torch.bmm(kept.values, grads.contexts[t].to(dtype).unsqueeze(2))[:, :, 0].to(alpha.dtype)  # [B, S]
+    if grad_weights is not None:
+        grad_alpha += grad_weights
+    # α_t = softmax(s)
+    grad_s = torch.mul(alpha, grad_alpha - (alpha * grad_alpha).sum(-1, keepdim=True), out=grads.scores[t])
+    if A > 0:  # s = 2 vᵀ σ(x), x = 2 W_q h_t + 2 W_k h_j
+        assert kept.hiddens is not None and kept.v is not None and grads.keys is not None and grad_hidden is not None
+        grad_s.mul_(2)
+        sigmoid_hidden_grad(kept.hiddens[t], kept.v, grad_s, out=grad_hidden)  # [B, S, A], of x
+        grads.keys.add_(grad_hidden)  # per step: all steps' kept for one sum needed as much memory again as hiddens
+        row = grads.state_rows[t + 1]
+        row[:, :A] = grad_hidden.sum(1)
+        row[:, :A] *= 2
+    return grad_s
+
+
+def products_backward(kept: LoopKept, dims: LoopDims, grads: StepGrads
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, LoopWeights]:
+    """Each weight's gradient as one product over all steps, and the gradients of the inputs the
+    products read: embedded [B, T, E], keys, values [B, S, D]."""
+    A, O, dtype, state_dtype = dims.A, dims.O, dims.dtype, kept.states.dtype
+
+    def product(rows: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:     # Σ rowsᵀ inputs over steps
+        return (rows.reshape(-1, rows.shape[-1]).T.to(dtype) @ inputs.reshape(-1, inputs.shape[-1]).to(dtype)).to(state_dtype)
+
+    grad_w_state = product(grads.state_rows, kept.states)                     # [A + O + G, H]
+    grad_b_state = grads.state_rows.sum((0, 1))
+    grad_w_combine = torch.cat([product(grads.state_rows[1:, :, A:A + O], kept.contexts), grad_w_state[A:A + O]], dim=1)
+    embedded_steps = kept.embedded.transpose(0, 1)                            # [T, B, E]
+    grad_w_ih = torch.cat([product(grads.gi, embedded_steps), product(grads.gi[1:], kept.features[:-1])], dim=1)
+    grad_embedded = (grads.gi.to(dtype) @ kept.w_embedded).transpose(0, 1)    # [B, T, E]
+    grad_values = torch.bmm(kept.weights.permute(1, 2, 0).to(dtype), grads.contexts.transpose(0, 1).to(dtype))
+    grad_v: Optional[torch.Tensor]
+    grad_w_query: Optional[torch.Tensor]
+    grad_b_query: Optional[torch.Tensor]
+    if A > 0:
+        assert kept.hiddens is not None and grads.keys is not None
+        grad_v = product(grads.scores.reshape(-1, 1), kept.hiddens)[0]       # [A]
+        grad_keys = grads.keys.mul_(2)                                        # dx / d(W_k h_j) = 2
+        grad_w_query = grad_w_state[:A]
+        grad_b_query = grad_b_state[:A] if dims.query_bias else None
+    else:
+        grad_v = grad_w_query = grad_b_query = None
+        grad_keys = torch.bmm(grads.scores.permute(1, 2, 0).to(dtype), kept.states[1:].transpose(0, 1).to(dtype))
+    grad_loop_weights = LoopWeights(grad_w_ih, grads.gi.sum((0, 1)), grad_w_state[A + O:], grad_b_state[A + O:],
+                                    grad_w_query, grad_b_query, grad_v, grad_w_combine, grad_b_state[A:A + O])
+    return grad_embedded, grad_keys, grad_values, grad_loop_weights
 
 
 class LayerKept(NamedTuple):
