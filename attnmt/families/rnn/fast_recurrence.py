@@ -13,9 +13,10 @@ the gold target known the decoder runs step by step. Products that read the same
 one call: the new state h_t feeds the query, the combine layer and the next step's recurrent
 gates, so those three weights are stacked. InputFedGRUAttention covers one-layer GRU decoders
 with additive, dot or general attention: the peers' model of the speed benchmark.
-FusedDecoder.features uses it for them under full teacher forcing, GRULayerEncoder uses GRULayer
-when it trains on a CPU; tests/test_fast.py checks both compute what autograd through the
-reference modules computes.
+FusedDecoder.features uses it for them under full teacher forcing (the network builds a
+FusedDecoder for those alone), GRULayerEncoder uses GRULayer when it trains on a CPU (built for GRU
+encoders); tests/test_fast.py checks both compute what autograd through the reference modules
+computes, and that fast.fast_paths_in names them where they run.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ import torch
 from torch.nn import functional as F
 
 from ...fast.gru import gru_cell, gru_cell_backward, tanh_
-from .attention import AdditiveAttention, DotAttention, GeneralAttention
+from .attention import AdditiveAttention, Attention, DotAttention, GeneralAttention
+from .config import RNNConfig
 from .decoder import Decoder, RNNDecoderState, RNNMemory
 from .encoder import Encoder, RNNState
 from .fast_attention import SigmoidAdditiveAttention, sigmoid_hidden, sigmoid_hidden_grad
@@ -404,15 +406,24 @@ def reverse_time(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return x.gather(0, index.view(*index.shape, *[1] * (x.dim() - 2)).expand_as(x))
 
 
+def layer_by_layer(gradients: bool, device: torch.device) -> bool:
+    """Whether a GRULayerEncoder runs GRULayer: where gradients flow (training), on a CPU."""
+    return gradients and device.type == "cpu"
+
+
 class GRULayerEncoder(Encoder):
-    """Encoder whose GRU trains layer by layer through GRULayer on CPUs (replaces nn.GRU over a
+    """Encoder of GRUs that trains layer by layer through GRULayer on CPUs (replaces nn.GRU over a
     packed sequence there: on CPUs its backward runs autograd through every step's small products,
-    on GPUs cuDNN's fused kernels are faster still)."""
+    on GPUs cuDNN's fused kernels are faster still; decoding needs no backward)."""
 
     replaces = Encoder
 
+    def runs(self, device: torch.device) -> bool:
+        """fast.fast_paths_in: in training, on a CPU."""
+        return layer_by_layer(self.training, device)
+
     def run_rnn(self, x: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, RNNState]:
-        if not (self.rnn.mode == "GRU" and torch.is_grad_enabled() and x.device.type == "cpu"):
+        if not layer_by_layer(torch.is_grad_enabled(), x.device):
             return super().run_rnn(x, lengths)
         finals = []
         for layer in range(self.rnn.num_layers):
@@ -433,20 +444,27 @@ FUSED_SCORES = (AdditiveAttention, SigmoidAdditiveAttention, DotAttention, Gener
 
 
 class FusedDecoder(Decoder):
-    """Decoder whose teacher-forced loop runs as one InputFedGRUAttention node when it can (replaces
-    features_step_by_step for one-layer input-fed GRU decoders of the Luong order with global attention)."""
+    """Decoder whose teacher-forced loop runs as one InputFedGRUAttention node (replaces
+    features_step_by_step for one-layer input-fed GRU decoders of the Luong order with additive, dot
+    or general attention, trained under full teacher forcing: `loops`)."""
 
     replaces = Decoder
 
-    @property
-    def fused(self) -> bool:
-        # The loop computes the scores it knows (additive, dot, general); any other kind runs step by step.
-        return (self.order == "luong" and self.input_feeding and self.rnn.mode == "GRU"
-                and self.rnn.num_layers == 1 and type(self.attention) in FUSED_SCORES)
+    @staticmethod
+    def loops(config: RNNConfig, attention: Attention) -> bool:
+        """Whether a decoder of `config` with `attention` trains through the fused loop, the network's
+        choice: the loop computes the scores it knows; with scheduled sampling (teacher_forcing below
+        1) each step's input waits for the last step's output, and training runs step by step."""
+        return (config.decoder == "luong" and config.input_feeding and config.rnn == "gru" and config.dec_layers == 1
+                and config.teacher_forcing >= 1.0 and type(attention) in FUSED_SCORES)
+
+    def runs(self, device: torch.device) -> bool:
+        """fast.fast_paths_in: in training (decoding's steps are Decoder's)."""
+        return self.training
 
     def features(self, tgt_in: torch.Tensor, state: RNNDecoderState, memory: RNNMemory, teacher_forcing: float = 1.0
                  ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-        if teacher_forcing < 1.0 or not self.fused:
+        if teacher_forcing < 1.0:
             return super().features(tgt_in, state, memory, teacher_forcing)
         return InputFedGRUAttention.apply(self.embed(tgt_in), state.hidden[0][0], memory.keys, memory.values,
                                           memory.mask, *LoopWeights.of(self))
