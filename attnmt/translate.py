@@ -362,7 +362,7 @@ def model_info(path: str | Path) -> dict:
     tokenizer, vocabularies, how it was trained (older files do not say), format, its aligner if any."""
     description, _, meta = read_model(path)
     config, text = description.config, description.tokenization
-    network = build_model(config.model, len(text.src_vocab), len(text.tgt_vocab), config.decode.fast_paths)
+    network = build_model(config.model, len(text.src_vocab), len(text.tgt_vocab), config.decode.fast_paths).eval()
     tokenizer = {k: v for k, v in text.src_tokenizer.to_dict().items() if k != "model"}
     if config.tokenizer.level in ("bpe", "unigram"):
         tokenizer.update(vocab_size=config.tokenizer.vocab_size, joint=config.tokenizer.joint)
