@@ -46,9 +46,9 @@ MAP_AXES = {"cross": ("source", "output"), "encoder": ("source", "source"),
 FROM_1 = Number(int, Range("[1, 1024]"))
 # `attnmt align`'s flags that one kind of method reads (by dest): the --method each is for, and why the other
 # kind refuses it.
-NO_ATTENTION, BY_ATTENTION = "the aligner reads no attention", " or ".join(ATTENTION_METHODS)
-ATTENTION_FLAGS = {"threshold": ("threshold", NO_ATTENTION), "layer": (BY_ATTENTION, NO_ATTENTION),
-                   "head": (BY_ATTENTION, NO_ATTENTION), "step": (BY_ATTENTION, NO_ATTENTION),
+READS_NO_ATTENTION, BY_ATTENTION = "the aligner reads no attention", " or ".join(ATTENTION_METHODS)
+ATTENTION_FLAGS = {"threshold": ("threshold", READS_NO_ATTENTION), "layer": (BY_ATTENTION, READS_NO_ATTENTION),
+                   "head": (BY_ATTENTION, READS_NO_ATTENTION), "step": (BY_ATTENTION, READS_NO_ATTENTION),
                    "reverse": (BY_ATTENTION, "the aligner aligns both ways itself")}
 ALIGNER_FLAGS = {"adapt": (ALIGNER, "only the aligner adapts to the pairs"),
                  "jump_weight": (ALIGNER, "only the aligner weighs jumps")}
