@@ -50,6 +50,16 @@ def map_shapes(model: Model) -> dict[str, tuple[int, int]]:
     return cast(AttentionMaps, model).map_shapes() if gives(model, AttentionMaps) else {}
 
 
+def check_n_best(n_best: int, beam_size: int, names: tuple[str, str] = ("n_best", "beam_size")) -> None:
+    """Refuse more translations per sentence than the beam keeps: 1 ≤ n_best ≤ beam_size. `names` are
+    the two as the caller's user writes them (the CLI's --n-best and --beam, a request's n_best and beam)."""
+    wanted, beam = names
+    if n_best < 1:
+        raise AttnmtError(f"{wanted}: {n_best}; ask for 1 or more")
+    if n_best > beam_size:
+        raise AttnmtError(f"{wanted}: {n_best} is more than the beam ({beam_size}); ask for {beam} {n_best} or more")
+
+
 @dataclass
 class Translation:
     text: str                       # detokenized output
@@ -114,8 +124,7 @@ class TextTranslator(abc.ABC):
         decode = self.config.decode
         beam_size = beam_size or decode.beam_size
         alpha = decode.alpha if alpha is None else alpha
-        if not 1 <= n_best <= beam_size:
-            raise AttnmtError(f"n_best ({n_best}) must be between 1 and the beam size ({beam_size})")
+        check_n_best(n_best, beam_size)
         return self._stream(iter(texts), n_best, beam_size, alpha, batch_size or decode.batch_size)
 
     def _stream(self, texts: Iterator[str], n_best: int, beam_size: int, alpha: float,
