@@ -1,8 +1,8 @@
 """CTranslate2 as the decoding engine of a Transformer written by `attnmt export --to ctranslate2`:
 the same sentences in and `Translation`s out as attnmt's own `Translator` (both are
 `TextTranslator`s), with the attention CTranslate2 returns, the mean of the last layer's heads,
-which is the map attnmt's heatmaps show. The optional `ctranslate2` package is imported only
-here and in export.py.
+which is the map attnmt's heatmaps show. The optional `ctranslate2` package is imported here
+(`ctranslate2_package`, which export.py asks too) and its specification API in export.py.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import torch
 from .config import Config, override_decode_precision
 from .configfile import saved_config
 from .errors import AttnmtError, first_line
-from .export import ctranslate2_package
 from .modelfile import CTRANSLATE2_ENGINE_FILE
 from .precision import precision_note, resolve_device
 from .precision import resolve as resolve_precision
@@ -26,6 +25,16 @@ from .translate import EngineInfo, TextTranslator, Translation
 
 # attnmt's decode.precision as CTranslate2's compute type (int8: int8 products, float32 elsewhere).
 COMPUTE_TYPES = {"fp32": "float32", "bf16": "bfloat16", "int8": "int8_float32"}
+
+
+def ctranslate2_package() -> Any:
+    """The optional ctranslate2 package, or one line saying how to install it."""
+    try:
+        import ctranslate2
+    except ImportError:
+        raise AttnmtError("CTranslate2 (export, --engine ctranslate2) needs the ctranslate2 package: "
+                          "pip install ctranslate2") from None
+    return ctranslate2
 
 
 def is_ctranslate2_model(path: str | Path) -> bool:

@@ -20,7 +20,7 @@ from .fast import fast_paths_in
 from .fast.compiled import compiled_step
 from .fast.int8 import int8_decoding_copy
 from .modelfile import ModelDescription, describe, load_file, network_weights, read_model, save_model
-from .precision import precision_note, resolve_device
+from .precision import has_lstm, precision_note, resolve_device
 from .precision import resolve as resolve_precision
 from .seam import Model, gives, require
 from .search import Hypothesis, Step, Symbols, beam_search, greedy, top_k
@@ -48,6 +48,16 @@ class AttentionMaps(Protocol):
 def map_shapes(model: Model) -> dict[str, tuple[int, int]]:
     """The attention maps `model` gives, name -> (layers, heads); none for a family without AttentionMaps."""
     return cast(AttentionMaps, model).map_shapes() if gives(model, AttentionMaps) else {}
+
+
+def check_n_best(n_best: int, beam_size: int, names: tuple[str, str] = ("n_best", "beam_size")) -> None:
+    """Refuse more translations per sentence than the beam keeps: 1 ≤ n_best ≤ beam_size. `names` are
+    the two as the caller's user writes them (the CLI's --n-best and --beam, a request's n_best and beam)."""
+    wanted, beam = names
+    if n_best < 1:
+        raise AttnmtError(f"{wanted}: {n_best}; ask for 1 or more")
+    if n_best > beam_size:
+        raise AttnmtError(f"{wanted}: {n_best} is more than the beam ({beam_size}); ask for {beam} {n_best} or more")
 
 
 @dataclass
@@ -127,8 +137,7 @@ class TextTranslator(abc.ABC):
         decode = self.config.decode
         beam_size = beam_size or decode.beam_size
         alpha = decode.alpha if alpha is None else alpha
-        if not 1 <= n_best <= beam_size:
-            raise AttnmtError(f"n_best ({n_best}) must be between 1 and the beam size ({beam_size})")
+        check_n_best(n_best, beam_size)
         return self._stream(iter(texts), n_best, beam_size, alpha, batch_size or decode.batch_size)
 
     def _stream(self, texts: Iterator[str], n_best: int, beam_size: int, alpha: float,
@@ -257,8 +266,7 @@ class Translator(TextTranslator):
 
     def precision_note(self) -> Optional[str]:
         """One line on the precision chosen (for `auto`) or a warning (bf16 without native bf16), or None."""
-        return precision_note({"decode.precision": self.config.decode.precision}, self.device,
-                              lstm=any(isinstance(module, torch.nn.LSTM) for module in self.model.modules()))
+        return precision_note({"decode.precision": self.config.decode.precision}, self.device, has_lstm(self.model.modules()))
 
     def _search(self, sources: list[list[str]], n_best: int, beam_size: int, alpha: float,
                 batch_size: int) -> list[list[Translation]]:
@@ -389,7 +397,7 @@ def model_info(path: str | Path) -> dict:
     tokenizer, vocabularies, how it was trained (older files do not say), format, its aligner if any."""
     description, _, meta = read_model(path)
     config, text = description.config, description.tokenization
-    network = build_model(config.model, len(text.src_vocab), len(text.tgt_vocab), config.decode.fast_paths)
+    network = build_model(config.model, len(text.src_vocab), len(text.tgt_vocab), config.decode.fast_paths).eval()
     tokenizer = {k: v for k, v in text.src_tokenizer.to_dict().items() if k != "model"}
     if config.tokenizer.level in ("bpe", "unigram"):
         tokenizer.update(vocab_size=config.tokenizer.vocab_size, joint=config.tokenizer.joint)

@@ -154,7 +154,7 @@ def test_n_best_above_the_beam_names_both_flags(dates_model, tmp_path, capsys):
     src.write_text("March 3, 2021\n", encoding="utf-8")
     code, err = run(capsys, ["translate", str(dates_model), "-i", str(src), "--n-best", "3", "--beam", "2",
                              "-o", str(tmp_path / "out.txt")])
-    assert_refused(code, err, "--n-best 3", "beam size 2")
+    assert_refused(code, err, "--n-best: 3 is more than the beam (2)", "ask for --beam 3 or more")
     assert not (tmp_path / "out.txt").exists()
 
 
