@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from attnmt import AttnmtError, Translator
 from attnmt.config import Config
 from attnmt.configfile import load_config
+from attnmt.families.rnn.config import RNNConfig
 from attnmt.tokenize import SPACE_SYMBOL, WHITE_SPACE, CharTokenizer, WordTokenizer, normalize
 
 # Bounded, so that the suite stays fast; no example database in the repository.
@@ -55,7 +56,7 @@ def test_normalising_twice_changes_nothing(text):
 
 
 # Keys of the config, and some that are not.
-KEYS = [f"{section}.{key}" for section, fields in Config().to_dict().items() for key in fields] + [
+KEYS = [f"{section}.{key}" for section, fields in Config(model=RNNConfig()).to_dict().items() for key in fields] + [
     "model.nope", "nope.lr", "train", "train.", ".lr", "train.lr.x"]
 YAML_VALUES = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True), TEXT,
                         st.lists(st.integers(), max_size=3), st.dictionaries(st.text(max_size=5), st.integers(), max_size=2))
