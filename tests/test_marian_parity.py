@@ -77,10 +77,14 @@ def _lines(path: Path, gz: bool = True) -> list[str]:
         return [line.rstrip("\n") for line in file]
 
 
+def every(lines: list[str], count: int) -> list[str]:
+    """`count` lines spread evenly over `lines`."""
+    return lines[:: max(1, len(lines) // count)][:count]
+
+
 def varied_lines(shared: Path) -> list[str]:
     """1,000 lines, always the same: Multi30k (German, English), Tatoeba (German, Marathi), WMT newstest
     (news German and English), IWSLT (Vietnamese, HTML entities undone) and the crafted edge cases."""
-    every = lambda lines, count: lines[:: max(1, len(lines) // count)][:count]   # noqa: E731
     multi30k = shared / "multi30k"
     tatoeba = [line.split("\t") for line in _lines(shared / "tatoeba_deu_eng" / "deu.txt.gz")]
     marathi = [line.split("\t")[1] for line in _lines(shared / "tatoeba_mar_eng" / "mar.txt.gz")]
@@ -209,6 +213,7 @@ def marian_ids(folder: Path) -> dict[int, int]:
     return {0: pad, pad: 0}
 
 
+@pytest.mark.slow
 def test_per_step_log_probabilities_are_marian_mt_models(pair):
     """Teacher-forced over a reference target: every log-probability of every step, 50 sentences."""
     name, folder, model_file = pair
@@ -250,6 +255,7 @@ def generated(reference, tokenizer, sources: list[str], beam: int) -> list[list[
     return outputs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("beam", [1, 5])
 def test_greedy_and_beam_outputs_are_generates(pair, beam):
     """The same output ids and text as generate on 200 sentences, with its length penalty and max_length.
