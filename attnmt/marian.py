@@ -148,8 +148,8 @@ def _check_representable(folder: MarianFolder) -> None:
                           f"the decoder's must equal the encoder's {encoder_key} {config[encoder_key]}")
     file = "generation_config.json" if folder.file("generation_config.json").is_file() else "config.json"
     for key, default in GENERATION_DEFAULTS.items():
-        value = folder.generation.get(key, default)
-        if value != default and not (key == "min_length" and value is None):
+        value = folder.generation.get(key)
+        if value is not None and value != default:                       # None: unset, the default
             raise _refuse(folder, key, value, f"attnmt's search decodes as generate does with {key} "
                                               f"{json.dumps(default)}", file)
     forced_eos = folder.setting("forced_eos_token_id")
@@ -192,9 +192,8 @@ class Vocabularies:
     """Both sides' vocabularies in Marian's order, and their special tokens."""
 
     source: list[str]
-    target: list[str]
-    joint: bool      # one vocabulary, one embedding matrix for both sides (share_encoder_decoder_embeddings)
-    pad_id: int      # Marian's <pad> id in both
+    target: list[str]   # the same list as `source` where the model has one vocabulary
+    pad_id: int         # Marian's <pad> id in both
     specials: list[str]
 
     def attnmt(self, order: list[str], special_ids: dict[str, int]) -> Vocabulary:
@@ -203,19 +202,17 @@ class Vocabularies:
                                     {name: _attnmt_id(i, self.pad_id) for name, i in special_ids.items()})
 
 
-def _token_id(folder: MarianFolder, order: list[str], token: str, file: str) -> int:
+def _require(folder: MarianFolder, order: list[str], token: str, file: str) -> None:
     if token not in order:
         raise AttnmtError(f"{folder.file(file)}: no {token} token, which MarianTokenizer needs")
-    return order.index(token)
 
 
 def read_vocabularies(folder: MarianFolder) -> Vocabularies:
     """vocab.json (and target_vocab.json with separate vocabularies), checked against config.json's ids."""
     config, names = folder.config, folder.tokenizer
-    joint = config["share_encoder_decoder_embeddings"]
     separate = names.get("separate_vocabs", False)
-    if joint and separate:
-        raise _refuse(folder, "share_encoder_decoder_embeddings", joint,
+    if config["share_encoder_decoder_embeddings"] and separate:
+        raise _refuse(folder, "share_encoder_decoder_embeddings", True,
                       "tokenizer_config.json's separate_vocabs true gives each side a vocabulary of its own")
     source = _marian_order(folder.file("vocab.json"))
     target = _marian_order(folder.file("target_vocab.json")) if separate else source
@@ -229,12 +226,12 @@ def read_vocabularies(folder: MarianFolder) -> Vocabularies:
             raise AttnmtError(f"{folder.file('config.json')}: pad_token_id {pad_id!r} is not an id of {file} "
                               f"({len(order)} tokens)")
         for token in specials[:2]:
-            _token_id(folder, order, token, file)
+            _require(folder, order, token, file)
     eos_id = config["eos_token_id"]
     if not isinstance(eos_id, int) or not 0 <= eos_id < len(target) or target[eos_id] != specials[0]:
         raise AttnmtError(f"{folder.file('config.json')}: eos_token_id {eos_id!r} is not the vocabulary's "
                           f"{specials[0]} (id {target.index(specials[0])})")
-    return Vocabularies(source, target, joint, pad_id, specials)
+    return Vocabularies(source, target, pad_id, specials)
 
 
 def read_tokenization(folder: MarianFolder, vocabularies: Vocabularies) -> Tokenization:
