@@ -47,14 +47,14 @@ import torch
 
 from .aligner import Aligner, piece_tensors, read_aligner, train_aligner
 from .batch import pad
-from .choices import ALIGN_METHODS, ALIGN_STEPS, AVERAGE, MAX_JUMP_WEIGHT, SYMMETRIZATIONS
+from .choices import ALIGN_STEPS, ALIGNER, ATTENTION_METHODS, AVERAGE, LINK_THRESHOLD, MAX_JUMP_WEIGHT, SYMMETRIZATIONS
 from .errors import AttnmtError
 from .seam import AttentionView, require
-from .translate import AttentionMaps, TextTranslator, Translator
-from .vocab import SOS_ID
+from .translate import AttentionMaps, TextTranslator, Translator, map_shapes
 
 Link = tuple[int, int]                      # (source word, target word), from 0
 WordPosterior = tuple[np.ndarray, np.ndarray]   # [written words, given words], and NULL's share [written words]
+NO_ATTENTION = "this model has no attention (model.attention none): it cannot align words"
 
 
 @dataclass
@@ -88,17 +88,62 @@ class AlignmentScores:
                 f"{self.possible} possible in the gold standard)")
 
 
+@dataclass(frozen=True)
+class AttentionLinks:
+    """How align_by_attention reads links off attention (the module's docstring): `method` argmax or
+    threshold (a link needs `threshold` of a target word's attention), from `layer` and `head`
+    (Transformer, from 1; None: the penultimate layer, the mean of its heads) at `step`; with a
+    reverse model, the directions combined by `symmetrization`."""
+
+    method: str = "argmax"
+    threshold: float = LINK_THRESHOLD
+    layer: Optional[int] = None
+    head: Optional[int] = None
+    step: str = "output"
+    symmetrization: str = "grow-diag-final"
+
+    def __post_init__(self) -> None:
+        one_of("method", self.method, ATTENTION_METHODS)
+        if not 0 < self.threshold <= 1:
+            raise AttnmtError(f"threshold {self.threshold}: allowed (0, 1]")
+        one_of("step", self.step, ALIGN_STEPS)
+        one_of("symmetrization", self.symmetrization, (*SYMMETRIZATIONS, AVERAGE))
+
+
+@dataclass(frozen=True)
+class AlignerLinks:
+    """How align_by_aligner reads links off the aligner's posteriors: with `adapt`, a copy of the
+    aligner first trains that many epochs on the pairs themselves (their text alone, as statistical
+    aligners train on the text they align); the jumps weighted by `jump_weight` (None: the aligner's
+    own, AlignerConfig.jump_weight); its two directions combined by `symmetrization`."""
+
+    adapt: int = 0
+    jump_weight: Optional[float] = None
+    symmetrization: str = AVERAGE
+
+    def __post_init__(self) -> None:
+        if self.adapt < 0:
+            raise AttnmtError(f"adapt {self.adapt}: epochs, 0 or more")
+        if self.jump_weight is not None and not 0 <= self.jump_weight <= MAX_JUMP_WEIGHT:
+            raise AttnmtError(f"jump weight {self.jump_weight}: allowed [0, {MAX_JUMP_WEIGHT:g}]")
+        one_of("symmetrization", self.symmetrization, (*SYMMETRIZATIONS, AVERAGE))
+
+
+def one_of(what: str, value: str, allowed: tuple[str, ...]) -> None:
+    """Refuse a named choice that is not one of `allowed`, naming them."""
+    if value not in allowed:
+        raise AttnmtError(f"{what} {value!r}: choose {', '.join(allowed)}")
+
+
 def word_attention(translator: Translator, pairs: list[tuple[list[str], list[str]]], layer: Optional[int] = None,
                    head: Optional[int] = None, step: str = "output", batch_size: int = 32) -> list[np.ndarray]:
     """For each (source words, target words) pair, the target words' attention over the source
     words [len(target), len(source)] of the teacher-forced pass (see the module's docstring);
     `layer` and `head` from 1 (Transformer; head None: the mean of the layer's heads)."""
-    if step not in ALIGN_STEPS:
-        raise AttnmtError(f"step {step!r}: choose {', '.join(ALIGN_STEPS)}")
+    one_of("step", step, ALIGN_STEPS)
     first = ALIGN_STEPS.index(step)        # the row of target piece 0: output 0 (it writes it), input 1
     model = translator.model
-    pieces = [(translator.src_tokenizer.tokenize_words(s), translator.tgt_tokenizer.tokenize_words(t))
-              for s, t in pairs]
+    pieces = [(translator.source_word_tokens(s), translator.tgt_tokenizer.tokenize_words(t)) for s, t in pairs]
     results: list[np.ndarray] = [np.zeros((len(t), len(s)), dtype=np.float32) for s, t in pairs]
     ready = [i for i, ((s, _), (t, _)) in enumerate(pieces) if s and t]
     ready.sort(key=lambda i: -len(pieces[i][0][0]))
@@ -109,10 +154,11 @@ def word_attention(translator: Translator, pairs: list[tuple[list[str], list[str
             src = pad([translator.tokenization.src_vocab.encode(pieces[i][0][0]) for i in rows]).to(translator.device)
             lengths = torch.tensor([len(pieces[i][0][0]) for i in rows])
             # The whole target is fed, so that the step after the last piece reads it too.
-            tgt_in = pad([[SOS_ID] + translator.tokenization.tgt_vocab.encode(pieces[i][1][0]) for i in rows])   # [B, T + 1]
+            start = translator.tokenization.tgt_vocab.sos_id
+            tgt_in = pad([[start] + translator.tokenization.tgt_vocab.encode(pieces[i][1][0]) for i in rows])   # [B, T + 1]
             maps = require(model, AttentionMaps, "attnmt align").attention_maps(src, lengths, tgt_in.to(translator.device))
             if "cross" not in maps:
-                raise AttnmtError("this model has no attention (model.attention none): it cannot align words")
+                raise AttnmtError(NO_ATTENTION)
             cross = chosen_map(maps["cross"], layer, head).float().cpu().numpy()   # [B, T, S], pieces
             for row, i in enumerate(rows):
                 (_, src_owner), (_, tgt_owner) = pieces[i]
@@ -181,12 +227,10 @@ def chosen_map(cross: torch.Tensor, layer: Optional[int], head: Optional[int]) -
 
 def cross_attention_layers(translator: Translator) -> int:
     """How many layers of cross-attention the model has (one for an RNN)."""
-    one = torch.tensor([[SOS_ID]], device=translator.device)
-    with torch.inference_mode():
-        maps = translator.model.eval().attention_maps(one, torch.tensor([1]), one)
-    if "cross" not in maps:
-        raise AttnmtError("this model has no attention (model.attention none): it cannot align words")
-    return maps["cross"].shape[1]
+    shapes = map_shapes(translator.model)
+    if "cross" not in shapes:
+        raise AttnmtError(NO_ATTENTION)
+    return shapes["cross"][0]
 
 
 def default_layer(layers: int) -> int:
@@ -211,13 +255,12 @@ def to_words(weights: np.ndarray, src_owner: list[int], tgt_owner: list[int], sr
     return words / np.maximum(counts, 1)[:, None]
 
 
-def links_of(attention: np.ndarray, method: str = "argmax", threshold: float = 0.3) -> set[Link]:
-    """Links (source word, target word) from word attention [target, source]."""
+def links_of(attention: np.ndarray, method: str = "argmax", threshold: float = LINK_THRESHOLD) -> set[Link]:
+    """Links (source word, target word) from word attention [target, source] by an attention method."""
+    one_of("method", method, ATTENTION_METHODS)
     if method == "argmax":
         return {(int(attention[t].argmax()), t) for t in range(attention.shape[0]) if attention[t].any()}
-    if method == "threshold":
-        return {(int(s), int(t)) for t, s in zip(*np.nonzero(attention >= threshold))}
-    raise AttnmtError(f"method {method!r}: choose {', '.join(ALIGN_METHODS)}")
+    return {(int(s), int(t)) for t, s in zip(*np.nonzero(attention >= threshold))}
 
 
 _NEIGHBOURS = [(-1, 0), (0, -1), (1, 0), (0, 1), (-1, -1), (-1, 1), (1, -1), (1, 1)]
@@ -229,8 +272,7 @@ def symmetrize(forward: set[Link], backward: set[Link], method: str) -> set[Link
         return forward & backward
     if method == "union":
         return forward | backward
-    if method not in SYMMETRIZATIONS:
-        raise AttnmtError(f"symmetrization {method!r}: choose {', '.join(SYMMETRIZATIONS)}")
+    one_of("symmetrization", method, SYMMETRIZATIONS)
     union, links = forward | backward, forward & backward
     # grow-diag: from the intersection, add neighbouring union links (diagonals too) that align a
     # word not aligned yet, until none is added.
@@ -253,63 +295,60 @@ def symmetrize(forward: set[Link], backward: set[Link], method: str) -> set[Link
     return links
 
 
-def align(translator: Translator, sources: list[str], targets: list[str], method: str = "argmax",
-          threshold: float = 0.3, layer: Optional[int] = None, head: Optional[int] = None,
-          reverse: Optional[Translator] = None, symmetrization: Optional[str] = None,
-          step: str = "output", aligner: Optional[Aligner] = None, adapt: int = 0,
-          jump_weight: Optional[float] = None, log: Callable[[str], None] = lambda line: None) -> list[WordAlignment]:
-    """Word alignments of sentence pairs, words split at whitespace. With `reverse` (a model
-    translating targets into sources), or with the aligner (both directions), the directions are
-    combined by `symmetrization` (default: average for the aligner, grow-diag-final for
-    `reverse`); `attention` then stays the forward direction's. Method aligner uses `aligner`
-    (default: the one the translator's model file holds); with `adapt`, a copy of it first trains
-    that many epochs on the pairs themselves (their text alone, as statistical aligners train on the
-    text they align; `log` gets a line per epoch), neither `aligner` nor the model file changed; and
-    it reads its links with the jumps weighted by `jump_weight` (default: the aligner's own,
-    AlignerConfig.jump_weight)."""
+def align_by_attention(translator: Translator, sources: list[str], targets: list[str],
+                       how: AttentionLinks = AttentionLinks(), reverse: Optional[Translator] = None
+                       ) -> list[WordAlignment]:
+    """Word alignments of sentence pairs, words split at whitespace, read off the translator's
+    attention as `how` says. With `reverse` (a model translating the targets into the sources),
+    the directions' links are combined by how.symmetrization; `attention` stays the forward
+    direction's."""
+    pairs = word_pairs(sources, targets)
+    weights = word_attention(translator, pairs, how.layer, how.head, how.step)
+    found = [links_of(w, how.method, how.threshold) for w in weights]
+    if reverse is not None:
+        backward = word_attention(reverse, [(t, s) for s, t in pairs], how.layer, how.head, how.step)
+        found = combined(how.symmetrization, (weights, found),
+                         (backward, [flipped(links_of(b, how.method, how.threshold)) for b in backward]))
+    return [WordAlignment(s, t, w, sorted(f)) for (s, t), w, f in zip(pairs, weights, found)]
+
+
+def align_by_aligner(translator: Translator, sources: list[str], targets: list[str],
+                     how: AlignerLinks = AlignerLinks(), aligner: Optional[Aligner] = None,
+                     log: Callable[[str], None] = lambda line: None) -> list[WordAlignment]:
+    """Word alignments of sentence pairs, words split at whitespace, by `aligner` (default: the one
+    the translator's model file holds) in both directions, combined as `how` says; `attention`
+    is the forward posterior. With how.adapt, a copy of the aligner trains first (`log` gets a
+    line per epoch); neither `aligner` nor the model file changes."""
+    pairs = word_pairs(sources, targets)
+    aligner = aligner or read_aligner(translator)
+    if aligner is None:
+        raise AttnmtError("this model file has no aligner: train one with `attnmt train-aligner MODEL --src FILE "
+                          "--tgt FILE --out MODEL_WITH_ALIGNER`, or choose --method argmax or threshold")
+    if how.adapt:
+        aligner = train_aligner(translator, sources, targets, how.adapt, log=log, aligner=copy.deepcopy(aligner),
+                                hold_out=False)
+    posteriors = aligner_posteriors(translator, aligner, pairs, jump_weight=how.jump_weight)
+    weights = [f for (f, _), _ in posteriors]
+    found = combined(how.symmetrization, (weights, [aligner_links(*f) for f, _ in posteriors]),
+                     ([b for _, (b, _) in posteriors], [flipped(aligner_links(*b)) for _, b in posteriors]))
+    return [WordAlignment(s, t, w, sorted(f)) for (s, t), w, f in zip(pairs, weights, found)]
+
+
+def word_pairs(sources: list[str], targets: list[str]) -> list[tuple[list[str], list[str]]]:
+    """Sentence pairs as (source words, target words), split at whitespace."""
     if len(sources) != len(targets):
         raise AttnmtError(f"{len(sources)} source sentences but {len(targets)} target sentences: they pair line by line")
-    if method not in ALIGN_METHODS:
-        raise AttnmtError(f"method {method!r}: choose {', '.join(ALIGN_METHODS)}")
-    if symmetrization not in (None, AVERAGE, *SYMMETRIZATIONS):
-        raise AttnmtError(f"symmetrization {symmetrization!r}: choose {', '.join((*SYMMETRIZATIONS, AVERAGE))}")
-    if not 0 < threshold <= 1:
-        raise AttnmtError(f"threshold {threshold}: allowed (0, 1]")
-    if adapt and method != "aligner":
-        raise AttnmtError(f"adapt {adapt}: only the aligner adapts to the pairs (method aligner)")
-    if jump_weight is not None and method != "aligner":
-        raise AttnmtError(f"jump weight {jump_weight}: only the aligner weighs jumps (method aligner)")
-    if jump_weight is not None and not 0 <= jump_weight <= MAX_JUMP_WEIGHT:
-        raise AttnmtError(f"jump weight {jump_weight}: allowed [0, {MAX_JUMP_WEIGHT:g}]")
-    pairs = [(s.split(), t.split()) for s, t in zip(sources, targets)]
+    return [(s.split(), t.split()) for s, t in zip(sources, targets)]
 
-    if method == "aligner":
-        if reverse is not None:
-            raise AttnmtError("--reverse with --method aligner: the aligner aligns both ways itself, leave out --reverse")
-        aligner = aligner or read_aligner(translator)
-        if aligner is None:
-            raise AttnmtError("this model file has no aligner: train one with `attnmt train-aligner MODEL --src FILE "
-                              "--tgt FILE --out MODEL_WITH_ALIGNER`, or choose --method argmax or threshold")
-        if adapt:
-            aligner = train_aligner(translator, sources, targets, adapt, log=log, aligner=copy.deepcopy(aligner),
-                                    hold_out=False)
-        posteriors = aligner_posteriors(translator, aligner, pairs, jump_weight=jump_weight)
-        weights, backward_weights = [f for (f, _), _ in posteriors], [b for _, (b, _) in posteriors]
-        links = [aligner_links(*forward) for forward, _ in posteriors]
-        backward_links = [flipped(aligner_links(*backward)) for _, backward in posteriors]
-    else:
-        weights = word_attention(translator, pairs, layer, head, step)
-        links = [links_of(a, method, threshold) for a in weights]
-        if reverse is None:
-            return [WordAlignment(s, t, w, sorted(found)) for (s, t), w, found in zip(pairs, weights, links)]
-        backward_weights = word_attention(reverse, [(t, s) for s, t in pairs], layer, head, step)
-        backward_links = [flipped(links_of(b, method, threshold)) for b in backward_weights]
-    symmetrization = symmetrization or (AVERAGE if method == "aligner" else "grow-diag-final")
+
+def combined(symmetrization: str, forward: tuple[list[np.ndarray], list[set[Link]]],
+             backward: tuple[list[np.ndarray], list[set[Link]]]) -> list[set[Link]]:
+    """Each pair's links of both directions combined: by their weights averaged (AVERAGE), else by
+    symmetrize; each direction its word weights (forward [target, source], backward [source,
+    target]) and its links, both as (source, target)."""
     if symmetrization == AVERAGE:
-        links = [averaged(f, b) for f, b in zip(weights, backward_weights)]
-    else:
-        links = [symmetrize(f, b, symmetrization) for f, b in zip(links, backward_links)]
-    return [WordAlignment(s, t, w, sorted(found)) for (s, t), w, found in zip(pairs, weights, links)]
+        return [averaged(f, b) for f, b in zip(forward[0], backward[0])]
+    return [symmetrize(f, b, symmetrization) for f, b in zip(forward[1], backward[1])]
 
 
 def averaged(forward: np.ndarray, backward: np.ndarray) -> set[Link]:
@@ -343,7 +382,9 @@ def translation_alignments(translator: Translator, aligner: Optional[Aligner], s
     if method is None:
         raise AttnmtError("this model has neither attention (model.attention none) nor an aligner (attnmt "
                           "train-aligner): it cannot align words")
-    return method, align(translator, sources, translations, method, aligner=aligner)
+    if method == ALIGNER:
+        return method, align_by_aligner(translator, sources, translations, aligner=aligner)
+    return method, align_by_attention(translator, sources, translations, AttentionLinks(method))
 
 
 def pharaoh(links: list[Link]) -> str:

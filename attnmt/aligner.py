@@ -304,6 +304,38 @@ def perplexity(aligner: Aligner, pairs: list[tuple[list[int], list[int]]], rows:
     return math.exp(total / count)
 
 
+def piece_pairs(translator: Translator, sources: list[str], targets: list[str]) -> list[tuple[list[int], list[int]]]:
+    """The sentence pairs as the model's (source ids, target ids), those with pieces on both sides."""
+    text = translator.tokenization
+    pairs = [(text.src_vocab.encode(translator.src_tokenizer.tokenize(s)),
+              text.tgt_vocab.encode(translator.tgt_tokenizer.tokenize(t))) for s, t in zip(sources, targets, strict=True)]
+    pairs = [p for p in pairs if p[0] and p[1]]
+    if not pairs:
+        raise AttnmtError("no sentence pairs with words on both sides to train the aligner on")
+    return pairs
+
+
+def train_epoch(aligner: Aligner, optimizer: torch.optim.Optimizer, pairs: list[tuple[list[int], list[int]]],
+                batches: list[list[int]], device: torch.device, desc: str) -> float:
+    """One epoch over `batches` (rows of `pairs`), one Adam step each: the perplexity per piece, both
+    directions, that training saw. A bar on a terminal (the epoch's time left), as training shows one."""
+    aligner.train()
+    total, count = 0.0, 0
+    bar = tqdm(total=len(batches), desc=desc, unit="batch", disable=None, leave=False)
+    for rows in batches:
+        src, src_lengths, tgt, tgt_lengths = piece_tensors(pairs, rows, device)
+        pieces = int(src_lengths.sum() + tgt_lengths.sum())
+        loss = -aligner.log_likelihood(src, src_lengths, tgt, tgt_lengths).sum() / pieces
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        total, count = total + loss.item() * pieces, count + pieces
+        bar.set_postfix_str(f"perplexity {math.exp(total / count):.1f}", refresh=False)
+        bar.update()
+    bar.close()
+    return math.exp(total / count)
+
+
 def train_aligner(translator: Translator, sources: list[str], targets: list[str], epochs: int = ALIGNER_MAX_EPOCHS,
                   lr: float = 1e-2, batch_tokens: int = BATCH_TOKENS, seed: int = 1, window: int = 0,
                   log: Callable[[str], None] = print, aligner: Optional[Aligner] = None,
@@ -320,11 +352,7 @@ def train_aligner(translator: Translator, sources: list[str], targets: list[str]
     `hold_out` False, nothing is held out and every epoch runs)."""
     torch.manual_seed(seed)
     text = translator.tokenization
-    pairs = [(text.src_vocab.encode(translator.src_tokenizer.tokenize(s)),
-              text.tgt_vocab.encode(translator.tgt_tokenizer.tokenize(t))) for s, t in zip(sources, targets, strict=True)]
-    pairs = [p for p in pairs if p[0] and p[1]]
-    if not pairs:
-        raise AttnmtError("no sentence pairs with words on both sides to train the aligner on")
+    pairs = piece_pairs(translator, sources, targets)
     rng = random.Random(seed)
     held_out = held_out_rows(len(pairs), rng) if hold_out else []
     training = np.setdiff1d(np.arange(len(pairs)), held_out)
@@ -335,24 +363,11 @@ def train_aligner(translator: Translator, sources: list[str], targets: list[str]
     best: tuple[float, dict[str, torch.Tensor], int] = (math.inf, {}, 0)     # held-out perplexity, weights, epoch
     started, cpu_started = time.monotonic(), time.process_time()
     for epoch in range(1, epochs + 1):
-        aligner.train()
-        total, count = 0.0, 0
         batches = batch_indices(lengths, batch_tokens, "tokens", shuffle=True, rng=rng)
-        # A bar on a terminal (the epoch's time left), as training shows one; a line per epoch for the log.
-        bar = tqdm(total=len(batches), desc=f"aligner epoch {epoch}/{epochs}", unit="batch", disable=None, leave=False)
-        for batch in batches:
-            src, src_lengths, tgt, tgt_lengths = piece_tensors(pairs, training[batch].tolist(), translator.device)
-            pieces = int(src_lengths.sum() + tgt_lengths.sum())
-            loss = -aligner.log_likelihood(src, src_lengths, tgt, tgt_lengths).sum() / pieces
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            total, count = total + loss.item() * pieces, count + pieces
-            bar.set_postfix_str(f"perplexity {math.exp(total / count):.1f}", refresh=False)
-            bar.update()
-        bar.close()
+        trained = train_epoch(aligner, optimizer, pairs, [training[batch].tolist() for batch in batches],
+                              translator.device, f"aligner epoch {epoch}/{epochs}")
         aligner.epochs += 1
-        line = f"aligner epoch {epoch}/{epochs}: perplexity {math.exp(total / count):.1f} per piece (both directions)"
+        line = f"aligner epoch {epoch}/{epochs}: perplexity {trained:.1f} per piece (both directions)"
         stop, kept = False, epoch
         if held_out:
             held = perplexity(aligner.eval(), pairs, held_out, batch_tokens, translator.device)

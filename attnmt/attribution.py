@@ -56,7 +56,6 @@ from .explain import FLAGS, Explanation, Naming, check_step_number, explain, kep
 from .families import reference_copy
 from .seam import AttentionView, Model, forced_logits, gives, require
 from .translate import AttentionMaps, TextTranslator, Translator
-from .vocab import EOS_ID, SOS_ID
 
 
 class Attributable(Model, TokenEmbeddings, Protocol):
@@ -178,8 +177,8 @@ def make_pair(translator: Translator, words: list[str], target: list[int], occlu
     limit = translator.config.decode.max_src_len
 
     def source(kept: list[str]) -> tuple[list[int], list[int]]:
-        pieces, owners = translator.src_tokenizer.tokenize_words(kept)
-        return translator.tokenization.src_vocab.encode(pieces)[:limit], owners[:limit]
+        pieces, owners = translator.source_word_tokens(kept, limit)
+        return translator.tokenization.src_vocab.encode(pieces), owners
 
     ids, owners = source(words)
     if not ids:
@@ -191,8 +190,9 @@ def make_pair(translator: Translator, words: list[str], target: list[int], occlu
                               "nothing to translate: attribute it with grad or ig")
         without = [source(words[:w] + words[w + 1:])[0] for w in range(len(words))]
     device = translator.device
-    return Pair(words, torch.tensor([ids], device=device), owners, torch.tensor([[SOS_ID] + target], device=device),
-                target + [EOS_ID], without)
+    vocab = translator.tokenization.tgt_vocab
+    return Pair(words, torch.tensor([ids], device=device), owners, torch.tensor([[vocab.sos_id] + target], device=device),
+                target + [vocab.eos_id], without)
 
 
 def _embedded(network: Attributable, pair: Pair) -> tuple[torch.Tensor, torch.Tensor]:

@@ -10,7 +10,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from .vocab import EOS_ID, PAD_ID, SOS_ID, Example
+from .vocab import EOS_ID, PAD_ID, SOS_ID, Example, Tokenization
 
 
 @dataclass
@@ -37,14 +37,33 @@ def pad(sequences: list[list[int]], value: int = PAD_ID) -> torch.Tensor:
     return torch.tensor([s + [value] * (width - len(s)) for s in sequences], dtype=torch.long)
 
 
-def collate(examples: list[Example], indices: list[int], device: torch.device | str = "cpu") -> Batch:
-    src = [e[0] for e in examples]
+@dataclass(frozen=True)
+class Framing:
+    """What a pair's ids are framed with for the network: the target between the target vocabulary's
+    start and end tokens, the source followed by its end token where the model reads one
+    (model.source_eos; None: the source as it is)."""
+
+    sos: int = SOS_ID
+    eos: int = EOS_ID
+    source_eos: Optional[int] = None
+
+    @classmethod
+    def of(cls, tokenization: Tokenization, source_eos: bool) -> "Framing":
+        """The framing of a model with this tokenization (source_eos: model.source_eos)."""
+        end = tokenization.src_vocab.eos_id if source_eos else None
+        return cls(tokenization.tgt_vocab.sos_id, tokenization.tgt_vocab.eos_id, end)
+
+
+def collate(examples: list[Example], indices: list[int], device: torch.device | str = "cpu",
+            framing: Framing = Framing()) -> Batch:
+    end = [] if framing.source_eos is None else [framing.source_eos]
+    src = [e[0] + end for e in examples]
     tgt = [e[1] for e in examples]
     return Batch(
         src=pad(src).to(device),
         src_lengths=torch.tensor([len(s) for s in src], dtype=torch.long),
-        tgt_in=pad([[SOS_ID] + t for t in tgt]).to(device),
-        tgt_out=pad([t + [EOS_ID] for t in tgt]).to(device),
+        tgt_in=pad([[framing.sos] + t for t in tgt]).to(device),
+        tgt_out=pad([t + [framing.eos] for t in tgt]).to(device),
         indices=indices,
     )
 

@@ -4,8 +4,12 @@ CTranslate2's quantizations (export.py). They live here, beside no tensor, so th
 command builds its flags, and answers `--help` or a wrong choice, without loading torch; those
 modules check against the same names."""
 
-# How attention becomes links, and how the links of two directions combine (align.py's docstring).
-ALIGN_METHODS = ("argmax", "threshold", "aligner")
+# How attention becomes links, or the aligner's posteriors do, and how the links of two directions combine
+# (align.py's docstring).
+ATTENTION_METHODS = ("argmax", "threshold")
+ALIGNER = "aligner"
+ALIGN_METHODS = (*ATTENTION_METHODS, ALIGNER)
+LINK_THRESHOLD = 0.3                                                          # the attention method threshold asks
 SYMMETRIZATIONS = ("intersect", "union", "grow-diag", "grow-diag-final")      # of the two directions' links
 AVERAGE = "average"                                                             # of their weights (averaged)
 # Which decoding step's attention aligns a target token: the step that writes it, or the next one,
@@ -14,8 +18,8 @@ ALIGN_STEPS = ("output", "input")
 # The aligner's epochs at most (aligner.train_aligner): three keep 200,000 short pairs within 10 CPU-minutes on two
 # cores (docs/recipes.md); the held-out pairs' perplexity may stop it sooner.
 ALIGNER_MAX_EPOCHS = 3
-# The most a reading of the aligner's links may weigh its learned jumps (align.align's jump_weight; 1 reads them as
-# trained, 0 leaves where the last word went out of it).
+# The most a reading of the aligner's links may weigh its learned jumps (align.AlignerLinks.jump_weight; 1 reads
+# them as trained, 0 leaves where the last word went out of it).
 MAX_JUMP_WEIGHT = 2.0
 
 # attribution.py's methods beside attention, and integrated gradients' steps by default.

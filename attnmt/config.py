@@ -162,6 +162,9 @@ class ModelConfig:
     # Initialize every weight uniformly in [-x, x] (0.1 in Luong et al. 2015 and OpenNMT);
     # 0 keeps the family's default (RNN: PyTorch's per-layer; Transformer: Xavier, N(0, d^-1/2) embeddings).
     init_uniform: float = ranged(0.0, "[0, 10]")
+    # End every source with the vocabulary's end-of-sentence token, as Marian and fairseq models read
+    # their input (an imported OPUS-MT model needs it); attnmt's own recipes do not.
+    source_eos: bool = False
 
     def check(self, config: "Config") -> None:
         """Refuse combinations the family cannot build (its subclass adds its own), naming the keys."""
@@ -269,8 +272,17 @@ class DecodeConfig:
     batch_size: int = ranged(64, "[1, 100000]")
     # 1 = greedy decoding; more = beam search with that many hypotheses per sentence.
     beam_size: int = ranged(1, "[1, 1000]")
-    # GNMT length penalty exponent for beam search (0 = rank by plain log-probability).
+    # The length penalty's exponent for beam search (0 = rank by plain log-probability).
     alpha: float = ranged(0.0, "[0, 10]")
+    # How beam search scores and finishes hypotheses: gnmt divides the log-probability by GNMT's
+    # ((5 + |Y|) / 6)^alpha, keeps the first beam_size finished and stops once no live hypothesis
+    # can still enter the n-best; huggingface is transformers' generate: log P / |Y|^alpha (|Y| with
+    # the end token), the best beam_size finished kept, and its stopping heuristic (an imported
+    # model's default, so that it translates as transformers does). Greedy decoding is the same.
+    beam_scoring: Literal["gnmt", "huggingface"] = "gnmt"
+    # Tokens never written: their log-probability is -inf at every step (Hugging Face's bad_words_ids
+    # of single tokens; an imported Marian model bans its <pad>, e.g. never_generate: ["<pad>"]).
+    never_generate: list[str] = field(default_factory=list)
     # fp32; bf16 matrix products (faster on CPUs with AVX512-BF16/AMX and recent GPUs); int8,
     # bf16 with the decoder's per-step products in int8 (RNN: its RNN, query, combine, output layer;
     # Transformer: each decoder layer's but the source's keys and values, output layer) (CPUs only;

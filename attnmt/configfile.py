@@ -58,6 +58,11 @@ def _check_value(value: Any, hint: Any, where: str) -> Any:
             return None
         inner = [a for a in typing.get_args(hint) if a is not type(None)][0]
         return _check_value(value, inner, where)
+    if origin is list:
+        if not isinstance(value, list):
+            raise AttnmtError(f"{where}: expected a list, e.g. [a, b], got {value!r}")
+        (item,) = typing.get_args(hint)
+        return [_check_value(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
     if hint is bool:
         if not isinstance(value, bool):
             raise AttnmtError(f"{where}: expected true or false, got {value!r}")

@@ -1,8 +1,8 @@
 """CTranslate2 as the decoding engine of a Transformer written by `attnmt export --to ctranslate2`:
 the same sentences in and `Translation`s out as attnmt's own `Translator` (both are
 `TextTranslator`s), with the attention CTranslate2 returns, the mean of the last layer's heads,
-which is the map attnmt's heatmaps show. The optional `ctranslate2` package is imported only
-here and in export.py.
+which is the map attnmt's heatmaps show. The optional `ctranslate2` package is imported here
+(`ctranslate2_package`, which export.py asks too) and its specification API in export.py.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import torch
 from .config import Config, override_decode_precision
 from .configfile import saved_config
 from .errors import AttnmtError, first_line
-from .export import ctranslate2_package
 from .modelfile import CTRANSLATE2_ENGINE_FILE
 from .precision import precision_note, resolve_device
 from .precision import resolve as resolve_precision
@@ -26,6 +25,16 @@ from .translate import EngineInfo, TextTranslator, Translation
 
 # attnmt's decode.precision as CTranslate2's compute type (int8: int8 products, float32 elsewhere).
 COMPUTE_TYPES = {"fp32": "float32", "bf16": "bfloat16", "int8": "int8_float32"}
+
+
+def ctranslate2_package() -> Any:
+    """The optional ctranslate2 package, or one line saying how to install it."""
+    try:
+        import ctranslate2
+    except ImportError:
+        raise AttnmtError("CTranslate2 (export, --engine ctranslate2) needs the ctranslate2 package: "
+                          "pip install ctranslate2") from None
+    return ctranslate2
 
 
 def is_ctranslate2_model(path: str | Path) -> bool:
@@ -39,11 +48,13 @@ class CTranslate2Translator(TextTranslator):
     where attnmt uses GNMT's ((5 + length) / 6)^alpha; with alpha 0 (the default) both rank alike."""
 
     def __init__(self, engine: Any, config: Config, src_tokenizer: Tokenizer, tgt_tokenizer: Tokenizer,
-                 device: torch.device, architecture: dict[str, int | str | bool], vocab_sizes: tuple[int, int]) -> None:
+                 device: torch.device, architecture: dict[str, int | str | bool], vocab_sizes: tuple[int, int],
+                 source_end: Optional[str] = None) -> None:
         self.engine, self.config = engine, config
         self.src_tokenizer, self.tgt_tokenizer = src_tokenizer, tgt_tokenizer
         self._device = device
         self.architecture, self.vocab_sizes = architecture, vocab_sizes
+        self.source_end = source_end
 
     @classmethod
     def load(cls, path: str | Path, device: str = "auto", precision: Optional[str] = None) -> "CTranslate2Translator":
@@ -59,6 +70,7 @@ class CTranslate2Translator(TextTranslator):
             src_tokenizer, tgt_tokenizer = tokenizers_from_dicts(saved["src_tokenizer"], saved["tgt_tokenizer"])
             architecture, vocab_sizes = dict(saved["architecture"]), (int(saved["src_vocab_size"]),
                                                                      int(saved["tgt_vocab_size"]))
+            source_end = saved.get("source_end")   # engines exported before model.source_eos: none
         except (OSError, ValueError, KeyError, TypeError, AttnmtError) as err:
             raise AttnmtError(f"{engine_file}: unreadable ({first_line(err)}); export the model again") from None
         override_decode_precision(config, precision)
@@ -71,7 +83,7 @@ class CTranslate2Translator(TextTranslator):
         except (RuntimeError, ValueError) as err:
             raise AttnmtError(f"{path}: CTranslate2 cannot load it in {compute_type} on {where}: "
                               f"{first_line(err)}") from None
-        return cls(engine, config, src_tokenizer, tgt_tokenizer, where, architecture, vocab_sizes)
+        return cls(engine, config, src_tokenizer, tgt_tokenizer, where, architecture, vocab_sizes, source_end)
 
     def precision_note(self) -> Optional[str]:
         return precision_note({"decode.precision": self.config.decode.precision}, self._device)
@@ -89,7 +101,8 @@ class CTranslate2Translator(TextTranslator):
         limits = [self.max_output_tokens(len(tokens)) for tokens in sources]
         outputs = self.engine.translate_batch(
             sources, max_batch_size=batch_size, beam_size=beam_size, num_hypotheses=n_best, length_penalty=alpha,
-            return_attention=True, max_input_length=0, max_decoding_length=max(limits))
+            return_attention=True, max_input_length=0, max_decoding_length=max(limits),
+            suppress_sequences=[[token] for token in self.config.decode.never_generate] or None)
         found = [(i, tokens[: limits[i]], attention) for i, output in enumerate(outputs)
                  for tokens, attention in zip(output.hypotheses, output.attention)]
         if beam_size > 1 and found:

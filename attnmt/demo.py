@@ -9,7 +9,8 @@ from .config import Config
 from .configfile import config_from_dict
 from .errors import AttnmtError
 from .plot import plot_attention
-from .train import holds_model, train
+from .resume import holds_model
+from .train import train
 from .translate import Translator
 
 # One epoch and no time budget: every machine trains the same updates, so the demo trains as far on

@@ -23,7 +23,6 @@ from .errors import AttnmtError
 from .families import reference_copy
 from .seam import AttentionView, Probe, require
 from .translate import TextTranslator, Translator, map_shapes
-from .vocab import EOS_ID, SOS_ID
 
 TOP = 5
 
@@ -119,22 +118,22 @@ def explain(translator: TextTranslator, sentence: str, view: AttentionView = Att
     src = torch.tensor([translator.tokenization.src_vocab.encode(source_tokens)], device=device)
     memory, state = network.encode(src, torch.tensor([len(source_tokens)]))
     max_tokens = translator.max_output_tokens(len(source_tokens))  # steps, as the searches allow; cut there: no <eos>
-    vocab = translator.tokenization.tgt_vocab
+    vocab, symbols = translator.tokenization.tgt_vocab, translator.symbols()
 
     def top(logits: torch.Tensor) -> list[tuple[str, float]]:
         probabilities = torch.softmax(logits.float(), dim=-1)
         values, ids = probabilities.topk(TOP)
         return [(vocab.itos[i], round(p, 6)) for p, i in zip(values.tolist(), ids.tolist())]
 
-    inputs = [SOS_ID]
+    inputs = [vocab.sos_id]
     steps: list[ExplainedStep] = []
-    while not steps or (inputs[-1] != EOS_ID and len(steps) < max_tokens):
+    while not steps or (inputs[-1] != vocab.eos_id and len(steps) < max_tokens):
         previous = torch.tensor([[inputs[-1]]], device=device)
         probe.uniform = True
         uniform_logits, _, _ = network.step(previous, state, memory)            # the counterfactual, same state
         probe.uniform = False
         logits, state, _ = network.step(previous, state, memory)
-        chosen = int(logits[0, -1].argmax())
+        chosen = int(symbols.log_probs(logits[0, -1:]).argmax())               # as greedy chooses
         record = probe.record
         assert record is not None, "the probed network records at every step"
         keys = (source_tokens if view.kind == "cross"
@@ -149,7 +148,7 @@ def explain(translator: TextTranslator, sentence: str, view: AttentionView = Att
             top(logits[0, -1]), top(uniform_logits[0, -1]),
             None if record.factors is None else [round(f, 6) for f in record.factors[row][: len(keys)].tolist()]))
         inputs.append(chosen)
-    output = [vocab.itos[i] for i in inputs[1:] if i != EOS_ID]
+    output = [vocab.itos[i] for i in inputs[1:] if i != vocab.eos_id]
     if step is not None:
         check_step_number(step, len(steps), naming)
         steps = [steps[step - 1]]

@@ -3,8 +3,9 @@
 CTranslate2 (OpenNMT's inference engine) decodes Transformers fast on CPUs and GPUs, in int8 too.
 The model is described through CTranslate2's own specification API (`TransformerSpec`): each
 attnmt weight goes to the variable that plays its part, and CTranslate2 checks and saves them.
-CTranslate2 has no RNN encoder-decoder, so only model.arch transformer exports. The optional
-`ctranslate2` package is imported only here.
+CTranslate2 has no RNN encoder-decoder, so only model.arch transformer exports. Whether the optional
+`ctranslate2` package is there, ct2.py's `ctranslate2_package` says; its specification API is imported
+here alone.
 """
 
 from __future__ import annotations
@@ -19,21 +20,12 @@ import numpy as np
 import torch
 
 from .choices import CTRANSLATE2_QUANTIZATIONS
+from .ct2 import ctranslate2_package
 from .errors import AttnmtError
 from .families.transformer.network import Transformer, sinusoids
 from .files import check_parent_dir
 from .modelfile import CTRANSLATE2_ENGINE_FILE
 from .translate import Translator
-from .vocab import EOS, SOS, UNK
-
-
-def ctranslate2_package() -> Any:
-    try:
-        import ctranslate2
-    except ImportError:
-        raise AttnmtError("CTranslate2 (export, --engine ctranslate2) needs the ctranslate2 package: "
-                          "pip install ctranslate2") from None
-    return ctranslate2
 
 
 def export_ctranslate2(model_path: str | Path, out_dir: str | Path, quantization: Optional[str] = None,
@@ -42,24 +34,51 @@ def export_ctranslate2(model_path: str | Path, out_dir: str | Path, quantization
     attention CTranslate2 returns) is the mean of the last layer's heads, as attnmt's heatmaps show;
     `max_positions` sinusoidal positions are written (CTranslate2 reads no further)."""
     ctranslate2 = ctranslate2_package()
-    from ctranslate2.specs import common_spec, transformer_spec
-
     translator = Translator.load(model_path, device="cpu", precision="fp32")
     network = translator.model
     if not isinstance(network, Transformer):
         raise AttnmtError(f"{model_path}: CTranslate2 has no RNN encoder-decoder; only Transformer models "
                           f"(model.arch transformer) export to it")
-    config = network.config
     out_dir = Path(out_dir)
     if out_dir.exists() and any(out_dir.iterdir()) and not overwrite:
         raise AttnmtError(f"{out_dir} is not empty; use --overwrite to replace it")
     if quantization is not None and quantization not in CTRANSLATE2_QUANTIZATIONS:
         raise AttnmtError(f"quantization {quantization!r}: expected one of {', '.join(CTRANSLATE2_QUANTIZATIONS)}")
+    spec = transformer_spec(network, max_positions)
+    target = translator.tokenization.tgt_vocab
+    spec.config.unk_token, spec.config.bos_token, spec.config.eos_token = (
+        target.itos[target.unk_id], target.itos[target.sos_id], target.eos)
+    spec.config.decoder_start_token = target.itos[target.sos_id]
+    spec.register_source_vocabulary(translator.tokenization.src_vocab.to_list())
+    spec.register_target_vocabulary(target.to_list())
+    spec.validate()
+    spec.optimize(quantization=quantization)
+    # Written beside, then renamed: a failed export leaves no half model under the real name.
+    check_parent_dir(out_dir)
+    partial = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        spec.save(str(partial))
+        write_engine_file(partial, translator)
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        partial.rename(out_dir)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    assert ctranslate2.contains_model(str(out_dir))
+    return out_dir
 
+
+def transformer_spec(network: Transformer, max_positions: int) -> Any:
+    """CTranslate2's TransformerSpec of `network`: its settings, and each weight in the variable that
+    plays its part (the vocabularies are the caller's)."""
+    from ctranslate2.specs import common_spec, transformer_spec
+
+    config = network.config
     pre = config.norm == "pre"
     spec = transformer_spec.TransformerSpec.from_config(
         (config.enc_layers, config.dec_layers), config.heads, pre_norm=pre,
-        activation=common_spec.Activation.GELU if config.activation == "gelu" else common_spec.Activation.RELU,
+        activation={"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU,
+                    "silu": common_spec.Activation.SWISH}[config.activation],
         alignment_layer=-1, alignment_heads=config.heads)
     # The weights by their attnmt names (transformer.py's layout: query_proj, key_proj, value_proj,
     # out_proj of each attention; feed_forward.0 and .3; each sublayer's norm).
@@ -69,7 +88,7 @@ def export_ctranslate2(model_path: str | Path, out_dir: str | Path, quantization
         positions = weights["positions.weight"]
     else:
         count = max(max_positions, config.max_positions)
-        positions = sinusoids(torch.arange(count).unsqueeze(0), config.emb_dim)[0].numpy()
+        positions = sinusoids(torch.arange(count).unsqueeze(0), config.emb_dim, config.sinusoid_layout)[0].numpy()
     for side, stack in (("encoder", spec.encoder), ("decoder", spec.decoder)):
         stack.scale_embeddings = True                                  # attnmt scales embeddings by √d too
         stack.position_encodings.encodings = positions
@@ -91,26 +110,8 @@ def export_ctranslate2(model_path: str | Path, out_dir: str | Path, quantization
         _layer_norm(layer.attention.layer_norm, weights, f"{scope}.cross_attention_norm")
         _feed_forward(layer.ffn, weights, scope)
 
-    spec.config.unk_token, spec.config.bos_token, spec.config.eos_token = UNK, SOS, EOS
-    spec.config.decoder_start_token = SOS
     spec.config.layer_norm_epsilon = network.decoder_stack()[0].self_attention_norm.eps
-    spec.register_source_vocabulary(translator.tokenization.src_vocab.to_list())
-    spec.register_target_vocabulary(translator.tokenization.tgt_vocab.to_list())
-    spec.validate()
-    spec.optimize(quantization=quantization)
-    # Written beside, then renamed: a failed export leaves no half model under the real name.
-    check_parent_dir(out_dir)
-    partial = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    try:
-        spec.save(str(partial))
-        write_engine_file(partial, translator)
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        partial.rename(out_dir)
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)
-    assert ctranslate2.contains_model(str(out_dir))
-    return out_dir
+    return spec
 
 
 def write_engine_file(out_dir: Path, translator: Translator) -> None:
@@ -121,7 +122,7 @@ def write_engine_file(out_dir: Path, translator: Translator) -> None:
     engine = {"kind": "attnmt-ctranslate2", "config": description["config"],
               "src_tokenizer": description["src_tokenizer"], "tgt_tokenizer": description["tgt_tokenizer"],
               "architecture": info.architecture, "src_vocab_size": info.src_vocab_size,
-              "tgt_vocab_size": info.tgt_vocab_size}
+              "tgt_vocab_size": info.tgt_vocab_size, "source_end": translator.source_end}
     (out_dir / CTRANSLATE2_ENGINE_FILE).write_text(json.dumps(engine), encoding="utf-8")
 
 

@@ -13,7 +13,7 @@ import functools
 import math
 import os
 import time
-from typing import Callable, Literal, Mapping, Optional, TypeVar
+from typing import Callable, Iterable, Literal, Mapping, Optional, TypeVar
 
 import torch
 from torch import nn
@@ -144,6 +144,11 @@ def cpu_bf16_lstm(kind: str) -> bool:
     except RuntimeError:
         return False
     return True
+
+
+def has_lstm(modules: Iterable[nn.Module]) -> bool:
+    """True if a network's `modules` hold an LSTM, which precision_note names where it runs in fp32 (`lstm_in_fp32`)."""
+    return any(isinstance(module, nn.LSTM) for module in modules)
 
 
 def lstm_in_fp32(kind: str) -> bool:

@@ -7,7 +7,7 @@ instead of thinning out to the last long sentence of every group.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
 import torch
@@ -59,17 +59,91 @@ def top_k(enabled: bool = True) -> TopK:
     return block_top_k if enabled else reference_top_k
 
 
+@dataclass(frozen=True)
+class Symbols:
+    """The tokens (ids of the target vocabulary) every output starts from and ends with, and those it
+    never writes: their log-probability is -inf after the softmax at every step, as Hugging Face's
+    bad_words_ids does it (decode.never_generate)."""
+
+    start: int = SOS_ID
+    end: int = EOS_ID
+    never: tuple[int, ...] = ()
+
+    def log_probs(self, logits: torch.Tensor) -> torch.Tensor:
+        """Each row's log-probabilities [b, V], in float32, those of the tokens never written -inf."""
+        log_probs = torch.log_softmax(logits.float(), dim=-1)
+        if self.never:
+            log_probs[:, list(self.never)] = float("-inf")
+        return log_probs
+
+
 @dataclass
 class Hypothesis:
     ids: list[int]                       # output ids, without EOS
     log_prob: float                      # sum of the log-probabilities of ids and the final EOS
-    score: float                         # log_prob / GNMT length penalty, what the beam ranks by
+    score: float                         # log_prob with the length penalty, what the beam ranks by
     attention: Optional[torch.Tensor]    # [len(ids), source length] weights of the steps that produced ids
 
 
 def length_penalty(length: int, alpha: float) -> float:
     """GNMT's lp(Y) = ((5 + |Y|) / 6)^alpha (Wu et al. 2016); alpha 0 ranks by plain log-probability."""
     return ((5.0 + length) / 6.0) ** alpha
+
+
+class GNMTScoring:
+    """attnmt's beam rules (decode.beam_scoring gnmt): a finished hypothesis scores log P / GNMT's
+    length penalty; the first beam_size to finish are kept; a sentence is done once no live hypothesis
+    can still enter its n-best."""
+
+    @staticmethod
+    def score(log_prob: float, length: int, alpha: float) -> float:
+        """The score of a finished hypothesis of `length` tokens, its end included."""
+        return log_prob / length_penalty(length, alpha)
+
+    @staticmethod
+    def keep(finished: list[Hypothesis], hypothesis: Hypothesis, beam_size: int) -> None:
+        if len(finished) < beam_size:
+            finished.append(hypothesis)
+
+    @staticmethod
+    def settled(finished: list[Hypothesis], beam_size: int, n_best: int, best_live: float, produced: int,
+                max_length: int, alpha: float) -> bool:
+        """Whether a sentence's search can stop: beam_size hypotheses have finished, or none still live
+        can enter the n-best. A live hypothesis's log-probability only falls as it grows, and the length
+        penalty grows with length, so its best reachable score is best_live / lp(max_length)."""
+        if len(finished) >= beam_size:
+            return True
+        if len(finished) < n_best:
+            return False
+        nth_best = sorted((h.score for h in finished), reverse=True)[n_best - 1]
+        return nth_best >= best_live / length_penalty(max_length, alpha)
+
+
+class HuggingFaceScoring:
+    """transformers' generate beam search (decode.beam_scoring huggingface; early_stopping False): a
+    finished hypothesis scores log P / |Y|^alpha; the best beam_size finished are kept; a sentence is
+    done once beam_size have finished and the best live one, scored at its length so far, is no better
+    than the worst kept (a heuristic: a longer live hypothesis might still have beaten it)."""
+
+    @staticmethod
+    def score(log_prob: float, length: int, alpha: float) -> float:
+        return log_prob / length ** alpha
+
+    @staticmethod
+    def keep(finished: list[Hypothesis], hypothesis: Hypothesis, beam_size: int) -> None:
+        finished.append(hypothesis)
+        finished.sort(key=lambda h: -h.score)                   # stable: of equal scores, the earlier stays
+        del finished[beam_size:]
+
+    @staticmethod
+    def settled(finished: list[Hypothesis], beam_size: int, n_best: int, best_live: float, produced: int,
+                max_length: int, alpha: float) -> bool:
+        if len(finished) < beam_size:
+            return False
+        return not best_live / max(produced, 1) ** alpha > min(h.score for h in finished)
+
+
+SCORINGS: dict[str, type[GNMTScoring] | type[HuggingFaceScoring]] = {"gnmt": GNMTScoring, "huggingface": HuggingFaceScoring}
 
 
 def rows_to_keep(live: torch.Tensor) -> Optional[torch.Tensor]:
@@ -98,8 +172,8 @@ class DecodingBatch:
     """
 
     def __init__(self, model: Model, src: torch.Tensor, src_lengths: torch.Tensor, max_lengths: torch.Tensor,
-                 width: int, batch_size: Optional[int] = None, step: Optional[Step] = None):
-        self.model, self.width = model, width
+                 width: int, batch_size: Optional[int] = None, step: Optional[Step] = None, start: int = SOS_ID):
+        self.model, self.width, self.start = model, width, start
         self.step = step or model.step
         self.src, self.lengths = src, src_lengths.to(src.device)
         self.max_lengths = max_lengths.to(src.device).clamp(min=1)
@@ -115,7 +189,7 @@ class DecodingBatch:
         self.live = torch.ones(slots, dtype=torch.bool, device=device)    # [b] slots whose sentence decodes
         self.first = torch.zeros(slots, dtype=torch.long, device=device)  # [b] history column of its first token
         self.scores = self._start_scores(slots)                           # [b, K] log-probability of each row
-        self.tokens = torch.full((slots * width,), SOS_ID, dtype=torch.long, device=device)  # [b*K] next input
+        self.tokens = torch.full((slots * width,), start, dtype=torch.long, device=device)  # [b*K] next input
         self.history = torch.zeros(slots * width, 0, dtype=torch.long, device=device)       # [b*K, w] outputs
         # [b*K, w, S] weights, from the first step that returns them (none for a model without attention)
         self.attention: Optional[torch.Tensor] = None
@@ -155,18 +229,22 @@ class DecodingBatch:
 
     def at_limit(self) -> torch.Tensor:
         """[b*K] True for rows whose next token is their sentence's last (its max length)."""
-        produced = self.history.shape[1] - self.first                          # [b] tokens so far
-        return (self.max_lengths[self.sentence] <= produced + 1).repeat_interleave(self.width)
+        return (self.max_lengths[self.sentence] <= self.produced() + 1).repeat_interleave(self.width)
 
-    def hypothesis(self, row: int, log_prob: float, alpha: float = 0.0) -> Hypothesis:
-        """The tokens of `row` so far, ended here by EOS of total log-probability `log_prob`."""
+    def produced(self) -> torch.Tensor:
+        """[b] the tokens each slot's rows have written so far."""
+        return self.history.shape[1] - self.first
+
+    def hypothesis(self, row: int, log_prob: float) -> Hypothesis:
+        """The tokens of `row` so far, ended here by EOS of total log-probability `log_prob` (its score
+        that too: beam search applies its length penalty)."""
         slot = row // self.width
         first, sentence = int(self.first[slot]), int(self.sentence[slot])
         ids = self.history[row, first:].tolist()
         attention = None
         if self.attention is not None:
             attention = self.attention[row, first:, : int(self.lengths[sentence])].clone()
-        return Hypothesis(ids, log_prob, log_prob / length_penalty(len(ids) + 1, alpha), attention)
+        return Hypothesis(ids, log_prob, log_prob, attention)
 
     def choose(self, rows: Optional[torch.Tensor], tokens: torch.Tensor, scores: torch.Tensor,
                weights: Optional[torch.Tensor]) -> None:
@@ -241,7 +319,7 @@ class DecodingBatch:
         self.live[slots] = True
         self.first[slots] = self.history.shape[1]
         self.scores[slots] = self._start_scores(slots.shape[0])
-        self.tokens[rows] = SOS_ID
+        self.tokens[rows] = self.start
 
     def _widen(self, length: int) -> None:
         """Pad the memory (and the attention history) to `length` source positions."""
@@ -252,24 +330,24 @@ class DecodingBatch:
 
 @torch.inference_mode()
 def greedy(model: Model, src: torch.Tensor, src_lengths: torch.Tensor, max_lengths: torch.Tensor,
-           batch_size: Optional[int] = None, step: Optional[Step] = None, top_k: TopK = block_top_k
-           ) -> list[Hypothesis]:
+           batch_size: Optional[int] = None, step: Optional[Step] = None, top_k: TopK = block_top_k,
+           symbols: Symbols = Symbols()) -> list[Hypothesis]:
     """The most likely token at each step, until EOS or the sentence's own `max_lengths` [N].
 
     src [N, S] and src_lengths [N] hold all the sentences; at most `batch_size` (default: all)
     decode at once; `step` replaces the model's decoder step and `top_k` torch.topk (block_top_k).
     Returns one hypothesis per sentence.
     """
-    batch = DecodingBatch(model, src, src_lengths, max_lengths, 1, batch_size, step)
+    batch = DecodingBatch(model, src, src_lengths, max_lengths, 1, batch_size, step, symbols.start)
     results: dict[int, Hypothesis] = {}                                         # by sentence
     while batch.decoding():
         logits, weights = batch.decode()                                        # [b, V], [b, S]
         # A sentence at its length limit ends here, as if it had produced EOS.
-        log_probs = torch.log_softmax(logits.float(), dim=-1)                   # [b, V]
+        log_probs = symbols.log_probs(logits)                                   # [b, V]
         _, tokens = top_k(log_probs, 1)                                         # [b, 1]
-        tokens = tokens.squeeze(1).masked_fill_(batch.at_limit(), EOS_ID)      # [b]
+        tokens = tokens.squeeze(1).masked_fill_(batch.at_limit(), symbols.end)  # [b]
         scores = batch.scores[:, 0] + log_probs.gather(1, tokens.unsqueeze(1)).squeeze(1)  # [b]
-        ended = (tokens == EOS_ID) & batch.live
+        ended = (tokens == symbols.end) & batch.live
         for row in ended.nonzero().squeeze(1).tolist():
             results[int(batch.sentence[row])] = batch.hypothesis(row, float(scores[row]))
         batch.choose(None, tokens, scores.unsqueeze(1), weights)
@@ -277,65 +355,51 @@ def greedy(model: Model, src: torch.Tensor, src_lengths: torch.Tensor, max_lengt
     return [results[i] for i in range(src.shape[0])]                            # every sentence ends
 
 
-def settled(hypotheses: list[Hypothesis], beam_size: int, n_best: int, best_live: float, max_length: int,
-            alpha: float) -> bool:
-    """Whether a sentence's search can stop: beam_size hypotheses have finished, or none still live can
-    enter the n-best.
-
-    A live hypothesis's log-probability only falls as it grows, and the length penalty grows
-    with length, so its best reachable score is best_live / lp(max_length).
-    """
-    if len(hypotheses) >= beam_size:
-        return True
-    if len(hypotheses) < n_best:
-        return False
-    nth_best = sorted((h.score for h in hypotheses), reverse=True)[n_best - 1]
-    return nth_best >= best_live / length_penalty(max_length, alpha)
-
-
 @torch.inference_mode()
 def beam_search(model: Model, src: torch.Tensor, src_lengths: torch.Tensor, max_lengths: torch.Tensor,
                 beam_size: int, alpha: float = 0.0, n_best: int = 1, batch_size: Optional[int] = None,
-                step: Optional[Step] = None, top_k: TopK = block_top_k) -> list[list[Hypothesis]]:
+                step: Optional[Step] = None, top_k: TopK = block_top_k, symbols: Symbols = Symbols(),
+                scoring: str = "gnmt") -> list[list[Hypothesis]]:
     """The `n_best` best hypotheses per sentence, best first, by batched beam search.
 
     Each sentence keeps `beam_size` live hypotheses. At every step the best 2 x beam_size
     extensions are ranked; an EOS among the first beam_size finishes that hypothesis, the best
-    beam_size others live on. A sentence is done when it has beam_size finished hypotheses or
-    reaches its max length (where only EOS is allowed), or as soon as no live hypothesis can
-    still enter its n-best (`settled`). At most `batch_size` sentences (default: all) decode at once;
-    `step` replaces the model's decoder step and `top_k` torch.topk (block_top_k).
+    beam_size others live on. Which finished hypotheses are kept and when a sentence is done is the
+    `scoring`'s (SCORINGS: decode.beam_scoring); a sentence at its max length ends too (there only
+    EOS may follow). At most `batch_size` sentences (default: all) decode at once; `step` replaces the
+    model's decoder step and `top_k` torch.topk (block_top_k).
     """
-    k = beam_size
-    batch = DecodingBatch(model, src, src_lengths, max_lengths, k, batch_size, step)
+    k, rules = beam_size, SCORINGS[scoring]
+    batch = DecodingBatch(model, src, src_lengths, max_lengths, k, batch_size, step, symbols.start)
     finished: list[list[Hypothesis]] = [[] for _ in range(src.shape[0])]
     while batch.decoding():
         logits, weights = batch.decode()                                            # [b*K, V]
         vocab = logits.shape[-1]
-        candidates = torch.log_softmax(logits.float(), dim=-1).add_(batch.scores.view(-1, 1))  # [b*K, V]
+        candidates = symbols.log_probs(logits).add_(batch.scores.view(-1, 1))     # [b*K, V]
         at_limit = batch.at_limit()
         if at_limit.any():  # at the length limit only EOS may follow
-            not_eos = torch.arange(vocab, device=logits.device) != EOS_ID
+            not_eos = torch.arange(vocab, device=logits.device) != symbols.end
             candidates.masked_fill_(at_limit.unsqueeze(1) & not_eos, float("-inf"))
         b = candidates.shape[0] // k
         top_scores, top_ids = top_k(candidates.view(b, k * vocab), min(2 * k, k * vocab))  # [b, 2K]
         from_row = top_ids // vocab + torch.arange(b, device=logits.device).unsqueeze(1) * k   # rows of b*K
         next_token = top_ids % vocab
-        is_eos = (next_token == EOS_ID) & torch.isfinite(top_scores)
+        is_eos = (next_token == symbols.end) & torch.isfinite(top_scores)
 
         for i, j in is_eos[:, :k].nonzero().tolist():  # EOS among the best K: a finished hypothesis
-            hypotheses = finished[int(batch.sentence[i])]
-            if batch.live[i] and len(hypotheses) < k:
-                hypotheses.append(batch.hypothesis(int(from_row[i, j]), float(top_scores[i, j]), alpha))
+            if batch.live[i]:
+                done = batch.hypothesis(int(from_row[i, j]), float(top_scores[i, j]))
+                score = rules.score(done.log_prob, len(done.ids) + 1, alpha)
+                rules.keep(finished[int(batch.sentence[i])], replace(done, score=score), k)
 
-        live_scores = top_scores.masked_fill(next_token == EOS_ID, float("-inf"))
+        live_scores = top_scores.masked_fill(next_token == symbols.end, float("-inf"))
         scores, pick = live_scores.topk(k, dim=1)                                   # [b, K]
         batch.choose(from_row.gather(1, pick).view(-1), next_token.gather(1, pick).view(-1), scores, weights)
 
-        limits = batch.max_lengths[batch.sentence]
+        limits, produced = batch.max_lengths[batch.sentence], batch.produced()
         ended = at_limit.view(b, k)[:, 0] | torch.tensor(
-            [settled(finished[s], k, n_best, live, limit, alpha)
-             for s, live, limit in zip(batch.sentence.tolist(), scores[:, 0].tolist(), limits.tolist())],
+            [rules.settled(finished[s], k, n_best, live, made, limit, alpha) for s, live, made, limit
+             in zip(batch.sentence.tolist(), scores[:, 0].tolist(), produced.tolist(), limits.tolist())],
             device=logits.device)
         batch.retire(ended & batch.live)
     return [sorted(hyps, key=lambda h: -h.score)[:n_best] for hyps in finished]

@@ -29,7 +29,7 @@ import numpy as np
 
 from .data import Pair
 from .errors import AttnmtError
-from .vocab import UNK_ID, Example, Tokenization
+from .vocab import Example, Tokenization
 
 # Bumped when the layout changes; a store of another format is prepared again, never read.
 STORE_FORMAT = 1
@@ -92,7 +92,7 @@ class StoreWriter:
         vocabularies = (tokenization.src_vocab, tokenization.tgt_vocab)
         dtype = id_dtype(max(map(len, vocabularies)))
         for side, vocab, inventory in zip(SIDES, vocabularies, inventories):
-            table = np.array([vocab.stoi.get(t, UNK_ID) for t in inventory] or [UNK_ID], dtype=dtype)
+            table = np.array([vocab.stoi.get(t, vocab.unk_id) for t in inventory] or [vocab.unk_id], dtype=dtype)
             self.tokens[side] = self._renumber(side, table)
             lengths = np.fromfile(self.work / f"{side}.len", dtype=np.int32)
             np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]).tofile(self.work / f"{side}.offsets")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 import time
-import typing
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Optional, TypeVar
@@ -15,7 +14,7 @@ import torch
 from tqdm import tqdm
 
 from .average import average_weights, keep_epoch_model
-from .batch import batch_indices, collate
+from .batch import Framing, batch_indices, collate
 from .config import Config, TrainConfig, TrainPrecision
 from .errors import AttnmtError
 from .evaluate import score_translations
@@ -24,16 +23,14 @@ from .fast import fast_paths_in
 from .files import MODEL_FILE
 from .metrics import MetricsWriter
 from .modelfile import Checkpoint, save_checkpoint
-from .precision import BF16_AT_MOST, faster_precision, native_bf16, precision_note, resolve_device
-from .resume import Progress, find_start
+from .precision import BF16_AT_MOST, faster_precision, has_lstm, native_bf16, precision_note, resolve_device
+from .resume import CHECKPOINT_FILE, Progress, check_continuation, find_start, prepare_out_dir, settled_precision
 from .seam import Model
 from .step import TeacherForced, make_optimizer, part_loss, sequence_loss, train_step
 from .store import PreparedCorpus
 from .training_data import Part, TrainingData, epoch_batches
 from .translate import Translator
 from .vocab import Example
-
-CHECKPOINT_FILE = "checkpoint.safetensors"
 
 T = TypeVar("T")
 
@@ -88,7 +85,8 @@ class TrainResult:
     minutes: float  # on the training clock, which a resumed run continues
 
 
-def evaluate_loss(model: Model, examples: list[Example], batch_size: int, device: torch.device) -> float:
+def evaluate_loss(model: Model, examples: list[Example], batch_size: int, device: torch.device,
+                  framing: Framing = Framing()) -> float:
     """Mean cross-entropy per target token, teacher-forced, no dropout."""
     forced = TeacherForced(model).eval()
     total, tokens = 0.0, 0
@@ -96,7 +94,7 @@ def evaluate_loss(model: Model, examples: list[Example], batch_size: int, device
     with torch.inference_mode():
         for batch_ids in batch_indices(lengths, batch_size):
             ids = batch_ids.tolist()
-            batch = collate([examples[i] for i in ids], ids, device)
+            batch = collate([examples[i] for i in ids], ids, device, framing)
             at = batch.target_mask
             logits = forced(batch.src, batch.src_lengths, batch.tgt_in, at)
             total += sequence_loss(logits, batch.tgt_out[at]).item()
@@ -123,13 +121,13 @@ def train(config: Config, resume: bool = False, overwrite: bool = False,
     if config.decode.precision == "int8" and device.type != "cpu":  # say so now, not at the first validation
         raise AttnmtError(f"decode.precision int8 runs on CPUs only; use bf16 on {device}")
     if ranks.is_main:
-        _prepare_out_dir(out_dir, resume, overwrite)
+        prepare_out_dir(out_dir, resume, overwrite)
     torch.manual_seed(tc.seed)
     # Read by rank 0 alone: the other ranks need not see its out_dir; every rank maps the same prepared files.
     start = ranks.share(find_start(config, out_dir / CHECKPOINT_FILE if resume else None, log)
                         if ranks.is_main else None)
     assert start is not None, "rank 0 shares where the run starts"
-    data = TrainingData.of(PreparedCorpus.open(start.corpus), config.data.max_len)
+    data = TrainingData.of(PreparedCorpus.open(start.corpus), config.data.max_len, config.model.source_eos)
     corpus, text = data.corpus, data.corpus.tokenization
     left_out = ", ".join(f"{n} {reason.replace('_', ' ')}" for reason, n in corpus.report["left_out"].items() if n)
     log(f"data: {len(corpus)} training pairs ({left_out or 'none'} left out), {len(data.valid)} valid, "
@@ -137,49 +135,25 @@ def train(config: Config, resume: bool = False, overwrite: bool = False,
     model = build_model(config.model, len(text.src_vocab), len(text.tgt_vocab), tc.fast_paths).to(device)
     log(f"fast paths: {', '.join(fast_paths_in(model)) or 'none'}" if tc.fast_paths
         else "fast paths: none (train.fast_paths false: the reference modules alone)")
-    progress = start.progress or Progress()
-    timed = tc.precision == "auto" and not progress.precision and device.type == "cpu" and native_bf16(device)
-    # The user's setting goes in the note, unless auto is to be timed, which says its own line.
-    settings = {**({} if timed else {"train.precision": tc.precision}), "decode.precision": config.decode.precision}
-    note = precision_note(settings, device, lstm=any(isinstance(module, torch.nn.LSTM) for module in model.modules()))
-    if note:
-        log(note)
     if start.weights is not None:
         model.load_state_dict(start.weights)
+    progress = start.progress or Progress()
     # The run computes in one format from start to end, resumed or not; under torchrun rank 0 times it.
     network = TeacherForced(model)
-    chosen = ranks.share(_training_precision(tc, progress, network, data, device, log) if ranks.is_main else None)
+    chosen = ranks.share(_training_precision(config, progress, network, data, device, log) if ranks.is_main else None)
     assert chosen is not None, "rank 0 shares the format"
     progress.precision = chosen
     config = replace(config, train=replace(tc, precision=chosen))
     tc = config.train
     optimizer = make_optimizer(model, tc, start.optimizer)
-    translator = Translator(model, config, text)
-    if start.weights is not None and start.optimizer is None:
-        log(f"starting from {tc.init_from}: its weights, tokenizers and vocabularies")
-    if progress.threads and progress.threads != torch.get_num_threads():
-        log(f"warning: the run being resumed trained with {progress.threads} threads, this process has "
-            f"{torch.get_num_threads()}: the sums round differently, so it continues up to float rounding, not "
-            f"bit-exactly (train.threads={progress.threads} resumes it exactly)")
-    progress.threads = torch.get_num_threads()
     where = f" on {ranks.world_size} ranks" if ranks.world_size > 1 else ""
     budget = f", {progress.elapsed_s / 60:.1f} of train.max_minutes={tc.max_minutes:g} used" if tc.max_minutes else ""
     log(f"model: {sum(p.numel() for p in model.parameters()):,} parameters on {device}{where}"
         + (f"; resuming at epoch {progress.epoch}, step {progress.step}{budget}" if resume else ""))
-    parts_per_batch = ranks.world_size * tc.accumulate
-    if start.parts_per_batch not in (None, parts_per_batch):
-        log(f"the checkpoint's batches were cut into {start.parts_per_batch} parts (ranks x train.accumulate), "
-            f"these into {parts_per_batch}: the same batches and gradients up to float rounding, but other dropout "
-            f"draws than an uninterrupted run's")
-
-    earlier_min = progress.elapsed_s / 60
-    if tc.max_minutes and earlier_min >= tc.max_minutes:
-        raise AttnmtError(f"train.max_minutes: the run being resumed has trained {earlier_min:.1f} minutes already, and "
-                          f"the budget counts the whole run, its earlier sessions too; raise train.max_minutes above "
-                          f"{earlier_min:.1f} to train on")
-    started = time.monotonic() - progress.elapsed_s
+    check_continuation(start, progress, tc, ranks.world_size * tc.accumulate, log)
     metrics = MetricsWriter(out_dir, progress.step if resume else None, tc.tensorboard) if ranks.is_main else None
-    run = Run(config, data, translator, ranks.wrap(network), optimizer, progress, device, ranks, metrics, started, log)
+    run = Run(config, data, Translator(model, config, text), ranks.wrap(network), optimizer, progress, device, ranks,
+              metrics, time.monotonic() - progress.elapsed_s, log)
     try:
         log(f"{run.train_epochs()}; stopping")
         if metrics and tc.average_last > 1 and len(progress.epoch_files) > 1:
@@ -187,37 +161,27 @@ def train(config: Config, resume: bool = False, overwrite: bool = False,
     finally:
         if metrics:
             metrics.close()
-
-    minutes = (time.monotonic() - started) / 60
-    epochs = len({record["epoch"] for record in progress.history})
-    if not ranks.is_main:
-        return TrainResult(run.model_path, progress.best_metric, {}, epochs, minutes)
-    best = Translator.load(run.model_path, device=str(device))
-    test_scores = score_translations(best, corpus.test_pairs) if corpus.test_pairs else {}
-    if test_scores:
-        log("test: " + " | ".join(f"{k} {v}" for k, v in test_scores.items() if "signature" not in k))
-    log(f"saved: {run.model_path}, the model kept by validation {tc.select_by} (try: attnmt translate {out_dir} "
-        f"\"a sentence\"); its checkpoint and metrics.jsonl are beside it")
-    return TrainResult(run.model_path, progress.best_metric, test_scores, epochs, minutes)
+    return run.result()
 
 
-def _training_precision(tc: TrainConfig, progress: Progress, network: TeacherForced, data: TrainingData,
+def _training_precision(config: Config, progress: Progress, network: TeacherForced, data: TrainingData,
                         device: torch.device, log: Callable[[str], None]) -> TrainPrecision:
-    """train.precision as the run computes it: auto takes a resumed run's format; on a CPU with native
-    bf16 it times the first batch's forward and backward in both formats (`faster_precision`)."""
-    if tc.precision != "auto":
-        if progress.precision not in ("", tc.precision):
-            log(f"warning: the run being resumed trained in {progress.precision}, this one in {tc.precision}: it "
-                f"continues in another format, not bit-exactly (train.precision=auto or {progress.precision} resumes "
-                f"it exactly)")
-        return tc.precision
-    if progress.precision:
-        log(f"precision: train {progress.precision} (train.precision auto: the resumed run's format)")
-        return typing.cast(TrainPrecision, progress.precision)
-    if device.type != "cpu" or not native_bf16(device):
+    """train.precision as the run computes it, said with decode.precision (`precision_note`): the setting, or under
+    auto a resumed run's format (`settled_precision`); else on a CPU with native bf16 the faster of both formats at
+    the first batch's forward and backward."""
+    tc = config.train
+    timed = tc.precision == "auto" and not progress.precision and device.type == "cpu" and native_bf16(device)
+    # The user's setting goes in the note, unless auto is to be timed, which says its own line.
+    settings = {**({} if timed else {"train.precision": tc.precision}), "decode.precision": config.decode.precision}
+    note = precision_note(settings, device, has_lstm(network.modules()))
+    if note:
+        log(note)
+    settled = settled_precision(tc, progress, log)
+    if settled:
+        return settled
+    if not timed:
         return "bf16" if native_bf16(device) else "fp32"
-    ids = epoch_batches(data.corpus.lengths, tc, progress.epoch)[0].tolist()
-    part = data.part(ids, device)
+    part = data.part(epoch_batches(data.corpus.lengths, tc, progress.epoch)[0].tolist(), device)  # the first batch
     network.train()
 
     def forward_backward(precision: str) -> None:
@@ -235,26 +199,6 @@ def _training_precision(tc: TrainConfig, progress: Progress, network: TeacherFor
 
 def _silent(line: str) -> None:
     """The log of ranks other than 0."""
-
-
-def holds_model(out_dir: Path) -> bool:
-    """Whether a run has left a model or a checkpoint in `out_dir`, which a new run would replace."""
-    return (out_dir / MODEL_FILE).exists() or (out_dir / CHECKPOINT_FILE).exists()
-
-
-def _prepare_out_dir(out_dir: Path, resume: bool, overwrite: bool) -> None:
-    checkpoint_path = out_dir / CHECKPOINT_FILE
-    if resume and not checkpoint_path.exists():
-        raise AttnmtError(f"{checkpoint_path}: no checkpoint to resume from")
-    if not resume and not overwrite and holds_model(out_dir):
-        raise AttnmtError(f"{out_dir} already holds a model; use --resume to continue it, --overwrite to replace it, "
-                          f"or another train.out_dir")
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise AttnmtError(f"{out_dir}: cannot create output directory: {err.strerror or err}") from None
-    for stale in out_dir.glob(".*.safetensors.*.tmp"):  # half-written files of a run killed while saving
-        stale.unlink(missing_ok=True)
 
 
 @dataclass
@@ -285,43 +229,11 @@ class Run:
     def train_epochs(self) -> str:
         """Train and validate epoch by epoch until the epochs, the budget or the patience run out; say why it stopped."""
         tc, progress, ranks = self.config.train, self.progress, self.ranks
-        model, corpus = self.translator.model, self.data.corpus
-        segment_started, segment_tokens = time.monotonic(), 0  # training since the last validation, for tokens/s
         stop = ""
         while progress.epoch <= tc.epochs and not stop:
-            order = epoch_batches(corpus.lengths, tc, progress.epoch)
-            model.train()
-            bar = tqdm(total=len(order), initial=progress.batch_in_epoch, desc=f"epoch {progress.epoch}",
-                       unit="batch", disable=None if ranks.is_main else True, leave=False)
-            for batch_ids in order[progress.batch_in_epoch:]:
-                _set_lr(self.optimizer, progress, tc)
-                ids = batch_ids.tolist()
-                tokens = corpus.target_tokens(batch_ids)  # the whole batch's, EOS included
-                parts = ranks.parts(self.data, ids, tc.accumulate, self.device)
-                loss = ranks.train_step(self.network, self.optimizer, parts, tc, progress.step + 1, tokens,
-                                        self.model_path)
-                progress.step += 1
-                progress.batch_in_epoch += 1
-                progress.epoch_loss += loss
-                progress.epoch_tokens += tokens
-                segment_tokens += tokens
-                bar.update()
-                bar.set_postfix(loss=f"{progress.epoch_loss / progress.epoch_tokens:.3f}")
-                if bar.disable and tc.log_every and progress.step % tc.log_every == 0:  # no terminal: log lines instead
-                    self.log(f"epoch {progress.epoch} step {progress.step} ({progress.batch_in_epoch}/{len(order)}) | "
-                             f"train_loss {progress.epoch_loss / progress.epoch_tokens:.4f} | lr {progress.lr:.2e} | "
-                             f"{(time.monotonic() - self.started) / 60:.1f} min")
-                # Every rank's clock has a say, so that all stop at the same step.
-                over_budget = float(bool(tc.max_minutes) and time.monotonic() - self.started > tc.max_minutes * 60)
-                if ranks.sum([over_budget])[0]:
-                    stop = (f"time budget of {tc.max_minutes} minutes used up (train.max_minutes: the whole run's "
-                            f"training; the last validation and the test translations come after it)")
-                    break
-                if (ranks.is_main and tc.checkpoint_every and progress.step % tc.checkpoint_every == 0
-                        and progress.batch_in_epoch < len(order)):
-                    progress.elapsed_s = time.monotonic() - self.started
-                    self.save_checkpoint()
-            bar.close()
+            order = epoch_batches(self.data.corpus.lengths, tc, progress.epoch)
+            segment_started = time.monotonic()  # training since the last validation, for tokens/s
+            stop, segment_tokens = self.train_epoch(order)
             progress.elapsed_s = time.monotonic() - self.started
             if self.metrics:  # rank 0
                 tokens_per_s = segment_tokens / max(time.monotonic() - segment_started, 1e-9)
@@ -331,8 +243,7 @@ class Run:
                 # label_smoothing: what train_loss includes and valid_loss does not (curves.png says so).
                 self.metrics.write({**record, "lr": progress.lr, "target_tokens_per_s": round(tokens_per_s, 1),
                                     "elapsed_min": round(progress.elapsed_s / 60, 2), "threads": progress.threads,
-                                    "precision": progress.precision,
-                                    "label_smoothing": tc.label_smoothing})
+                                    "precision": progress.precision, "label_smoothing": tc.label_smoothing})
                 # Always: a budget that runs out in the first epoch must still keep its model.
                 verdict = self.after_validation(record)
                 stop = stop or verdict
@@ -343,12 +254,49 @@ class Run:
                 if ranks.is_main and tc.average_last > 1:
                     progress.epoch_files = keep_epoch_model(self.translator, progress.epoch, progress.epoch_files,
                                                             self.out_dir, tc.average_last)
-                progress.epoch, progress.batch_in_epoch = progress.epoch + 1, 0
-                progress.epoch_loss, progress.epoch_tokens = 0.0, 0
+                progress.next_epoch()
             if ranks.is_main:
                 self.save_checkpoint()
-            segment_started, segment_tokens = time.monotonic(), 0
         return stop or f"all {tc.epochs} epochs trained (train.epochs)"  # said, as a budget may remain
+
+    def train_epoch(self, order: list[np.ndarray]) -> tuple[str, int]:
+        """The updates of the epoch's batches `order` not yet done, until the time budget runs out: why they
+        stopped early ("" if they did not), and the target tokens they trained on."""
+        tc, progress, ranks, corpus = self.config.train, self.progress, self.ranks, self.data.corpus
+        self.translator.model.train()
+        bar = tqdm(total=len(order), initial=progress.batch_in_epoch, desc=f"epoch {progress.epoch}",
+                   unit="batch", disable=None if ranks.is_main else True, leave=False)
+        trained, stop = 0, ""
+        for batch_ids in order[progress.batch_in_epoch:]:
+            progress.lr = learning_rate(progress.step + 1, tc, progress.lr)
+            for group in self.optimizer.param_groups:
+                group["lr"] = progress.lr
+            tokens = corpus.target_tokens(batch_ids)  # the whole batch's, EOS included
+            parts = ranks.parts(self.data, batch_ids.tolist(), tc.accumulate, self.device)
+            loss = ranks.train_step(self.network, self.optimizer, parts, tc, progress.step + 1, tokens, self.model_path)
+            progress.step += 1
+            progress.batch_in_epoch += 1
+            progress.epoch_loss += loss
+            progress.epoch_tokens += tokens
+            trained += tokens
+            bar.update()
+            bar.set_postfix(loss=f"{progress.epoch_loss / progress.epoch_tokens:.3f}")
+            if bar.disable and tc.log_every and progress.step % tc.log_every == 0:  # no terminal: log lines instead
+                self.log(f"epoch {progress.epoch} step {progress.step} ({progress.batch_in_epoch}/{len(order)}) | "
+                         f"train_loss {progress.epoch_loss / progress.epoch_tokens:.4f} | lr {progress.lr:.2e} | "
+                         f"{(time.monotonic() - self.started) / 60:.1f} min")
+            # Every rank's clock has a say, so that all stop at the same step.
+            over_budget = float(bool(tc.max_minutes) and time.monotonic() - self.started > tc.max_minutes * 60)
+            if ranks.sum([over_budget])[0]:
+                stop = (f"time budget of {tc.max_minutes} minutes used up (train.max_minutes: the whole run's "
+                        f"training; the last validation and the test translations come after it)")
+                break
+            if (ranks.is_main and tc.checkpoint_every and progress.step % tc.checkpoint_every == 0
+                    and progress.batch_in_epoch < len(order)):
+                progress.elapsed_s = time.monotonic() - self.started
+                self.save_checkpoint()
+        bar.close()
+        return stop, trained
 
     def save_checkpoint(self) -> None:
         # No random generator state: each part's draws are seeded by the step (step._draw_seed).
@@ -360,11 +308,11 @@ class Run:
     def validate(self) -> dict:
         """The validation figures of the model now: loss and, with validation pairs, exact match and BLEU."""
         translator, progress = self.translator, self.progress
-        valid_loss = evaluate_loss(translator.model, self.data.valid, self.config.train.batch_size, self.device)
+        valid_loss = evaluate_loss(translator.model, self.data.valid, self.config.train.batch_size, self.device,
+                                   self.data.framing)
         train_loss = progress.epoch_loss / max(progress.epoch_tokens, 1)
         record = {"epoch": progress.epoch, "step": progress.step, "train_loss": round(train_loss, 4),
-                  "valid_loss": round(valid_loss, 4),
-                  "valid_ppl": round(math.exp(min(valid_loss, 50)), 2)}
+                  "valid_loss": round(valid_loss, 4), "valid_ppl": round(math.exp(min(valid_loss, 50)), 2)}
         pairs = self.data.corpus.valid_pairs
         if pairs:
             # A fresh engine: its decoding copy (bf16, int8) is made from the weights as they are now.
@@ -412,27 +360,40 @@ class Run:
             self.log(f"the average validates {'better' if better else 'no better'} than the best single epoch; "
                      f"{self.model_path} is now the average" + ("" if better else " (train.average_keep always)"))
 
+    def result(self) -> TrainResult:
+        """What the run leaves, once trained: on rank 0 with the kept model's test scores, logged with where it is."""
+        tc, progress = self.config.train, self.progress
+        minutes = (time.monotonic() - self.started) / 60
+        epochs = len({record["epoch"] for record in progress.history})
+        if not self.ranks.is_main:
+            return TrainResult(self.model_path, progress.best_metric, {}, epochs, minutes)
+        best = Translator.load(self.model_path, device=str(self.device))
+        test_pairs = self.data.corpus.test_pairs
+        test_scores = score_translations(best, test_pairs) if test_pairs else {}
+        if test_scores:
+            self.log("test: " + " | ".join(f"{k} {v}" for k, v in test_scores.items() if "signature" not in k))
+        self.log(f"saved: {self.model_path}, the model kept by validation {tc.select_by} (try: attnmt translate "
+                 f"{self.out_dir} \"a sentence\"); its checkpoint and metrics.jsonl are beside it")
+        return TrainResult(self.model_path, progress.best_metric, test_scores, epochs, minutes)
+
     def _training_facts(self, record: dict, **extra: int) -> dict:
         """What a model file says of its training (attnmt info): data digest, step, epoch, validation figures."""
         corpus = self.data.corpus
         return {"data_sha256": corpus.fingerprint, "training_pairs": len(corpus), "epoch": record["epoch"],
-                "step": record["step"], "threads": self.progress.threads,
-                "precision": self.progress.precision, **extra,
+                "step": record["step"], "threads": self.progress.threads, "precision": self.progress.precision, **extra,
                 "validation": {k: v for k, v in record.items() if k.startswith("valid")}}
 
 
-def _set_lr(optimizer: torch.optim.Optimizer, progress: Progress, tc: TrainConfig) -> None:
-    """The learning rate for the next step: warmup, then inverse square root or linear decay; or the plateau's."""
-    step = progress.step + 1
+def learning_rate(step: int, tc: TrainConfig, current: float = 0.0) -> float:
+    """The learning rate of update `step` (the first is 1): warmup, then inverse square root or linear decay;
+    without a schedule by steps (none, plateau), `current`, the rate now, which validations lower under
+    plateau, or train.lr before the first update."""
     if tc.scheduler == "warmup":
-        progress.lr = max(tc.lr * min(step / tc.warmup_steps, (tc.warmup_steps / step) ** 0.5), tc.min_lr)
-    elif tc.scheduler == "linear":
+        return max(tc.lr * min(step / tc.warmup_steps, (tc.warmup_steps / step) ** 0.5), tc.min_lr)
+    if tc.scheduler == "linear":
         left = (tc.decay_steps - step) / (tc.decay_steps - tc.warmup_steps)   # 1 at the warmup's end, 0 at decay_steps
-        progress.lr = max(tc.lr * min(step / tc.warmup_steps, left), tc.min_lr)
-    elif not progress.lr:
-        progress.lr = tc.lr
-    for group in optimizer.param_groups:
-        group["lr"] = progress.lr
+        return max(tc.lr * min(step / tc.warmup_steps, left), tc.min_lr)
+    return current or tc.lr
 
 
 def _selection_metric(record: dict, tc: TrainConfig) -> float:

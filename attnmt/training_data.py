@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .batch import Batch, batch_indices, collate
+from .batch import Batch, Framing, batch_indices, collate
 from .config import TrainConfig
 from .errors import AttnmtError
 from .store import PreparedCorpus
@@ -47,18 +47,21 @@ class TrainingData:
 
     corpus: PreparedCorpus
     valid: list[Example]
+    framing: Framing     # what the model's batches frame each pair with
 
     @classmethod
-    def of(cls, corpus: PreparedCorpus, max_len: int) -> "TrainingData":
+    def of(cls, corpus: PreparedCorpus, max_len: int, source_eos: bool = False) -> "TrainingData":
+        """The corpus's training and validation pairs, framed for a model that reads a source end
+        token or not (model.source_eos)."""
         valid = corpus.tokenization.examples(corpus.valid_pairs, max_len)
         if not valid:
             raise AttnmtError(f"no usable validation pairs: each of the {len(corpus.valid_pairs)} has an empty side or "
                               f"exceeds data.max_len={max_len}")
-        return cls(corpus, valid)
+        return cls(corpus, valid, Framing.of(corpus.tokenization, source_eos))
 
     def part(self, ids: list[int], device: torch.device, index: int = 0, weight: float = 1.0) -> Part:
         """The sentences `ids` as a micro-batch on `device`."""
-        return Part(collate([self.corpus.example(i) for i in ids], ids, device), index, weight)
+        return Part(collate([self.corpus.example(i) for i in ids], ids, device, self.framing), index, weight)
 
     def parts(self, ids: list[int], accumulate: int, device: torch.device) -> list[Part]:
         """The batch `ids` as train.accumulate micro-batches (fewer where it has fewer sentences)."""

@@ -20,12 +20,12 @@ from .fast import fast_paths_in
 from .fast.compiled import compiled_step
 from .fast.int8 import int8_decoding_copy
 from .modelfile import ModelDescription, describe, load_file, network_weights, read_model, save_model
-from .precision import precision_note, resolve_device
+from .precision import has_lstm, precision_note, resolve_device
 from .precision import resolve as resolve_precision
 from .seam import Model, gives, require
-from .search import Hypothesis, Step, beam_search, greedy, top_k
+from .search import Hypothesis, Step, Symbols, beam_search, greedy, top_k
 from .tokenize import Tokenizer
-from .vocab import SOS_ID, Tokenization
+from .vocab import Tokenization
 
 CHUNK = 64  # batches of sentences read, handed to one search call and yielded at a time
 
@@ -50,6 +50,16 @@ def map_shapes(model: Model) -> dict[str, tuple[int, int]]:
     return cast(AttentionMaps, model).map_shapes() if gives(model, AttentionMaps) else {}
 
 
+def check_n_best(n_best: int, beam_size: int, names: tuple[str, str] = ("n_best", "beam_size")) -> None:
+    """Refuse more translations per sentence than the beam keeps: 1 ≤ n_best ≤ beam_size. `names` are
+    the two as the caller's user writes them (the CLI's --n-best and --beam, a request's n_best and beam)."""
+    wanted, beam = names
+    if n_best < 1:
+        raise AttnmtError(f"{wanted}: {n_best}; ask for 1 or more")
+    if n_best > beam_size:
+        raise AttnmtError(f"{wanted}: {n_best} is more than the beam ({beam_size}); ask for {beam} {n_best} or more")
+
+
 @dataclass
 class Translation:
     text: str                       # detokenized output
@@ -69,6 +79,7 @@ class TextTranslator(abc.ABC):
     src_tokenizer: Tokenizer
     tgt_tokenizer: Tokenizer
     explains: bool = False   # explain.py can open each decoding step (attnmt's own engine)
+    source_end: Optional[str] = None   # the token every source ends with, if the model reads one (model.source_eos)
 
     def alignment_method(self) -> Optional[str]:
         """The attention alignment this engine gives: "argmax" (attention's), or None where it cannot (an
@@ -76,7 +87,19 @@ class TextTranslator(abc.ABC):
         return None
 
     def tokenize_source(self, text: str) -> list[str]:
-        return self.src_tokenizer.tokenize(text)[: self.config.decode.max_src_len]
+        """The tokens the model reads of `text`: at most decode.max_src_len, then its end token if it
+        reads one (none for an empty text, which is not translated)."""
+        tokens = self.src_tokenizer.tokenize(text)[: self.config.decode.max_src_len]
+        return tokens + [self.source_end] if tokens and self.source_end else tokens
+
+    def source_word_tokens(self, words: list[str], limit: Optional[int] = None) -> tuple[list[str], list[int]]:
+        """The tokens the model reads of a sentence given as words (at most `limit`, then its end token
+        if it reads one), and for each the index of its word (-1: none, as that end token)."""
+        tokens, owners = self.src_tokenizer.tokenize_words(words)
+        tokens, owners = tokens[:limit], owners[:limit]
+        if tokens and self.source_end:
+            return tokens + [self.source_end], owners + [-1]
+        return tokens, owners
 
     def max_output_tokens(self, source_length: int) -> int:
         """The most tokens a translation of `source_length` tokens may have, every engine's and
@@ -114,8 +137,7 @@ class TextTranslator(abc.ABC):
         decode = self.config.decode
         beam_size = beam_size or decode.beam_size
         alpha = decode.alpha if alpha is None else alpha
-        if not 1 <= n_best <= beam_size:
-            raise AttnmtError(f"n_best ({n_best}) must be between 1 and the beam size ({beam_size})")
+        check_n_best(n_best, beam_size)
         return self._stream(iter(texts), n_best, beam_size, alpha, batch_size or decode.batch_size)
 
     def _stream(self, texts: Iterator[str], n_best: int, beam_size: int, alpha: float,
@@ -183,6 +205,8 @@ class Translator(TextTranslator):
         self._decoding_copy: Optional[tuple[tuple, Model, Optional[Step]]] = None
         # The file it was loaded from (load), where align.py reads what else the file holds (its word aligner).
         self.path: Optional[Path] = None
+        self.source_end = tokenization.src_vocab.eos if config.model.source_eos else None
+        self.symbols()   # a token decode.never_generate names is refused here, at load
 
     @property
     def device(self) -> torch.device:
@@ -225,6 +249,16 @@ class Translator(TextTranslator):
             translator._decoding()
         return translator
 
+    def symbols(self) -> Symbols:
+        """The target vocabulary's start and end tokens, and decode.never_generate's tokens as ids."""
+        vocab, never = self.tokenization.tgt_vocab, self.config.decode.never_generate
+        unknown = [token for token in never if token not in vocab.stoi]
+        if unknown:
+            raise AttnmtError(f"decode.never_generate: {', '.join(map(repr, unknown))} not in the target vocabulary")
+        if vocab.eos in never:
+            raise AttnmtError(f"decode.never_generate: {vocab.eos!r} is the end token: an output could never end")
+        return Symbols(vocab.sos_id, vocab.eos_id, tuple(vocab.stoi[token] for token in never))
+
     @property
     def precision(self) -> str:
         """The precision decoding runs in here: decode.precision, with `auto` resolved for the device."""
@@ -232,8 +266,7 @@ class Translator(TextTranslator):
 
     def precision_note(self) -> Optional[str]:
         """One line on the precision chosen (for `auto`) or a warning (bf16 without native bf16), or None."""
-        return precision_note({"decode.precision": self.config.decode.precision}, self.device,
-                              lstm=any(isinstance(module, torch.nn.LSTM) for module in self.model.modules()))
+        return precision_note({"decode.precision": self.config.decode.precision}, self.device, has_lstm(self.model.modules()))
 
     def _search(self, sources: list[list[str]], n_best: int, beam_size: int, alpha: float,
                 batch_size: int) -> list[list[Translation]]:
@@ -247,12 +280,12 @@ class Translator(TextTranslator):
         lengths = torch.tensor([len(sources[i]) for i in ids])
         # In decoding steps: the tokens and the <eos> the searches force at the limit.
         max_lengths = torch.tensor([self.max_output_tokens(n) + 1 for n in lengths.tolist()])
-        fast_top_k = top_k(decode.fast_paths)
+        fast_top_k, symbols = top_k(decode.fast_paths), self.symbols()
         if beam_size == 1:
-            nbests = [[h] for h in greedy(model, src, lengths, max_lengths, batch_size, step, fast_top_k)]
+            nbests = [[h] for h in greedy(model, src, lengths, max_lengths, batch_size, step, fast_top_k, symbols)]
         else:
             nbests = beam_search(model, src, lengths, max_lengths, beam_size, alpha, n_best, batch_size, step,
-                                 fast_top_k)
+                                 fast_top_k, symbols, decode.beam_scoring)
         results: list[list[Translation]] = [[] for _ in sources]
         for i, hypotheses in zip(ids, nbests):
             results[i] = [self._translation(sources[i], h) for h in hypotheses]
@@ -301,7 +334,8 @@ class Translator(TextTranslator):
         model.eval()
         src = torch.tensor([self.tokenization.src_vocab.encode(translation.source_tokens)], device=self.device)
         output = self.tokenization.tgt_vocab.encode(translation.tokens)
-        tgt_in = torch.tensor([[SOS_ID] + output[:-1]], device=self.device)    # the inputs that produced `output`
+        start = self.tokenization.tgt_vocab.sos_id
+        tgt_in = torch.tensor([[start] + output[:-1]], device=self.device)     # the inputs that produced `output`
         mapped: AttentionMaps = require(model, AttentionMaps, "attention maps")
         maps = mapped.attention_maps(src, torch.tensor([src.shape[1]]), tgt_in)
         return {name: weights[0].float().cpu().numpy() for name, weights in maps.items()}
@@ -364,7 +398,7 @@ def model_info(path: str | Path) -> dict:
     from, format, its aligner if any."""
     description, _, meta = read_model(path)
     config, text = description.config, description.tokenization
-    network = build_model(config.model, len(text.src_vocab), len(text.tgt_vocab), config.decode.fast_paths)
+    network = build_model(config.model, len(text.src_vocab), len(text.tgt_vocab), config.decode.fast_paths).eval()
     tokenizer = {k: v for k, v in text.src_tokenizer.to_dict().items() if k not in ("model", "decoder")}
     if config.tokenizer.level in ("bpe", "unigram"):
         tokenizer.update(vocab_size=config.tokenizer.vocab_size, joint=config.tokenizer.joint)

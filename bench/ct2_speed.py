@@ -25,8 +25,8 @@ from typing import Callable
 import sacrebleu
 from compiled import decoding_arguments
 
-from attnmt.ct2 import CTranslate2Translator
-from attnmt.export import ctranslate2_package, export_ctranslate2
+from attnmt.ct2 import CTranslate2Translator, ctranslate2_package
+from attnmt.export import export_ctranslate2
 from attnmt.fast.int8 import int8_products_exact
 from attnmt.translate import Translator
 

@@ -11,9 +11,11 @@ import torch
 
 from attnmt import AttnmtError, Translator
 from attnmt.align import (
+    AttentionLinks,
     GoldLinks,
-    align,
+    align_by_attention,
     averaged,
+    cross_attention_layers,
     default_layer,
     links_of,
     parse_links,
@@ -117,6 +119,19 @@ def test_links_by_argmax_and_threshold():
     assert links_of(attention, "argmax") == {(0, 0), (1, 1), (2, 3)}
     assert links_of(attention, "threshold", 0.3) == {(0, 0), (1, 1), (2, 1), (1, 3), (2, 3)}
     assert pharaoh(sorted(links_of(attention))) == "0-0 1-1 2-3"
+    with pytest.raises(AttnmtError, match="method 'aligner': choose argmax, threshold"):
+        links_of(attention, "aligner")          # the aligner reads no attention
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"method": "aligner"}, "method 'aligner': choose argmax, threshold"),
+    ({"threshold": 0.0}, r"threshold 0.0: allowed \(0, 1\]"),
+    ({"step": "next"}, "step 'next': choose output, input"),
+    ({"symmetrization": "grow"}, "symmetrization 'grow': choose intersect, union, grow-diag, grow-diag-final, average"),
+])
+def test_attention_links_refuse_what_no_attention_method_reads(settings, message):
+    with pytest.raises(AttnmtError, match=message):
+        AttentionLinks(**settings)
 
 
 def test_symmetrization_by_hand():
@@ -178,7 +193,7 @@ def test_word_attention_sums_source_pieces_and_averages_target_pieces(dates_mode
     expected = np.stack([by_source[0:2].mean(0), by_source[3], by_source[5]])  # words 21 | - | 3
     (words,) = word_attention(translator, [(source.split(), target.split())])
     np.testing.assert_allclose(words, expected, rtol=1e-5, atol=1e-6)
-    (alignment,) = align(translator, [source], [target])
+    (alignment,) = align_by_attention(translator, [source], [target])
     assert alignment.links == sorted((int(words[t].argmax()), t) for t in range(3))
 
 
@@ -207,26 +222,41 @@ def test_transformer_aligns_with_the_penultimate_layer_by_default(transformer_da
         word_attention(translator, [(["1"], ["2000"])], layer=3)
 
 
+def test_cross_attention_layers_are_the_models_map_shapes(dates_model, transformer_dates_model, no_attention_model,
+                                                         monkeypatch):
+    """Read off the model's map_shapes, without a forward pass (one that ran would fail here)."""
+    def no_pass(*_args):
+        raise AssertionError("cross_attention_layers ran the model")
+
+    for path, layers in [(dates_model, 1), (transformer_dates_model, 2)]:
+        translator = Translator.load(path, "cpu")
+        monkeypatch.setattr(translator.model, "attention_maps", no_pass)
+        assert cross_attention_layers(translator) == layers
+    with pytest.raises(AttnmtError, match="this model has no attention"):
+        cross_attention_layers(Translator.load(no_attention_model, "cpu"))
+
+
 def test_aligning_both_ways_combines_the_directions(dates_model):
     """The dates model translates either way here (the words are what they are): backward links
     are flipped to (source, target) before they combine."""
     translator = Translator.load(dates_model, "cpu", precision="fp32")
     sources, targets = [s for s, _ in PAIRS], [t for _, t in PAIRS]
-    forward = align(translator, sources, targets)
-    backward = align(translator, targets, sources)
+    forward = align_by_attention(translator, sources, targets)
+    backward = align_by_attention(translator, targets, sources)
     for method in ("intersect", "union"):
-        both = align(translator, sources, targets, reverse=translator, symmetrization=method)
+        both = align_by_attention(translator, sources, targets, AttentionLinks(symmetrization=method), translator)
         for f, b, combined in zip(forward, backward, both, strict=True):
             flipped = {(s, t) for t, s in b.links}
             assert set(combined.links) == (set(f.links) & flipped if method == "intersect" else set(f.links) | flipped)
-    both = align(translator, sources, targets, reverse=translator, symmetrization="average")
+    both = align_by_attention(translator, sources, targets, AttentionLinks(symmetrization="average"), translator)
     for f, b, combined in zip(forward, backward, both, strict=True):
         assert set(combined.links) == averaged(f.attention, b.attention)
-    assert align(translator, sources, targets, reverse=translator)[0].links == \
-        align(translator, sources, targets, reverse=translator, symmetrization="grow-diag-final")[0].links
+    assert align_by_attention(translator, sources, targets, reverse=translator)[0].links == \
+        align_by_attention(translator, sources, targets, AttentionLinks(symmetrization="grow-diag-final"),
+                           translator)[0].links
     with pytest.raises(AttnmtError, match="symmetrization 'grow': choose intersect, union, grow-diag, grow-diag-final, "
                                           "average"):
-        align(translator, sources, targets, reverse=translator, symmetrization="grow")
+        AttentionLinks(symmetrization="grow")
 
 
 # ---------------------------------------------------------------- the command line

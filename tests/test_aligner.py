@@ -14,7 +14,18 @@ import torch
 
 from attnmt import AttnmtError, Translator
 from attnmt import aligner as aligner_module
-from attnmt.align import align, aligner_links, aligner_posteriors, alignment_method, averaged, model_aligner, read_gold, score
+from attnmt.align import (
+    AlignerLinks,
+    align_by_aligner,
+    align_by_attention,
+    aligner_links,
+    aligner_posteriors,
+    alignment_method,
+    averaged,
+    model_aligner,
+    read_gold,
+    score,
+)
 from attnmt.aligner import PREFIX, Aligner, AlignerConfig, HiddenMarkovAligner, read_aligner, train_aligner, write_aligner
 from attnmt.cli import main
 from attnmt.configfile import config_from_dict
@@ -211,9 +222,9 @@ def test_the_aligner_finds_a_known_alignment_that_attention_misses(tmp_path):
     gold = (tmp_path / "gold.txt")
     gold.write_text("".join(" ".join(f"{i}-{j}" for i, j in pair_links) + "\n" for pair_links in links[-50:]))
     gold_links = read_gold(gold, 0)
-    by_aligner = score([set(a.links) for a in align(translator, *zip(*test), method="aligner", aligner=aligner)],
-                       gold_links)
-    by_attention = score([set(a.links) for a in align(translator, *zip(*test))], gold_links)
+    sources, targets = [s for s, _ in test], [t for _, t in test]
+    by_aligner = score([set(a.links) for a in align_by_aligner(translator, sources, targets, aligner=aligner)], gold_links)
+    by_attention = score([set(a.links) for a in align_by_attention(translator, sources, targets)], gold_links)
     # What is left are words that occur twice in a sentence; attention is far off (AER about 0.7).
     assert by_aligner.aer < 0.06, (by_aligner.line(), by_attention.line())
     assert by_attention.aer > 0.3
@@ -351,14 +362,11 @@ def test_align_adapts_a_copy_of_the_aligner_to_the_pairs_it_is_given(dates_model
     aligner = train_aligner(translator, sources[:60], targets[:60], epochs=1, batch_tokens=256, log=lambda _: None)
     before = {name: t.clone() for name, t in aligner.state_dict().items()}
     lines: list[str] = []
-    adapted = align(translator, sources[60:], targets[60:], method="aligner", aligner=aligner, adapt=2,
-                    log=lines.append)
-    plain = align(translator, sources[60:], targets[60:], method="aligner", aligner=aligner)
+    adapted = align_by_aligner(translator, sources[60:], targets[60:], AlignerLinks(adapt=2), aligner, log=lines.append)
+    plain = align_by_aligner(translator, sources[60:], targets[60:], aligner=aligner)
     assert len(lines) == 2 and not any("held-out" in line for line in lines), lines   # every pair trains it
     assert all(torch.equal(t, before[name]) for name, t in aligner.state_dict().items())  # the caller's unchanged
     assert any(not np.allclose(a.attention, p.attention) for a, p in zip(adapted, plain, strict=True))
-    with pytest.raises(AttnmtError, match="only the aligner adapts"):
-        align(translator, sources, targets, method="argmax", adapt=1)
 
 
 def test_align_reads_the_links_with_the_jump_weight_asked_for(dates_model):
@@ -368,8 +376,8 @@ def test_align_reads_the_links_with_the_jump_weight_asked_for(dates_model):
     own = aligner.config.jump_weight
 
     def posteriors(**weight) -> list[np.ndarray]:
-        return [a.attention for a in align(translator, sources[60:], targets[60:], method="aligner", aligner=aligner,
-                                           **weight)]
+        return [a.attention for a in align_by_aligner(translator, sources[60:], targets[60:], AlignerLinks(**weight),
+                                                      aligner)]
 
     assert all(np.array_equal(a, b) for a, b in zip(posteriors(jump_weight=own), posteriors(), strict=True))
     flat = posteriors(jump_weight=0.0)
@@ -397,11 +405,18 @@ def test_aligner_refusals_are_one_line(dates_model, tmp_path, capsys):
     tgt.write_text("x y\nz w\n")
     assert "no aligner: train one with `attnmt train-aligner" in refusal("align", dates_model, "--src", src, "--tgt",
                                                                           tgt, "--method", "aligner")
-    assert "the aligner aligns both ways itself" in refusal("align", dates_model, "--src", src, "--tgt", tgt,
-                                                            "--method", "aligner", "--reverse", dates_model)
-    assert "only the aligner adapts" in refusal("align", dates_model, "--src", src, "--tgt", tgt, "--adapt", 1)
-    assert "only the aligner weighs jumps" in refusal("align", dates_model, "--src", src, "--tgt", tgt,
-                                                      "--jump-weight", 0.5)
+    # A flag of the other kind of method: one line naming the flag and the methods it is for.
+    assert f"--reverse {dates_model} with --method aligner: the aligner aligns both ways itself (--reverse is for " \
+           "--method argmax or threshold)" in refusal("align", dates_model, "--src", src, "--tgt", tgt, "--method",
+                                                      "aligner", "--reverse", dates_model)
+    for flag, value, owner in [("--threshold", 0.5, "threshold"), ("--layer", 1, "argmax or threshold"),
+                               ("--head", 1, "argmax or threshold"), ("--step", "input", "argmax or threshold")]:
+        assert f"{flag} {value} with --method aligner: the aligner reads no attention ({flag} is for --method " \
+               f"{owner})" in refusal("align", dates_model, "--src", src, "--tgt", tgt, "--method", "aligner", flag, value)
+    assert "--adapt 0 with --method threshold: only the aligner adapts to the pairs (--adapt is for --method aligner)" \
+        in refusal("align", dates_model, "--src", src, "--tgt", tgt, "--adapt", 0, "--method", "threshold")
+    assert "--jump-weight 0.5 with --method argmax: only the aligner weighs jumps (--jump-weight is for --method " \
+           "aligner)" in refusal("align", dates_model, "--src", src, "--tgt", tgt, "--jump-weight", 0.5)
     with pytest.raises(SystemExit) as exited:                                  # argparse's refusal of the flag
         main(["align", str(dates_model), "--src", str(src), "--tgt", str(tgt), "--method", "aligner",
               "--jump-weight", "2.5"])
@@ -439,7 +454,8 @@ def test_translate_answers_alignments_with_the_method_that_made_them(dates_model
         status, body = answer(translator)
         assert status == 200, body
         translations = [result["translation"] for result in body["results"]]
-        expected = align(translator, texts, translations, method=method)       # the aligner: the file's
+        expected = (align_by_aligner(translator, texts, translations) if method == "aligner"    # the file's
+                    else align_by_attention(translator, texts, translations))
         for result, alignment in zip(body["results"], expected, strict=True):
             assert result["alignment"] == {"method": method, "source_words": alignment.source_words,
                                            "target_words": alignment.target_words,

@@ -21,6 +21,7 @@ from attnmt.families.rnn.attention import (
     make_attention,
 )
 from attnmt.families.rnn.config import RNNConfig
+from attnmt.families.rnn.decoder import Decoder
 from attnmt.families.rnn.fast_attention import SigmoidAdditiveAttention
 from attnmt.families.rnn.network import RNNEncoderDecoder
 from attnmt.seam import forced_logits
@@ -161,14 +162,14 @@ def test_scaled_dot_attention_by_hand_and_in_a_model():
     assert isinstance(attention, ScaledDotAttention) and width == 2 and attention.formula == "q · h_j / √d"
     _, weights = attention(Q, attention.project_keys(H), H, MASK)
     assert_close(weights, torch.tensor([[softmax_list([1 / math.sqrt(2), 0.0, 2 / math.sqrt(2)])]]))
-    # In a model: the fused decoder loop knows no such score and leaves it to the step-by-step loop, so the
-    # fast build computes what the reference build does.
+    # In a model: the fused decoder loop knows no such score, so the fast build trains step by step with
+    # the reference Decoder and computes what the reference build does.
     config = RNNConfig(emb_dim=8, enc_hidden=4, dec_hidden=8, attention="scaled_dot", decoder="luong", dropout=0.0,
                        input_feeding=True)
     fast, reference = (RNNEncoderDecoder(config, 20, 20, fast=fast).double() for fast in (True, False))
     reference.load_state_dict(fast.state_dict())
     src, tgt_in = torch.randint(4, 20, (3, 5)), torch.randint(4, 20, (3, 4))
-    assert not fast.decoder.fused
+    assert type(fast.decoder) is Decoder
     assert_close(forced_logits(fast, src, torch.tensor([5, 4, 2]), tgt_in),
                  forced_logits(reference, src, torch.tensor([5, 4, 2]), tgt_in))
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from attnmt import Translator
-from attnmt.align import align, read_gold, score
+from attnmt.align import align_by_aligner, read_gold, score
 from attnmt.aligner import train_aligner, write_aligner
 from attnmt.dates import generate_dates
 
@@ -78,8 +78,8 @@ def test_the_alignment_bench_scores_the_aligner_on_the_pairs_asked_for_after_rea
               "--aligner-only", "--adapt", "0", "1", "--pairs", "4:")
     metrics = dict(re.findall(r"^metric=(\S+) value=(\S+)$", out, re.M))
     gold = read_gold(tmp_path / "gold" / "test.talp", 1)
-    expected = score([set(a.links) for a in align(Translator.load(model, "cpu"), [s for s, _ in gold_pairs],
-                                                  [t for _, t in gold_pairs], method="aligner")][4:], gold[4:])
+    expected = score([set(a.links) for a in align_by_aligner(Translator.load(model, "cpu"), [s for s, _ in gold_pairs],
+                                                             [t for _, t in gold_pairs])][4:], gold[4:])
     assert float(metrics["aer_m_aligner_average"]) == round(expected.aer, 4)
     assert "aer_m_aligner_adapt1_average" in metrics and "aer_m_argmax" not in " ".join(metrics)
     assert "then --adapt 1 on the 12 gold pairs' text" in out

@@ -102,6 +102,23 @@ def test_sentences_as_arguments_and_input_file_are_refused_together(recipe_model
     assert_one_line_error(result, "sentences as arguments or --input FILE, not both")
 
 
+def test_more_translations_than_the_beam_keeps_are_refused_in_one_line(dates_model, tmp_path, capsys):
+    """The same check for the CLI (in its flags' names, before the input is read) and the Python API."""
+    from attnmt.cli import main
+    from attnmt.errors import AttnmtError
+    from attnmt.translate import Translator
+
+    assert main(["translate", str(dates_model), "--input", str(tmp_path / "missing.txt"), "--beam", "2",
+                 "--n-best", "3", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert err == "attnmt: error: --n-best: 3 is more than the beam (2); ask for --beam 3 or more\n"
+    translator = Translator.load(dates_model, "cpu")
+    with pytest.raises(AttnmtError, match=r"^n_best: 3 is more than the beam \(2\); ask for beam_size 3 or more$"):
+        translator.translate_nbest(["1 May 2000"], 3, beam_size=2)
+    with pytest.raises(AttnmtError, match=r"^n_best: 0; ask for 1 or more$"):
+        translator.translate_nbest(["1 May 2000"], 0)
+
+
 def test_a_folder_without_a_model_is_one_line(tmp_path):
     for command in (["translate"], ["info"], ["explain"]):
         result = attnmt(*command, str(tmp_path), *(["a sentence"] if command == ["explain"] else []))

@@ -68,6 +68,8 @@ def config_cases() -> list[tuple[str, str]]:
                 cases += [(key, "maybe"), (key, "3")]
             elif hint is str:
                 cases += [(key, "[1, 2]"), (key, "{a: 1}")]
+            elif typing.get_origin(hint) is list:
+                cases += [(key, "not-a-list"), (key, "[[1, 2]]")]
             else:
                 assert hint in (int, float) and "range" in f.metadata, f"{key}: a number without a range"
                 cases += [(key, "abc"), (key, "[1]")] + [(key, repr(v)) for v in out_of_range(hint, f.metadata["range"])]
@@ -153,7 +155,7 @@ def test_n_best_above_the_beam_names_both_flags(dates_model, tmp_path, capsys):
     src.write_text("March 3, 2021\n", encoding="utf-8")
     code, err = run(capsys, ["translate", str(dates_model), "-i", str(src), "--n-best", "3", "--beam", "2",
                              "-o", str(tmp_path / "out.txt")])
-    assert_refused(code, err, "--n-best 3", "beam size 2")
+    assert_refused(code, err, "--n-best: 3 is more than the beam (2)", "ask for --beam 3 or more")
     assert not (tmp_path / "out.txt").exists()
 
 

@@ -1,11 +1,14 @@
 """Every fast path (attnmt/fast, and each family's) against the reference module it replaces: the same
-outputs and gradients (float64 where the arithmetic is exact to rounding), and where the network
-chooses them (its constructor's `fast`)."""
+outputs and gradients (float64 where the arithmetic is exact to rounding), where the network
+chooses them (its constructor's `fast`), and that fast_paths_in names those whose code runs."""
 
 from __future__ import annotations
 
 import copy
+import inspect
+from collections import Counter
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -17,9 +20,10 @@ from torch.testing import assert_close
 
 from attnmt import Translator
 from attnmt.batch import collate, pad
-from attnmt.configfile import config_from_dict
+from attnmt.configfile import config_from_dict, load_config
 from attnmt.errors import AttnmtError
 from attnmt.families import build_model, reference_copy
+from attnmt.families.rnn import fast_attention, fast_recurrence
 from attnmt.families.rnn.attention import AdditiveAttention
 from attnmt.families.rnn.decoder import Decoder
 from attnmt.families.rnn.encoder import Encoder
@@ -36,13 +40,13 @@ from attnmt.precision import autocast
 from attnmt.search import beam_search, block_top_k, greedy, reference_top_k, top_k
 from attnmt.step import TeacherForced, sequence_loss
 from attnmt.train import train
+from attnmt.translate import model_info
 from attnmt.vocab import EOS_ID
 
 # Every fast class, each naming the reference class it replaces.
 FAST_CLASSES = [SigmoidAdditiveAttention, FusedDecoder, GRULayerEncoder, InPlaceDecoderLayers, RandDropout, BlockedLinear]
-RNN_FAST = {"GRULayerEncoder for Encoder", "RandDropout for Dropout", "FusedDecoder for Decoder",
-            "SigmoidAdditiveAttention for AdditiveAttention", "BlockedLinear for Linear"}
-TRANSFORMER_FAST = {"RandDropout for Dropout", "BlockedLinear for Linear", "InPlaceDecoderLayers for DecoderLayers"}
+CUDA = pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
+                                                                         reason="no CUDA GPU that torch can use")])
 
 
 def fast_classes(model: nn.Module) -> set[str]:
@@ -71,7 +75,12 @@ def test_the_network_is_built_with_its_fast_paths_or_the_reference(network):
     torch.manual_seed(0)
     fast = network(config, VOCAB, VOCAB)                                  # fast paths unless told otherwise
     assert fast_classes(fast) == {"SigmoidAdditiveAttention", "FusedDecoder", "GRULayerEncoder", "RandDropout", "BlockedLinear"}
-    assert set(fast_paths_in(fast)) == RNN_FAST and len(fast_paths_in(fast)) == len(RNN_FAST)
+    # Named where they run: training on a CPU (the output product is too narrow for blocks)...
+    assert fast_paths_in(fast) == ["GRULayerEncoder for Encoder", "RandDropout for Dropout", "FusedDecoder for Decoder",
+                                   "SigmoidAdditiveAttention for AdditiveAttention"]
+    assert fast_paths_in(copy.deepcopy(fast).eval()) == ["SigmoidAdditiveAttention for AdditiveAttention"]  # decoding
+    on_a_gpu = copy.deepcopy(fast).to("meta")                             # a device other than the CPU, for the names
+    assert fast_paths_in(on_a_gpu) == ["FusedDecoder for Decoder", "SigmoidAdditiveAttention for AdditiveAttention"]
     torch.manual_seed(0)
     reference = network(config, VOCAB, VOCAB, False)
     assert fast_classes(reference) == set() and fast_paths_in(reference) == []
@@ -114,6 +123,7 @@ def test_every_fast_class_extends_its_reference_without_new_state():
     for fast in FAST_CLASSES:
         assert fast.replaces is not fast and issubclass(fast, fast.replaces), fast.__name__
         assert not set(vars(fast)) & {"__init__", "_parameters", "_buffers"}, fast.__name__
+        assert inspect.isfunction(vars(fast).get("runs")), f"{fast.__name__} says where it runs (fast_paths_in)"
     # Every fast class that a network of either family is built with is one of these (and so tested here).
     seen = {type(m) for model in (make_model(order="luong", input_feeding=True), random_model(**TRANSFORMER))
             for m in model.modules() if hasattr(type(m), "replaces")}
@@ -133,6 +143,75 @@ def test_use_fast_layers_changes_exactly_the_plain_dropouts_and_linears():
                                                          OwnLinear, nn.LSTM, nn.Embedding]
     assert weights.keys() == network.state_dict().keys()
     assert all(torch.equal(weights[k], v) for k, v in network.state_dict().items())
+
+
+def spy_on_fast_code(monkeypatch) -> Counter:
+    """Counts, by fast class, the calls in which its own code ran: those of each method it overrides
+    (its `replaces` class's) that did not hand the call on to the overridden one. A fast path falls
+    back by calling the method it overrides and nothing else, so the calls of the override, less
+    those of the overridden method on its instances, are those that ran the fast code."""
+    ran: Counter = Counter()
+
+    def counting(function, name: str, sign: int, on: type = object):
+        def counted(*args, **kwargs):
+            if isinstance(args[0], on):
+                ran[name] += sign
+            return function(*args, **kwargs)
+        return counted
+
+    for cls in FAST_CLASSES:
+        for name, method in vars(cls).items():
+            if inspect.isfunction(method) and hasattr(cls.replaces, name):
+                monkeypatch.setattr(cls, name, counting(method, cls.__name__, +1, cls))
+                monkeypatch.setattr(cls.replaces, name, counting(getattr(cls.replaces, name), cls.__name__, -1, cls))
+    # The sigmoid form of additive scores is fast_attention.py's, which the fused decoder loop computes too.
+    for module in (fast_attention, fast_recurrence):
+        monkeypatch.setattr(module, "sigmoid_hidden", counting(module.sigmoid_hidden, "SigmoidAdditiveAttention", +1))
+    return ran
+
+
+def reached(ran: Counter) -> set[str]:
+    return {name for name, calls in ran.items() if calls > 0}
+
+
+@pytest.mark.parametrize("device", ["cpu", CUDA])
+@pytest.mark.parametrize("rnn,order,feeding,attention,teacher_forcing", [
+    ("gru", "bahdanau", False, "bahdanau", 1.0),    # Bahdanau's order: step by step, no fused loop
+    ("gru", "luong", False, "general", 1.0),        # the default recipe's: the whole target at once
+    ("gru", "luong", True, "bahdanau", 1.0),        # input-fed GRU: the fused loop
+    ("gru", "luong", True, "dot", 1.0),
+    ("gru", "luong", True, "bahdanau", 0.5),        # scheduled sampling: step by step
+    ("gru", "luong", True, "local_m", 1.0),         # a score the fused loop does not know
+    ("lstm", "luong", True, "concat", 1.0)])        # LSTMs: nn.LSTM in encoder and decoder
+def test_the_named_fast_paths_are_those_whose_code_runs(monkeypatch, device, rnn, order, feeding, attention,
+                                                        teacher_forcing):
+    """What the training log and `attnmt info` print (fast_paths_in) against the fast code a training
+    step and a decoding reach, for every kind of RNN decoder: named exactly when reached."""
+    config = make_config(rnn=rnn, order=order, input_feeding=feeding, attention=attention, dropout=0.2,
+                         teacher_forcing=teacher_forcing)
+    torch.manual_seed(0)
+    model = build_model(config, VOCAB, OUTPUT_BLOCK + 100).to(device).train()   # wide enough for blocks
+    batch = collate([([5, 6, 7, 8, 9], [9, 10, 11]), ([4, 5], [6, 7, 8, 9, 10, 11])], [0, 1])
+    src, tgt_in, tgt_out, at = (t.to(device) for t in (batch.src, batch.tgt_in, batch.tgt_out, batch.target_mask))
+    ran = spy_on_fast_code(monkeypatch)
+    named = {name.split(" for ")[0] for name in fast_paths_in(model)}
+    sequence_loss(TeacherForced(model)(src, batch.src_lengths, tgt_in, at), tgt_out[at]).backward()
+    assert named == reached(ran)
+    ran.clear()
+    named = {name.split(" for ")[0] for name in fast_paths_in(model.eval())}
+    with torch.no_grad():
+        greedy(model, src, batch.src_lengths, torch.tensor([6, 6]))
+    assert named == reached(ran)
+
+
+def test_the_default_recipe_trains_without_the_fused_loop():
+    """configs/multi30k_de_en.yaml: Luong's order without input feeding runs the decoder over the whole
+    target at once, so the network is built with Decoder, and the encoder's GRU layers are the fast ones."""
+    recipe = load_config(Path(__file__).resolve().parents[1] / "configs" / "multi30k_de_en.yaml")
+    model = build_model(recipe.model, 50, 50)
+    assert type(model.decoder) is Decoder and type(model.encoder) is GRULayerEncoder
+    assert "FusedDecoder for Decoder" not in fast_paths_in(model)
+    assert "GRULayerEncoder for Encoder" in fast_paths_in(model)
 
 
 @pytest.mark.parametrize("rnn,order,feeding,attention,layers", [
@@ -156,7 +235,7 @@ def assert_trains_and_decodes_alike(model: nn.Module) -> None:
     at = batch.target_mask
     results = []
     for network in (model, reference_of(model)):
-        assert bool(fast_paths_in(network)) is (network is model)
+        assert bool(fast_classes(network)) is (network is model)
         network.zero_grad()
         logits = TeacherForced(network)(batch.src, batch.src_lengths, batch.tgt_in, at)
         loss = sequence_loss(logits, batch.tgt_out[at])
@@ -296,11 +375,13 @@ def test_gru_layer_encoder_ignores_padding(layers):
     ("gru", "luong", True, 1, "bahdanau", True), ("gru", "luong", True, 1, "dot", True),
     ("gru", "luong", True, 1, "none", False), ("gru", "luong", True, 2, "bahdanau", False),
     ("lstm", "luong", True, 1, "bahdanau", False), ("gru", "luong", False, 1, "bahdanau", False),
-    ("gru", "bahdanau", False, 1, "bahdanau", False), ("gru", "luong", True, 1, "local_m", False)])
-def test_fused_flag(rnn, order, feeding, dec_layers, attention, fused):
+    ("gru", "bahdanau", False, 1, "bahdanau", False), ("gru", "luong", True, 1, "local_m", False),
+    ("gru", "luong", True, 1, "general", True), ("gru", "luong", True, 1, "concat", True)])
+def test_the_network_builds_the_fused_decoder_where_its_loop_runs(rnn, order, feeding, dec_layers, attention,
+                                                                   fused):
     model = make_model(rnn=rnn, order=order, input_feeding=feeding, dec_layers=dec_layers, attention=attention)
-    assert isinstance(model.decoder, FusedDecoder)
-    assert model.decoder.fused is fused
+    assert type(model.decoder) is (FusedDecoder if fused else Decoder)
+    assert type(model.encoder) is (GRULayerEncoder if rnn == "gru" else Encoder)
 
 
 def fused_and_reference(model: RNNEncoderDecoder, dtype=torch.float64, precision="fp32", read_weights=True):
@@ -365,17 +446,20 @@ def test_fused_loop_in_bfloat16_is_as_close_as_the_reference(attention):
 
 
 def test_fused_decoder_steps_aside_for_scheduled_sampling():
-    """With teacher forcing below 1 each step's input depends on the last step's output: the fused loop
-    gives way to the reference loop, which draws the same coin flips."""
+    """With teacher forcing below 1 each step's input depends on the last step's output: the network
+    trains such a model with the reference Decoder, and a FusedDecoder asked for it gives way to the
+    reference loop, which draws the same coin flips."""
+    assert type(make_model(order="luong", input_feeding=True, teacher_forcing=0.5).decoder) is Decoder
     torch.manual_seed(0)
-    model = make_model(order="luong", attention="bahdanau", input_feeding=True, teacher_forcing=0.5).double().train()
-    assert model.decoder.fused
+    model = make_model(order="luong", attention="bahdanau", input_feeding=True).double().train()
+    assert type(model.decoder) is FusedDecoder
     batch = collate([([5, 6, 7, 8, 9], [9, 10, 11, 4, 5]), ([4, 5], [6, 7, 8, 9, 10, 11])], [0, 1])
     results = []
     for network in (model, reference_of(model)):
         calls = count_rnn_calls(network.decoder)
         torch.manual_seed(3)
-        features, weights = network.features(batch.src, batch.src_lengths, batch.tgt_in)
+        memory, state = network.encode(batch.src, batch.src_lengths)
+        features, weights = network.decoder.features(batch.tgt_in, state, memory, teacher_forcing=0.5)
         assert calls == [1] * batch.tgt_in.shape[1]
         results.append((features.detach(), weights.detach()))
     for ours, theirs in zip(*results, strict=True):
@@ -438,16 +522,19 @@ def test_rand_dropout_keeps_each_value_independently_of_its_neighbours():
 def test_blocked_linear_computes_what_linear_does(outputs, bias):
     torch.manual_seed(0)
     reference = nn.Linear(96, outputs, bias=bias)
-    blocked = copy.deepcopy(reference)
+    blocked = copy.deepcopy(reference).eval()
     blocked.__class__ = BlockedLinear
     x = torch.randn(7, 3, 96)                                          # [B, T, in]: any leading shape
+    assert blocked.runs(x.device)                                      # decoding: in blocks
     with torch.no_grad():
         expected, got = reference(x), blocked(x)
     assert got.shape == expected.shape == (7, 3, outputs)
     torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-5)   # each output the same dot product
-    # Under autograd (training) and in bfloat16 it is nn.Linear itself, bit for bit.
+    # Under autograd, in training mode (scheduled sampling's choices) and in bfloat16 it is nn.Linear
+    # itself, bit for bit.
     assert torch.equal(blocked(x), reference(x))
     with torch.no_grad():
+        assert torch.equal(blocked.train()(x), reference(x))
         assert torch.equal(blocked.bfloat16()(x.bfloat16()), reference.bfloat16()(x.bfloat16()))
 
 
@@ -461,7 +548,10 @@ def test_the_transformers_fast_path_is_its_decoding_state(network):
     torch.manual_seed(0)
     fast = network(config, 30, 12)
     assert fast_classes(fast) == {"InPlaceDecoderLayers", "RandDropout", "BlockedLinear"}
-    assert set(fast_paths_in(fast)) == TRANSFORMER_FAST and len(fast_paths_in(fast)) == len(TRANSFORMER_FAST)
+    # Named where they run: the dropout masks in training on a CPU, the cache in decoding (the output
+    # product is too narrow for blocks).
+    assert fast_paths_in(fast) == ["RandDropout for Dropout"]
+    assert fast_paths_in(fast.eval()) == ["InPlaceDecoderLayers for DecoderLayers"]
     _, state = fast.encode(torch.tensor([[5, 6]]), torch.tensor([2]))
     assert type(state) is InPlaceState
     torch.manual_seed(0)
@@ -569,6 +659,7 @@ def test_reference_decoding_gives_the_fast_translations(family, request):
     reference = Translator.load(dates_model, "cpu", fast_paths=False)
     assert fast_classes(fast.model) and fast_paths_in(fast.model)
     assert not fast_classes(reference.model) and fast_paths_in(reference.model) == []
+    assert model_info(dates_model)["fast_paths"] == fast_paths_in(fast.model)   # `attnmt info`: decoding's
     for beam in (1, 4):
         assert ([t.text for t in reference.translate(sentences, beam_size=beam)]
                 == [t.text for t in fast.translate(sentences, beam_size=beam)])
@@ -586,5 +677,9 @@ def test_train_fast_paths_false_trains_the_reference_modules(tmp_path, monkeypat
     config["train"].update(epochs=1, fast_paths=False)
     assert train(config_from_dict(config), log=lambda _: None).model_path.exists()
     config["train"].update(fast_paths=True, out_dir=str(tmp_path / "fast"))
+    lines: list[str] = []
     with pytest.raises(AssertionError, match="a fast path ran"):
-        train(config_from_dict(config), log=lambda _: None)
+        train(config_from_dict(config), log=lines.append)
+    # The log names what the training steps run: a GRU encoder's layers and the sigmoid form of the
+    # Bahdanau decoder's additive scores (no dropout, no fused loop, no decoding cache).
+    assert "fast paths: GRULayerEncoder for Encoder, SigmoidAdditiveAttention for AdditiveAttention" in lines

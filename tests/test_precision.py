@@ -388,6 +388,14 @@ def test_translator_resolves_auto(dates_model):
     assert [t.text for t in translator.translate(sources)] == [t.text for t in explicit.translate(sources)]
 
 
+def test_has_lstm_finds_an_lstm_anywhere_in_a_network(tmp_path):
+    """What training's and decoding's precision notes ask before naming the LSTMs' fp32 (one check for both)."""
+    lstm, gru = (RNNEncoderDecoder(config_from_dict(tiny_dates_config(tmp_path, rnn=rnn)).model, 40, 30)
+                 for rnn in ("lstm", "gru"))
+    assert precision.has_lstm(lstm.modules()) and precision.has_lstm(TeacherForced(lstm).modules())
+    assert not precision.has_lstm(gru.modules())
+
+
 def test_lstms_train_in_fp32_under_bf16_where_onednn_has_no_kernel(monkeypatch, tmp_path, fresh_probes):
     """On CPUs without AVX-512, oneDNN has no bf16 LSTM kernel under autocast: the encoder's and the
     decoder's LSTMs run in fp32 there (forced here, so the fallback is tested on every CPU), the rest

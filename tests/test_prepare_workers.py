@@ -24,7 +24,7 @@ from conftest import write_dates_files
 from test_prepare import config_for, left_in, small_corpus
 
 from attnmt import threads
-from attnmt.config import config_from_dict
+from attnmt.configfile import config_from_dict
 from attnmt.prepare import prepare_corpus
 
 PLANTED = textwrap.dedent(r'''

@@ -10,12 +10,42 @@ import attnmt.train as train_module
 from attnmt import Translator
 from attnmt.configfile import config_from_dict
 from attnmt.modelfile import load_file, read_model
-from attnmt.train import train
+from attnmt.train import learning_rate, train
 
 
 def progress_of(out_dir) -> dict:
     _, meta = load_file(out_dir / "checkpoint.safetensors")
     return meta["progress"]
+
+
+def test_the_schedule_at_its_edges(tmp_path):
+    """learning_rate(step), the first update being step 1: warmup rises linearly to train.lr, reached at
+    update warmup_steps exactly, then falls as 1/√step to min_lr; linear falls from train.lr at warmup_steps
+    to min_lr at decay_steps and stays there; without a schedule by steps, the rate now (train.lr before the
+    first update). A step off by one moves every edge. It reads its arguments and writes none."""
+    def train_config(**settings):
+        values = tiny_dates_config(tmp_path)
+        values["train"].update(lr=0.004, min_lr=1e-4, **settings)
+        return config_from_dict(values).train
+
+    warmup = train_config(scheduler="warmup", warmup_steps=4)
+    before = repr(warmup)
+    assert [learning_rate(step, warmup) for step in (1, 3, 4)] == pytest.approx([0.001, 0.003, 0.004])
+    assert learning_rate(4, warmup) == 0.004   # the peak, exactly
+    assert learning_rate(5, warmup) == pytest.approx(0.004 * (4 / 5) ** 0.5)
+    assert learning_rate(16, warmup) == pytest.approx(0.002)
+    assert learning_rate(10**6, warmup) == 1e-4  # the floor
+    assert repr(warmup) == before
+
+    linear = train_config(scheduler="linear", warmup_steps=2, decay_steps=10)
+    assert [learning_rate(step, linear) for step in (1, 2, 3, 6, 9)] == pytest.approx([0.002, 0.004, 0.0035, 0.002,
+                                                                                       0.0005])
+    assert learning_rate(10, linear) == learning_rate(11, linear) == 1e-4  # the floor at decay_steps, and after
+
+    for scheduler in ("none", "plateau"):
+        constant = train_config(scheduler=scheduler)
+        assert learning_rate(1, constant) == learning_rate(500, constant) == 0.004
+        assert learning_rate(500, constant, current=0.001) == 0.001  # as a plateau left it
 
 
 def test_warmup_schedule(tmp_path):

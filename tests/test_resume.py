@@ -20,6 +20,7 @@ from attnmt import AttnmtError
 from attnmt.configfile import config_from_dict
 from attnmt.metrics import METRICS_FILE, read_metrics
 from attnmt.modelfile import load_file
+from attnmt.resume import Progress, Start, check_continuation, settled_precision
 from attnmt.train import train
 
 REPO = Path(__file__).resolve().parents[1]
@@ -269,3 +270,54 @@ def test_fine_tuning_from_another_architecture_is_refused(tmp_path):
     other["train"].update(init_from=str(base_model))
     with pytest.raises(AttnmtError, match=r"train.init_from .*: model.dec_hidden differ from the model file's"):
         train(config_from_dict(other), log=lambda _: None)
+
+
+def test_a_continued_run_says_what_differs_from_the_run_it_continues_and_refuses_a_spent_budget(tmp_path):
+    """check_continuation's lines, word for word as users read them: where a run starts from a model file,
+    where a resumed one computes with another thread count or cuts its batches otherwise; and its
+    refusal of a budget spent, at the budget exactly, not a second before."""
+    def continuing(start: Start, progress: Progress, parts_per_batch: int = 1, **settings) -> list[str]:
+        values = tiny_dates_config(tmp_path)
+        values["train"].update(settings)
+        lines: list[str] = []
+        check_continuation(start, progress, config_from_dict(values).train, parts_per_batch, lines.append)
+        return lines
+
+    threads = torch.get_num_threads()
+    fresh = Progress()
+    assert continuing(Start(tmp_path), fresh) == [] and fresh.threads == threads
+    assert continuing(Start(tmp_path, {}), Progress(), init_from="base.safetensors") == [
+        "starting from base.safetensors: its weights, tokenizers and vocabularies"]
+    resumed = Progress(threads=threads + 1, elapsed_s=60.0)
+    assert continuing(Start(tmp_path, {}, {}, resumed, 1), resumed, parts_per_batch=2, max_minutes=2) == [
+        f"warning: the run being resumed trained with {threads + 1} threads, this process has {threads}: the sums "
+        f"round differently, so it continues up to float rounding, not bit-exactly (train.threads={threads + 1} "
+        f"resumes it exactly)",
+        "the checkpoint's batches were cut into 1 parts (ranks x train.accumulate), these into 2: the same batches "
+        "and gradients up to float rounding, but other dropout draws than an uninterrupted run's"]
+    assert resumed.threads == threads  # this process's, recorded
+    alike = Progress(threads=threads, elapsed_s=89.0)
+    assert continuing(Start(tmp_path, {}, {}, alike, 2), alike, parts_per_batch=2, max_minutes=1.5) == []
+    spent = Progress(threads=threads, elapsed_s=90.0)
+    with pytest.raises(AttnmtError, match="^" + re.escape(
+            "train.max_minutes: the run being resumed has trained 1.5 minutes already, and the budget counts the "
+            "whole run, its earlier sessions too; raise train.max_minutes above 1.5 to train on") + "$"):
+        continuing(Start(tmp_path, {}, {}, spent, 1), spent, max_minutes=1.5)
+
+
+def test_a_resumed_run_keeps_its_format_under_auto_and_warns_of_another_one_set(tmp_path):
+    """settled_precision: the setting, or auto's resumed format, each said as users read it; None: auto
+    for a fresh run, left to training to choose."""
+    def settled(setting: str, recorded: str) -> tuple[object, list[str]]:
+        values = tiny_dates_config(tmp_path)
+        values["train"].update(precision=setting)
+        lines: list[str] = []
+        return settled_precision(config_from_dict(values).train, Progress(precision=recorded), lines.append), lines
+
+    assert settled("auto", "") == (None, [])
+    assert settled("bf16", "") == ("bf16", [])
+    assert settled("fp32", "fp32") == ("fp32", [])
+    assert settled("auto", "bf16") == ("bf16", ["precision: train bf16 (train.precision auto: the resumed run's format)"])
+    assert settled("fp32", "bf16") == ("fp32", [
+        "warning: the run being resumed trained in bf16, this one in fp32: it continues in another format, not "
+        "bit-exactly (train.precision=auto or bf16 resumes it exactly)"])

@@ -168,14 +168,14 @@ def test_early_stop_returns_what_the_full_search_returns(monkeypatch, seed, n_be
     src, lengths, limits = random_batch(11, batch=24)
     early = beam_search(model, src, lengths, limits, k, alpha, n_best)
     stopped_early = []
-    settled = search.settled
+    settled = search.GNMTScoring.settled
 
-    def full_rule(hypotheses, beam_size, n_best, best_live, max_length, alpha):
-        if len(hypotheses) < beam_size and settled(hypotheses, beam_size, n_best, best_live, max_length, alpha):
+    def full_rule(hypotheses, beam_size, n_best, best_live, produced, max_length, alpha):
+        if len(hypotheses) < beam_size and settled(hypotheses, beam_size, n_best, best_live, produced, max_length, alpha):
             stopped_early.append(len(hypotheses))
         return len(hypotheses) >= beam_size
 
-    monkeypatch.setattr(search, "settled", full_rule)
+    monkeypatch.setattr(search.GNMTScoring, "settled", staticmethod(full_rule))
     full = beam_search(model, src, lengths, limits, k, alpha, n_best)
     assert stopped_early                                  # the bound did cut searches short
     for ours, reference in zip(early, full, strict=True):

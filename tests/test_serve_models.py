@@ -137,12 +137,15 @@ def test_without_a_pivot_only_the_models_pairs_are_served(translators):
         assert refused.status_code == 400 and refused.json()["error"].startswith("de to fr is not supported")
 
 
-def test_the_native_api_names_the_model(client, translators):
+def test_the_native_api_names_the_model(client, model_set, translators):
     refused = client.post("/translate", json={"text": ENGLISH[0]})
     assert refused.status_code == 422
     assert refused.json() == {"error": "model: this server has 3 models (de_en, en_fr, en_de); name one"}
     unknown = client.post("/translate", json={"text": ENGLISH[0], "model": "fr_en"})
+    assert unknown.status_code == 422
     assert unknown.json() == {"error": "model: 'fr_en' is not one of this server's models (de_en, en_fr, en_de)"}
+    with pytest.raises(AttnmtError, match=r"^model: 'fr_en' is not one of this server's models \(de_en, en_fr, en_de\)$"):
+        model_set.named("fr_en")                                 # the user's mistake, as the package's own error
     for name, sentence in (("de_en", GERMAN[0]), ("en_fr", ENGLISH[0]), ("en_de", ENGLISH[1])):
         answer = client.post("/translate", json={"text": sentence, "model": name})
         assert answer.status_code == 200, answer.text

@@ -65,6 +65,8 @@ def values_of(hint: Any, spec: dataclasses.Field) -> str:
         return "`true` \\| `false`"
     if "range" in spec.metadata:
         return ("integer " if hint is int else "number ") + f"`{spec.metadata['range']}`"
+    if typing.get_origin(hint) is list:
+        return "list of texts"
     return "text"
 
 
@@ -85,14 +87,15 @@ def section(title: str, cls: type, intro: str, as_flags: bool = False, level: st
             key = "--" + name.replace("_", "-") if as_flags else name
             values = (" \\| ".join(f"`{arch}`" for arch in FAMILIES) if (cls, name) == (config.ModelConfig, "arch")
                       else values_of(hints[name], spec))
-            out.append(f"| `{key}` | {values} | {shown_default(spec.default)} | {meaning} |")
+            default = spec.default_factory() if spec.default_factory is not dataclasses.MISSING else spec.default
+            out.append(f"| `{key}` | {values} | {shown_default(default)} | {meaning} |")
     return out + [""]
 
 
 def shown_default(default: Any) -> str:
     if isinstance(default, bool):
         return f"`{str(default).lower()}`"
-    return f"`{default}`" if default != "" else "(empty)"
+    return f"`{default}`" if default not in ("", []) else "(empty)"
 
 
 def render() -> str:

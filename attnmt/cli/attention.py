@@ -6,7 +6,19 @@ import argparse
 import sys
 import typing
 
-from ..choices import ALIGN_METHODS, ALIGN_STEPS, ALIGNER_MAX_EPOCHS, AVERAGE, IG_STEPS, MAX_JUMP_WEIGHT, METHODS, SYMMETRIZATIONS
+from ..choices import (
+    ALIGN_METHODS,
+    ALIGN_STEPS,
+    ALIGNER,
+    ALIGNER_MAX_EPOCHS,
+    ATTENTION_METHODS,
+    AVERAGE,
+    IG_STEPS,
+    LINK_THRESHOLD,
+    MAX_JUMP_WEIGHT,
+    METHODS,
+    SYMMETRIZATIONS,
+)
 from ..config import Range
 from ..errors import AttnmtError
 from ..files import check_parent_dir
@@ -32,6 +44,14 @@ MAP_AXES = {"cross": ("source", "output"), "encoder": ("source", "source"),
             "decoder": ("output so far (<sos> first)", "output")}
 # --layer and --head, from 1; the bounds of the model at hand are AttentionView.check's.
 FROM_1 = Number(int, Range("[1, 1024]"))
+# `attnmt align`'s flags that one kind of method reads (by dest): the --method each is for, and why the other
+# kind refuses it.
+READS_NO_ATTENTION, BY_ATTENTION = "the aligner reads no attention", " or ".join(ATTENTION_METHODS)
+ATTENTION_FLAGS = {"threshold": ("threshold", READS_NO_ATTENTION), "layer": (BY_ATTENTION, READS_NO_ATTENTION),
+                   "head": (BY_ATTENTION, READS_NO_ATTENTION), "step": (BY_ATTENTION, READS_NO_ATTENTION),
+                   "reverse": (BY_ATTENTION, "the aligner aligns both ways itself")}
+ALIGNER_FLAGS = {"adapt": (ALIGNER, "only the aligner adapts to the pairs"),
+                 "jump_weight": (ALIGNER, "only the aligner weighs jumps")}
 
 
 def add_plot(commands: Commands) -> None:
@@ -105,13 +125,14 @@ def _plot(args: argparse.Namespace) -> None:
 def _plot_alignment(args: argparse.Namespace, translator: Translator) -> None:
     """`plot --target`: the word attention of the given translation (align.py), the model's links
     (argmax) as dots and the gold links, if given, as squares (sure) and dashed squares (possible)."""
-    from ..align import align, parse_links
+    from ..align import AttentionLinks, align_by_attention, parse_links
     from ..plot import plot_attention
 
     if args.attention != "cross" or args.grid:
         raise AttnmtError("--target draws cross-attention between words, one map: leave out --attention and --grid")
     head = None if args.head == "mean" else args.head
-    (alignment,) = align(translator, [args.sentence], [args.target], layer=args.layer, head=head, step=args.step)
+    (alignment,) = align_by_attention(translator, [args.sentence], [args.target],
+                                      AttentionLinks(layer=args.layer, head=head, step=args.step))
     source, target = alignment.source_words, alignment.target_words
     if not source or not target:
         raise AttnmtError("nothing to plot: the sentence or the target is empty")
@@ -143,13 +164,13 @@ def add_align(commands: Commands) -> None:
                             "every pair with at least --threshold of the attention; aligner: the aligner trained for "
                             "the model (attnmt train-aligner), each word to its most probable word of the other "
                             "side in both directions, combined by --symmetrize")
-    align.add_argument("--threshold", type=Number(float, Range("(0, 1]")), default=0.3,
-                       help="the word attention a link needs with --method threshold (default: %(default)s)")
+    align.add_argument("--threshold", type=Number(float, Range("(0, 1]")), default=None,
+                       help=f"the word attention a link needs with --method threshold (default: {LINK_THRESHOLD})")
     align.add_argument("--layer", type=FROM_1, default=None,
                        help="Transformer: the layer whose cross-attention aligns, from 1 (default: the penultimate)")
     align.add_argument("--head", type=FROM_1, default=None,
                        help="Transformer: one head, from 1 (default: the mean of the layer's heads)")
-    align.add_argument("--step", choices=ALIGN_STEPS, default="output", help=STEP_HELP)
+    align.add_argument("--step", choices=ALIGN_STEPS, default=None, help=STEP_HELP)
     align.add_argument("--reverse", metavar="MODEL", type=model_argument,
                        help="a model translating --tgt into --src: the links of both directions are combined by "
                             "--symmetrize")
@@ -157,10 +178,10 @@ def add_align(commands: Commands) -> None:
                        help="with --reverse or --method aligner: how the two directions combine, by their links "
                             "or by their weights averaged (default: average with --method aligner, grow-diag-final "
                             "with --reverse)")
-    align.add_argument("--adapt", type=Number(int, Range("[0, 100]")), default=0, metavar="EPOCHS",
+    align.add_argument("--adapt", type=Number(int, Range("[0, 100]")), default=None, metavar="EPOCHS",
                        help="with --method aligner: first train a copy of the aligner this many epochs on the pairs "
                             "given (their text alone, as statistical aligners train on the text they align), then "
-                            "align; the model file is unchanged (default: %(default)s)")
+                            "align; the model file is unchanged (default: 0)")
     align.add_argument("--jump-weight", type=Number(float, Range(f"[0, {MAX_JUMP_WEIGHT:g}]")), default=None,
                        metavar="W", help="with --method aligner: how much where the last word went counts, against "
                                          "what each word translates, when links are read: the learned jumps' scores "
@@ -175,7 +196,8 @@ def add_align(commands: Commands) -> None:
 
 
 def _align(args: argparse.Namespace) -> None:
-    from ..align import align, pharaoh, read_gold, score
+    _refuse_other_methods_flags(args)
+    from ..align import AlignerLinks, AttentionLinks, align_by_aligner, align_by_attention, pharaoh, read_gold, score
     from ..fast.process import set_up_decoding_process
     from ..translate import Translator
 
@@ -186,15 +208,35 @@ def _align(args: argparse.Namespace) -> None:
         gold = read_gold(args.gold, _gold_base(args), [(len(s.split()), len(t.split())) for s, t in pairs])
     use_decoding_threads(args)
     set_up_decoding_process()
-    reverse = Translator.load(args.reverse, args.device) if args.reverse else None
-    alignments = align(Translator.load(args.model, args.device), sources, targets, args.method, args.threshold,
-                       args.layer, args.head, reverse, args.symmetrize, args.step, adapt=args.adapt,
-                       jump_weight=args.jump_weight,
-                       log=lambda line: print(line, file=sys.stderr, flush=True))
+    translator = Translator.load(args.model, args.device)
+    if args.method == ALIGNER:
+        by_aligner = AlignerLinks(**_given(adapt=args.adapt, jump_weight=args.jump_weight,
+                                           symmetrization=args.symmetrize))
+        alignments = align_by_aligner(translator, sources, targets, by_aligner,
+                                      log=lambda line: print(line, file=sys.stderr, flush=True))
+    else:
+        reverse = Translator.load(args.reverse, args.device) if args.reverse else None
+        by_attention = AttentionLinks(args.method, layer=args.layer, head=args.head,
+                                      **_given(threshold=args.threshold, step=args.step, symmetrization=args.symmetrize))
+        alignments = align_by_attention(translator, sources, targets, by_attention, reverse)
     with output(args.output) as write:
         write("".join(pharaoh(a.links) + "\n" for a in alignments))
     if gold is not None:
         print(score([a.links for a in alignments], gold).line(), file=sys.stderr)
+
+
+def _refuse_other_methods_flags(args: argparse.Namespace) -> None:
+    """Refuse, in one line naming it, a flag of the other kind of method than --method's (before torch loads)."""
+    for dest, (owner, why) in (ATTENTION_FLAGS if args.method == ALIGNER else ALIGNER_FLAGS).items():
+        if getattr(args, dest) is not None:
+            flag = "--" + dest.replace("_", "-")
+            raise AttnmtError(f"{flag} {getattr(args, dest)} with --method {args.method}: {why} ({flag} is for --method "
+                              f"{owner})")
+
+
+def _given(**settings: typing.Any) -> dict[str, typing.Any]:
+    """The settings a flag gave (not None): the rest keep their defaults, written where the settings live."""
+    return {name: value for name, value in settings.items() if value is not None}
 
 
 def add_train_aligner(commands: Commands) -> None:

@@ -66,7 +66,8 @@ def _info(args: argparse.Namespace) -> None:
     print(f"{info['file']}: attnmt model file, format {info['format_version']}, weights sha256 {info['weights_sha256']}")
     print(f"family: {info['arch']}: {summary} ({sizes})")
     print(f"parameters: {info['parameters']:,}")
-    print(f"decodes with fast paths: {', '.join(info['fast_paths']) or 'none (decode.fast_paths false, or the family has none)'}")
+    fast = ", ".join(info["fast_paths"]) or "none (decode.fast_paths false, or none runs when this model decodes)"
+    print(f"decodes with fast paths: {fast}")
     print(f"translates: {' '.join(info['source_languages'])} -> {info['tgt_lang']}; tokenizer: {tokenizer}; "
           f"vocabularies: {info['src_vocab_size']:,} source, {info['tgt_vocab_size']:,} target tokens")
     training, origin = info["training"], info["origin"]

@@ -71,7 +71,7 @@ def _use_training_threads(tc: TrainConfig, resume: bool) -> None:
     from ..fast.process import use_threads
     from ..modelfile import read_metadata
     from ..precision import resolve_device
-    from ..train import CHECKPOINT_FILE
+    from ..resume import CHECKPOINT_FILE
 
     checkpoint = Path(tc.out_dir) / CHECKPOINT_FILE
     recorded = read_metadata(checkpoint)["progress"].get("threads") if resume and checkpoint.is_file() else None

@@ -35,12 +35,12 @@ def add_translate(commands: Commands) -> None:
 
 
 def _translate(args: argparse.Namespace) -> None:
+    from ..translate import check_n_best
+
     if args.sentences and args.input:
         raise AttnmtError("translate takes sentences as arguments or --input FILE, not both")
     translator = load_translator(args, args.model)
-    beam = args.beam or translator.config.decode.beam_size
-    if args.n_best > beam:
-        raise AttnmtError(f"--n-best {args.n_best} is more than the beam size {beam}; add --beam {args.n_best} or more")
+    check_n_best(args.n_best, args.beam or translator.config.decode.beam_size, ("--n-best", "--beam"))
     lines = iter(args.sentences) if args.sentences else input_lines(args.input)
     first = list(itertools.islice(lines, 1))  # a missing or unreadable input fails here, before any output
     chunks = translator.translate_stream(itertools.chain(first, lines), args.n_best, args.beam, args.alpha,

@@ -10,8 +10,10 @@ replaces, each tested against it (tests/test_fast.py). Those of one model family
     process.py     the allocator and oneDNN cache settings training runs best with (entry points only)
 
 A family's network chooses its fast classes where it is built (its constructor's `fast`; train.fast_paths
-/ decode.fast_paths false, `--reference` on the decoding commands, build the reference). Every fast
-class names the class it replaces (`replaces`), so `fast_paths_in` can say which run.
+/ decode.fast_paths false, `--reference` on the decoding commands, build the reference), each only
+where the model's settings let its code run. Every fast class names the class it replaces
+(`replaces`) and says where its own code runs (`runs(device)`: in training or decoding, on which
+devices), so `fast_paths_in` can say which run.
 """
 
 from __future__ import annotations
@@ -20,7 +22,11 @@ from ..seam import Model
 
 
 def fast_paths_in(network: Model) -> list[str]:
-    """The fast classes that run in `network`, each with the class it replaces ("FusedDecoder for
-    Decoder"), in the order first met; empty for a network of reference modules."""
-    named = [f"{type(m).__name__} for {getattr(m, 'replaces').__name__}" for m in network.modules() if hasattr(m, "replaces")]
+    """The fast classes whose own code runs in `network` as it stands, each with the class it replaces
+    ("FusedDecoder for Decoder"), in the order first met: those of its training steps when it is in
+    training mode, of decoding when not, on the device of its weights; empty for a network of
+    reference modules."""
+    device = next(network.parameters()).device
+    named = [f"{type(m).__name__} for {getattr(m, 'replaces').__name__}" for m in network.modules()
+             if hasattr(m, "replaces") and getattr(m, "runs")(device)]
     return list(dict.fromkeys(named))

@@ -25,10 +25,15 @@ class RandDropout(nn.Dropout):
 
     replaces = nn.Dropout
 
+    def runs(self, device: torch.device) -> bool:
+        """Whether it draws its own mask (fast.fast_paths_in too): in training, on a CPU, where p drops
+        some values and keeps some."""
+        return self.training and 0 < round(self.p * STEPS) < STEPS and device.type == "cpu"
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dropped = round(self.p * STEPS)               # of the STEPS values of 16 bits, those that drop
-        if not self.training or dropped == 0 or dropped == STEPS or x.device.type != "cpu":
+        if not self.runs(x.device):
             return super().forward(x)
+        dropped = round(self.p * STEPS)               # of the STEPS values of 16 bits, those that drop
         words = torch.empty((x.numel() + 3) // 4, dtype=torch.int64, device=x.device).random_(-(1 << 63), None)
         bits = words.view(torch.int16)[: x.numel()].view(x.shape)        # uniform over -2^15 .. 2^15 - 1
         # keep: 1 where bits >= threshold (probability (STEPS - dropped) / STEPS), else 0. Clamped
@@ -40,7 +45,7 @@ class RandDropout(nn.Dropout):
 
 
 class BlockedLinear(nn.Linear):
-    """A linear layer whose float32 product on a CPU, when no gradient is needed, runs in blocks of
+    """A linear layer whose float32 product on a CPU, in decoding, runs in blocks of
     OUTPUT_BLOCK outputs: replaces nn.Linear there. Only the output layer is that wide (one output per
     vocabulary word, thousands of them); in one product over all of them the CPU's float32 kernels ran
     well below their speed on narrower products (docs/speed.md, "What makes it fast"). Each output is
@@ -48,9 +53,18 @@ class BlockedLinear(nn.Linear):
 
     replaces = nn.Linear
 
+    def in_blocks(self, dtype: torch.dtype, device: torch.device, decoding: bool) -> bool:
+        """Whether the product runs in blocks: in decoding, wider than a block, float32, on a CPU."""
+        return decoding and self.out_features > OUTPUT_BLOCK and dtype == torch.float32 and device.type == "cpu"
+
+    def runs(self, device: torch.device) -> bool:
+        """fast.fast_paths_in: in decoding."""
+        return self.in_blocks(self.weight.dtype, device, decoding=not self.training)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if (self.out_features <= OUTPUT_BLOCK or x.dtype != torch.float32 or x.device.type != "cpu"
-                or torch.is_grad_enabled()):
+        # Decoding: neither training mode (where scheduled sampling's choices need no gradient either)
+        # nor autograd.
+        if not self.in_blocks(x.dtype, x.device, decoding=not (self.training or torch.is_grad_enabled())):
             return super().forward(x)
         weights = self.weight.split(OUTPUT_BLOCK)
         biases = self.bias.split(OUTPUT_BLOCK) if self.bias is not None else (None,) * len(weights)

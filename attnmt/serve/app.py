@@ -1,4 +1,4 @@
-"""create_app: attnmt's routes (/translate, /explain, /health, /model, the explorer page) and the
+"""create_app: attnmt's endpoints (/translate, /explain, /health, /model, the explorer page) and the
 LibreTranslate API over the server's models, behind the server's limits, keys and rates."""
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from ..errors import AttnmtError
 from ..explain import FIELDS
 from ..seam import AttentionView
 from ..tokenize import Tokenizer
-from ..translate import TextTranslator, Translation, Translator, lines_of, texts_of
+from ..translate import TextTranslator, Translation, Translator, check_n_best, lines_of, texts_of
 from .batching import Batcher, model_thread
 from .errors import ServeError, answer_errors
-from .libretranslate import PREFIX, LibreTranslate, RouteLibreTranslate
+from .libretranslate import PREFIX, LibreTranslate, LibreTranslateDispatch
 from .middleware import BodyLimit, Guard, ParsedBodyRoute
-from .models import ModelSet, Route, ServedModel
+from .models import ModelChain, ModelSet, ServedModel
 from .schemas import (
     EXPLAIN_RESPONSES,
     MODEL_RESPONSES,
@@ -49,38 +49,38 @@ ATTENTION_DECIMALS = 4
 def create_app(models: TextTranslator | ModelSet, limits: Optional[ServeConfig] = None, keys: Optional[KeyFile] = None
                ) -> FastAPI:
     """The ASGI app over one translator or a ModelSet: /translate, /explain, the LibreTranslate API
-    (routed by language pair), /health, /model, /models, the explorer page at / and its /static
-    files. With `keys`, what translates needs one of them; /health, /model(s), /languages and the
-    page stay open (they tell nothing a key protects, and run no model)."""
+    (each language pair to its chain of models), /health, /model, /models, the explorer page at /
+    and its /static files. With `keys`, what translates needs one of them; /health, /model(s),
+    /languages and the page stay open (they tell nothing a key protects, and run no model)."""
     limits = limits or ServeConfig()
     validate_serve(limits)
-    routes = Routes(models if isinstance(models, ModelSet) else ModelSet.one(models), limits)
+    endpoints = Endpoints(models if isinstance(models, ModelSet) else ModelSet.one(models), limits)
     # FastAPI's /docs and /redoc pages load scripts from a CDN; the server must work offline.
     app = FastAPI(title="attnmt", description="Attention-based NMT: translations with their attention weights.",
-                  lifespan=routes.lifespan, docs_url=None, redoc_url=None)
-    # Run outermost first: BodyLimit bounds the body and reads it, RouteLibreTranslate sends
+                  lifespan=endpoints.lifespan, docs_url=None, redoc_url=None)
+    # Run outermost first: BodyLimit bounds the body and reads it, LibreTranslateDispatch sends
     # LibreTranslate's POST /translate on (parsing the body, for either route to read), Guard then
     # sees the path that will answer.
     app.add_middleware(Guard, paths=frozenset({"/translate", "/explain", PREFIX + "/translate"}), keys=keys,
-                       rates=routes.rates, key_field_paths=frozenset({PREFIX + "/translate"}))
-    app.add_middleware(RouteLibreTranslate)
+                       rates=endpoints.rates, key_field_paths=frozenset({PREFIX + "/translate"}))
+    app.add_middleware(LibreTranslateDispatch)
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes(), timeout_s=limits.body_timeout_s)
     answer_errors(app)
 
-    app.router.add_api_route("/translate", routes.translate, methods=["POST"], response_model=TranslateResponse,
+    app.router.add_api_route("/translate", endpoints.translate, methods=["POST"], response_model=TranslateResponse,
                              response_model_exclude_none=True, responses=TRANSLATE_RESPONSES,
                              route_class_override=ParsedBodyRoute)
-    libretranslate = LibreTranslate(routes.models, routes.decode_routes, limits, keys is not None)
+    libretranslate = LibreTranslate(endpoints.models, endpoints.decode_chains, limits, keys is not None)
     app.include_router(libretranslate.router())
     app.include_router(libretranslate.router(prefix="", with_translate=False))
-    app.add_api_route("/explain", routes.explain_step_by_step, methods=["POST"],
+    app.add_api_route("/explain", endpoints.explain_step_by_step, methods=["POST"],
                       response_model=Union[ExplainResponse, AttributionResponse], responses=EXPLAIN_RESPONSES)
-    app.add_api_route("/health", routes.health, methods=["GET"], response_model=Health)
-    app.add_api_route("/model", routes.model, methods=["GET"], response_model=ModelInfo, responses=MODEL_RESPONSES)
-    app.add_api_route("/models", routes.all_models, methods=["GET"], response_model=list[ModelInfo])
+    app.add_api_route("/health", endpoints.health, methods=["GET"], response_model=Health)
+    app.add_api_route("/model", endpoints.model, methods=["GET"], response_model=ModelInfo, responses=MODEL_RESPONSES)
+    app.add_api_route("/models", endpoints.all_models, methods=["GET"], response_model=list[ModelInfo])
     app.add_api_route("/", explorer, methods=["GET"], include_in_schema=False)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
-    name_the_models(app, list(routes.models.models))
+    name_the_models(app, list(endpoints.models.models))
     return app
 
 
@@ -137,12 +137,14 @@ class ModelService:
             self.check_length(f"sentence {i}", text, self.translator.src_tokenizer)
         if beam > self.limits.max_beam:
             raise ServeError(422, f"beam: {beam} is over this server's limit of {self.limits.max_beam}")
-        if n_best > beam:
-            raise ServeError(422, f"n_best: {n_best} is more than the beam ({beam})")
+        try:
+            check_n_best(n_best, beam, ("n_best", "beam"))
+        except AttnmtError as err:
+            raise ServeError(422, str(err)) from None
 
 
-class Routes:
-    """attnmt's own routes over the server's models: each request's model and limits, then its batcher."""
+class Endpoints:
+    """attnmt's own endpoints over the server's models: each request's model and limits, then its batcher."""
 
     def __init__(self, models: ModelSet, limits: ServeConfig):
         self.models = models
@@ -167,8 +169,8 @@ class Routes:
         """The model a request names (`model`), or the only one; 422 naming the models otherwise."""
         try:
             return self.services[self.models.named(name).name]
-        except KeyError as err:
-            raise ServeError(422, err.args[0]) from None
+        except AttnmtError as err:
+            raise ServeError(422, str(err)) from None
 
     def limit_sentences(self, texts: list[str]) -> None:
         if len(texts) > self.limits.max_sentences:
@@ -180,24 +182,24 @@ class Routes:
         service.check(texts, beam, n_best)
         self.rates.sentences_of(http.state.caller, len(texts))
 
-    async def decode_routes(self, http: Request, groups: list[tuple[Route, list[str]]], n_best: int
+    async def decode_chains(self, http: Request, groups: list[tuple[ModelChain, list[str]]], n_best: int
                             ) -> list[list[list[Translation]]]:
-        """LibreTranslate's translate: each group of texts along its route, checked as one request (its
-        sentences counted once), every group queued at once (their calls take turns on the model
-        thread); [group][text][rank]."""
+        """LibreTranslate's translate: each group of texts along its chain of models, checked as one
+        request (its sentences counted once), every group queued at once (their calls take turns on
+        the model thread); [group][text][rank]."""
         self.limit_sentences([text for _, texts in groups for text in texts])
-        for route, texts in groups:
-            first = self.services[route.models[0].name]
-            first.check(texts, *leg_search(first, route, 0, n_best))
+        for chain, texts in groups:
+            first = self.services[chain.models[0].name]
+            first.check(texts, *leg_search(first, chain, 0, n_best))
         self.rates.sentences_of(http.state.caller, sum(len(texts) for _, texts in groups))
-        return list(await asyncio.gather(*(self.along(route, texts, n_best) for route, texts in groups)))
+        return list(await asyncio.gather(*(self.along(chain, texts, n_best) for chain, texts in groups)))
 
-    async def along(self, route: Route, texts: list[str], n_best: int) -> list[list[Translation]]:
-        """The n_best of each text by the route's one model, or the first model's best translation
+    async def along(self, chain: ModelChain, texts: list[str], n_best: int) -> list[list[Translation]]:
+        """The n_best of each text by the chain's one model, or the first model's best translation
         translated again by the second (its n_best); the texts already checked for the first."""
-        for leg, model in enumerate(route.models):
+        for leg, model in enumerate(chain.models):
             service = self.services[model.name]
-            beam, wanted = leg_search(service, route, leg, n_best)
+            beam, wanted = leg_search(service, chain, leg, n_best)
             if leg > 0:
                 service.check(texts, beam, wanted)
             nbests = await service.batcher.translate(texts, beam, wanted)
@@ -302,9 +304,9 @@ class Routes:
         return [service.info for service in self.services.values()]
 
 
-def leg_search(service: ModelService, route: Route, leg: int, n_best: int) -> tuple[int, int]:
-    """The beam and n-best of one model on a route: the last gives n_best, a pivot leg its best."""
-    wanted = n_best if leg == len(route.models) - 1 else 1
+def leg_search(service: ModelService, chain: ModelChain, leg: int, n_best: int) -> tuple[int, int]:
+    """The beam and n-best of one model of a chain: the last gives n_best, a pivot leg its best."""
+    wanted = n_best if leg == len(chain.models) - 1 else 1
     return max(service.default_beam, wanted), wanted
 
 

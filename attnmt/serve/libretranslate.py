@@ -7,11 +7,12 @@ LibreTranslate (libretranslate.com) is the common API of self-hosted machine tra
 /frontend/settings`, which its web front end and some clients read first; `POST /suggest` and
 `POST /translate_file`, refused as LibreTranslate refuses them when they are off. All live under
 /libretranslate/, and at the root: a POST /translate whose body has `q` is LibreTranslate's
-(`RouteLibreTranslate`, which parses the body once for both APIs), any other is attnmt's. A model translates from the languages it
-declares (`data.source_languages`) into one, sentence by sentence, so a text is translated line
-by line; detection picks among the declared languages (detect.py). With several models, a request
-goes to the model of its pair (models.ModelSet.route), or through the pivot language where the
-server has one; `source: auto` detects among the languages that reach the target.
+(`LibreTranslateDispatch`, which parses the body once for both APIs), any other is attnmt's. A
+model translates from the languages it declares (`data.source_languages`) into one, sentence by
+sentence, so a text is translated line by line; detection picks among the declared languages
+(detect.py). With several models, a request goes to the model of its pair, or through the pivot
+language where the server has one (its models.ModelChain, from ModelSet.chain); `source: auto`
+detects among the languages that reach the target.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from ..detect import detect
 from ..translate import Translation, lines_of, texts_of
 from .errors import ServeError
 from .middleware import FORM, UnreadableBody, body_fields, body_of
-from .models import ModelSet, Route
+from .models import ModelChain, ModelSet
 from .schemas import BODY_LIMIT_RESPONSES, ERROR_RESPONSES, ErrorResponse
 
 PREFIX = "/libretranslate"
@@ -112,7 +113,7 @@ class Language(BaseModel):
     targets: list[str] = Field(description="the languages this server translates it into")
 
 
-class RouteLibreTranslate:
+class LibreTranslateDispatch:
     """Send a POST /translate that carries LibreTranslate's `q` (JSON or a form) to its handler; the
     body it parsed to tell (middleware.Body) is what either API's route reads."""
 
@@ -141,16 +142,16 @@ def api_key_is_text(fields: dict[str, Any]) -> None:
         raise LibreTranslateError("Invalid request: api_key must be a text")
 
 
-# The server's batched, limit-checked n-best translation of groups of texts, each along its route:
-# (request, [(route, texts)], n_best) -> [group][text][rank].
-DecodeRoutes = Callable[[Request, list[tuple[Route, list[str]]], int], Awaitable[list[list[list[Translation]]]]]
+# The server's batched, limit-checked n-best translation of groups of texts, each along its chain of models:
+# (request, [(chain, texts)], n_best) -> [group][text][rank].
+DecodeChains = Callable[[Request, list[tuple[ModelChain, list[str]]], int], Awaitable[list[list[list[Translation]]]]]
 
 
 class LibreTranslate:
     """The LibreTranslate API over the server's models: its handlers, and the routers that serve them.
     `decode` translates; `limits` and `keys_required` are what /frontend/settings tells."""
 
-    def __init__(self, models: ModelSet, decode: DecodeRoutes, limits: ServeConfig, keys_required: bool):
+    def __init__(self, models: ModelSet, decode: DecodeChains, limits: ServeConfig, keys_required: bool):
         self.models, self.decode = models, decode
         self.sources = models.sources()
         self.targets = [language for language in models.languages() if models.sources_for(language)]
@@ -163,7 +164,7 @@ class LibreTranslate:
 
     def router(self, prefix: str = PREFIX, with_translate: bool = True) -> APIRouter:
         """The API under `prefix`; the root gets all but /translate: its /translate is attnmt's, and
-        RouteLibreTranslate sends LibreTranslate's requests on."""
+        LibreTranslateDispatch sends LibreTranslate's requests on."""
         router = APIRouter(prefix=prefix, tags=["LibreTranslate"])
         if with_translate:
             # The handler reads the body itself (JSON or a form); its schema is described here, with
@@ -205,7 +206,7 @@ class LibreTranslate:
             raise LibreTranslateError(f"{source} is not supported: {self.pairs}")
         if target not in self.targets:
             raise LibreTranslateError(f"{target} is not supported: {self.pairs}")
-        if source != "auto" and self.models.route(source, target) is None:
+        if source != "auto" and self.models.chain(source, target) is None:
             raise LibreTranslateError(f"{source} to {target} is not supported: {self.pairs}")
         if fields.get("format", "text") != "text":
             raise LibreTranslateError(f"format {fields['format']} is not supported: this server translates plain text")
@@ -219,14 +220,14 @@ class LibreTranslate:
         api_key_is_text(fields)
 
         # Each text's source language (detected among those that reach the target), then the texts
-        # grouped by it, each group along its route.
+        # grouped by it, each group along its chain of models.
         detected = [detect(text, self.models.sources_for(target))[0] for text in texts] if source == "auto" else None
         languages = [d.language for d in detected] if detected else [source] * len(texts)
         groups = {language: [i for i, lang in enumerate(languages) if lang == language] for language in languages}
-        routes = {language: self._route(language, target) for language in groups}
+        chains = {language: self._chain(language, target) for language in groups}
         n_best = alternatives + 1
         lined = {language: lines_of([texts[i] for i in members]) for language, members in groups.items()}
-        decoded = await self.decode(request, [(routes[language], lined[language][1]) for language in groups], n_best)
+        decoded = await self.decode(request, [(chains[language], lined[language][1]) for language in groups], n_best)
         nbests: list[list[Translation]] = [[] for _ in texts]
         for (language, members), group_nbests in zip(groups.items(), decoded, strict=True):
             for i, nbest in zip(members, texts_of(lined[language][0], group_nbests, n_best), strict=True):
@@ -239,15 +240,15 @@ class LibreTranslate:
         if detected:
             found = [{"language": d.language, "confidence": d.confidence} for d in detected]
             answer["detectedLanguage"] = found[0] if isinstance(q, str) else found
-        pivots = {route.pivot for route in routes.values() if route.pivot is not None}
+        pivots = {chain.pivot for chain in chains.values() if chain.pivot is not None}
         if pivots:
             answer["pivot"] = pivots.pop()
         return answer
 
-    def _route(self, source: str, target: str) -> Route:
-        route = self.models.route(source, target)
-        assert route is not None          # checked above, or detected among the sources that reach the target
-        return route
+    def _chain(self, source: str, target: str) -> ModelChain:
+        chain = self.models.chain(source, target)
+        assert chain is not None          # checked above, or detected among the sources that reach the target
+        return chain
 
     async def detect_language(self, request: Request) -> list[dict[str, Any]]:
         """LibreTranslate's detect: `q`, a text (JSON or a form) -> the server's source languages, likeliest

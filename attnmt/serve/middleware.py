@@ -26,7 +26,7 @@ class UnreadableBody(ValueError):
 
 class Body:
     """A request's body as BodyLimit read it, parsed when a reader first asks (as JSON, or as the
-    form its content type says) and given again to every later one: the routing of POST /translate
+    form its content type says) and given again to every later one: the dispatch of POST /translate
     between the two APIs, an api_key field, the route's handler or FastAPI's body model."""
 
     def __init__(self, content_type: str, raw: bytes):
@@ -97,7 +97,7 @@ class ParsedBodyRequest(Request):
 
 class ParsedBodyRoute(APIRoute):
     """A route whose body model FastAPI reads from the request's Body (ParsedBodyRequest) rather
-    than parsing the body again: a middleware may have parsed it already (POST /translate's routing)."""
+    than parsing the body again: a middleware may have parsed it already (POST /translate's dispatch)."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()

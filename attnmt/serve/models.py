@@ -1,6 +1,6 @@
 """The models one server translates with: where they come from (a file, a run's folder, a folder of
 models, or a YAML list), each loaded once with what it cost, and which model answers a language
-pair: LibreTranslate's routing by `source` and `target`, directly or through a pivot language."""
+pair (its ModelChain, for LibreTranslate's `source` and `target`): one model, or two through a pivot language."""
 
 from __future__ import annotations
 
@@ -185,8 +185,9 @@ def load_models(specs: list[ModelSpec], load: Callable[[ModelSpec], TextTranslat
 
 
 @dataclass(frozen=True)
-class Route:
-    """How a pair is translated: one model, or two through the language `pivot`."""
+class ModelChain:
+    """The models that translate a language pair, each translating the one before's output: one
+    model, or two through the language `pivot`."""
 
     models: tuple[ServedModel, ...]
     pivot: Optional[str] = None
@@ -222,25 +223,26 @@ class ModelSet:
         return next(iter(self.models.values()))
 
     def named(self, name: Optional[str]) -> ServedModel:
-        """The model `name`; None: the only one. Raises KeyError with the line to answer."""
+        """The model `name`; None: the only one. A name the server lacks, or None with several
+        models, raises AttnmtError naming the models there are."""
         if name is None:
             if len(self.models) == 1:
                 return self.first
-            raise KeyError(f"model: this server has {len(self.models)} models ({', '.join(self.models)}); "
-                           f"name one")
+            raise AttnmtError(f"model: this server has {len(self.models)} models ({', '.join(self.models)}); "
+                              f"name one")
         if name not in self.models:
-            raise KeyError(f"model: {name!r} is not one of this server's models ({', '.join(self.models)})")
+            raise AttnmtError(f"model: {name!r} is not one of this server's models ({', '.join(self.models)})")
         return self.models[name]
 
-    def route(self, source: str, target: str) -> Optional[Route]:
+    def chain(self, source: str, target: str) -> Optional[ModelChain]:
         """The model that translates source to target, or two through the pivot, or None (never a
         round trip from a language back into it)."""
         if source == target:
             return None
         if (source, target) in self.direct:
-            return Route((self.direct[source, target],))
+            return ModelChain((self.direct[source, target],))
         if self.pivot is not None and (source, self.pivot) in self.direct and (self.pivot, target) in self.direct:
-            return Route((self.direct[source, self.pivot], self.direct[self.pivot, target]), self.pivot)
+            return ModelChain((self.direct[source, self.pivot], self.direct[self.pivot, target]), self.pivot)
         return None
 
     def sources(self) -> list[str]:
@@ -249,11 +251,11 @@ class ModelSet:
 
     def targets_of(self, source: str) -> list[str]:
         """The languages `source` is translated into, directly or through the pivot."""
-        return [target for target in self.languages() if self.route(source, target)]
+        return [target for target in self.languages() if self.chain(source, target)]
 
     def sources_for(self, target: str) -> list[str]:
         """The languages translated into `target` (what `source: auto` detects among)."""
-        return [source for source in self.sources() if self.route(source, target)]
+        return [source for source in self.sources() if self.chain(source, target)]
 
     def languages(self) -> list[str]:
         """Every language read or written, sources first."""

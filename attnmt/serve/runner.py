@@ -60,6 +60,36 @@ class Server(uvicorn.Server):
             self.loop.call_soon_threadsafe(self.stopping.set)
 
 
+def announced(models: TextTranslator | ModelSet, log: Callable[[str], None]) -> ModelSet:
+    """The models as a ModelSet, their notes logged (ModelSet.notes); one translator, loaded by the
+    caller, says its lines here (a ModelSet's models said theirs as they loaded)."""
+    if not isinstance(models, ModelSet):
+        models = ModelSet.one(models, "the model")
+        for line in models.first.lines()[1:]:
+            log(f"attnmt serve: {line}")
+    for line in models.notes():
+        log(f"attnmt serve: {line}")
+    return models
+
+
+def listening(host: str, port: int, keys: Optional[KeyFile]) -> socket.socket:
+    """A socket bound to host:port and listening: from then on connections wait for uvicorn instead
+    of being refused. Warns on stderr where it is open to others without keys."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(2048)
+    except (OSError, OverflowError) as err:
+        sock.close()
+        raise AttnmtError(f"cannot listen on {host}:{port}: {getattr(err, 'strerror', None) or err}") from None
+    bound = ipaddress.ip_address(sock.getsockname()[0])
+    if keys is None and not bound.is_loopback:
+        print(f"attnmt: warning: listening on {host} without --api-keys: the server is open to anyone who can "
+              f"reach it", file=sys.stderr, flush=True)
+    return sock
+
+
 def serve(models: TextTranslator | ModelSet, host: str, port: int, limits: ServeConfig,
           log: Callable[[str], None] = print, keys: Optional[KeyFile] = None, access_log: bool = True) -> None:
     """Serve one translator or a set of models until SIGTERM or SIGINT: the requests in flight are
@@ -69,25 +99,9 @@ def serve(models: TextTranslator | ModelSet, host: str, port: int, limits: Serve
     is logged on stdout (uvicorn's access log). A ModelSet's models said their lines as they loaded
     (load_models); the address is the last line before the requests'."""
     validate_serve(limits)
-    if not isinstance(models, ModelSet):                 # one translator, loaded by the caller: its lines here
-        models = ModelSet.one(models, "the model")
-        for line in models.first.lines()[1:]:
-            log(f"attnmt serve: {line}")
-    for line in models.notes():
-        log(f"attnmt serve: {line}")
+    models = announced(models, log)
     app = create_app(models, limits, keys)
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-        sock.listen(2048)  # from now on connections wait for uvicorn instead of being refused
-    except (OSError, OverflowError) as err:
-        sock.close()
-        raise AttnmtError(f"cannot listen on {host}:{port}: {getattr(err, 'strerror', None) or err}") from None
-    bound = ipaddress.ip_address(sock.getsockname()[0])
-    if keys is None and not bound.is_loopback:
-        print(f"attnmt: warning: listening on {host} without --api-keys: the server is open to anyone who can "
-              f"reach it", file=sys.stderr, flush=True)
+    sock = listening(host, port, keys)
     # Idle connections stay open longer than clients keep them (httpx: 5 s), so the client is the one
     # that closes them: otherwise a request sent as the server closes its connection fails.
     # uvicorn's proxy_headers (on) takes the client address from X-Forwarded-For when the connection

@@ -53,5 +53,10 @@ class SigmoidAdditiveAttention(AdditiveAttention):
 
     replaces = AdditiveAttention
 
+    def runs(self, device: torch.device) -> bool:
+        """fast.fast_paths_in: in training and decoding, on any device (FusedDecoder's loop computes
+        this form with sigmoid_hidden itself)."""
+        return True
+
     def score(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         return SigmoidScore.apply(self.query_proj(query), keys, self.v.weight[0])  # [B, T, S]

@@ -13,9 +13,10 @@ the gold target known the decoder runs step by step. Products that read the same
 one call: the new state h_t feeds the query, the combine layer and the next step's recurrent
 gates, so those three weights are stacked. InputFedGRUAttention covers one-layer GRU decoders
 with additive, dot or general attention: the peers' model of the speed benchmark.
-FusedDecoder.features uses it for them under full teacher forcing, GRULayerEncoder uses GRULayer
-when it trains on a CPU; tests/test_fast.py checks both compute what autograd through the
-reference modules computes.
+FusedDecoder.features uses it for them under full teacher forcing (the network builds a
+FusedDecoder for those alone), GRULayerEncoder uses GRULayer when it trains on a CPU (built for GRU
+encoders); tests/test_fast.py checks both compute what autograd through the reference modules
+computes, and that fast.fast_paths_in names them where they run.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ import torch
 from torch.nn import functional as F
 
 from ...fast.gru import gru_cell, gru_cell_backward, tanh_
-from .attention import AdditiveAttention, DotAttention, GeneralAttention
+from .attention import AdditiveAttention, Attention, DotAttention, GeneralAttention
+from .config import RNNConfig
 from .decoder import Decoder, RNNDecoderState, RNNMemory
 from .encoder import Encoder, RNNState
 from .fast_attention import SigmoidAdditiveAttention, sigmoid_hidden, sigmoid_hidden_grad
@@ -81,6 +83,16 @@ class LoopKept(NamedTuple):
     keys: torch.Tensor
     values: torch.Tensor
     v: Optional[torch.Tensor]
+
+
+class LoopDims(NamedTuple):
+    """The loop's widths and product dtype, as its backward reads them."""
+
+    A: int                             # additive attention's (0 for dot and general)
+    O: int                             # the attentional vector's, h~_t
+    D: int                             # the context's, c_t
+    dtype: torch.dtype                 # of the matrix products
+    query_bias: bool                   # whether W_q has a bias (concat)
 
 
 class InputFedGRUAttention(torch.autograd.Function):
@@ -146,7 +158,7 @@ class InputFedGRUAttention(torch.autograd.Function):
                 contexts[t] = torch.bmm(weights[t].to(dtype).unsqueeze(1), values_c)[:, 0]  # [B, D]
                 tanh_(torch.add(F.linear(contexts[t].to(dtype), w_context_c), projected[:, A:A + O], out=features[t]))
 
-        ctx.dims = (A, O, D, dtype, query_bias)
+        ctx.dims = LoopDims(A, O, D, dtype, query_bias)
         ctx.set_materialize_grads(False)  # no zeros for the weights' gradient when no loss reads them
         ctx.input_dtypes = (embedded.dtype, h0.dtype, keys.dtype, values.dtype)
         ctx.save_for_backward(*LoopKept(states, projections, gates_rz, gates_n, weights, contexts, features, hiddens,
@@ -156,80 +168,117 @@ class InputFedGRUAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_features, grad_weights):
-        A, O, D, dtype, query_bias = ctx.dims
-        additive = A > 0
+        dims: LoopDims = ctx.dims
         kept = LoopKept(*ctx.saved_tensors)
-        states, projections, features, weights, hiddens = kept.states, kept.projections, kept.features, kept.weights, kept.hiddens
-        T, B, H = kept.gates_n.shape
-        G = 3 * H
-        state_dtype = states.dtype
-
-        grad_features = torch.zeros_like(features) if grad_features is None else grad_features.transpose(0, 1)  # [T, B, O]
+        grad_features = torch.zeros_like(kept.features) if grad_features is None else grad_features.transpose(0, 1)  # [T, B, O]
         if grad_weights is not None:
             grad_weights = grad_weights.transpose(0, 1)                           # [T, B, S]
-        # Row k: the gradient of projections[k], the products of states[k]: [query, combine, gates].
-        state_rows = states.new_zeros(T + 1, B, A + O + G)
-        grad_combined = state_rows[1:, :, A:A + O]                                # [T, B, O], a view
-        grad_gi = states.new_empty(T, B, G)
-        grad_contexts = states.new_empty(T, B, D)
-        grad_scores = states.new_empty(T, B, weights.shape[2])
-        grad_keys = torch.zeros_like(kept.keys, dtype=state_dtype) if additive else None
-        grad_hidden = None if hiddens is None else torch.empty_like(hiddens[0])   # [B, S, A], each step's in turn
-        grad_h_carry = states.new_zeros(B, H)     # of h_t through h_{t+1} = n + z (h_t - n)
-        grad_feed = states.new_zeros(B, O)        # of the attentional vector through the next step's input
-        for t in reversed(range(T)):
-            f, w = features[t], weights[t]
-            grad_pre = torch.mul(f, f, out=grad_combined[t]).neg_().add_(1).mul_(grad_features[t] + grad_feed)
-            grad_contexts[t] = grad_pre.to(dtype) @ kept.w_context                # [B, D]
-            grad_w = torch.bmm(kept.values, grad_contexts[t].to(dtype).unsqueeze(2))[:, :, 0].to(state_dtype)  # [B, S]
-            if grad_weights is not None:
-                grad_w += grad_weights[t]
-            grad_s = torch.mul(w, grad_w - (w * grad_w).sum(-1, keepdim=True), out=grad_scores[t])  # softmax
-            row = state_rows[t + 1]
-            if additive:  # scores 2 vᵀ σ(x), x = 2 W_q h_t + 2 W_k h_j
-                assert hiddens is not None and kept.v is not None and grad_keys is not None and grad_hidden is not None
-                grad_s.mul_(2)
-                sigmoid_hidden_grad(hiddens[t], kept.v, grad_s, out=grad_hidden)  # [B, S, A], of x
-                grad_keys += grad_hidden  # per step: all steps' kept for one sum needed as much memory again as hiddens
-                row[:, :A] = grad_hidden.sum(1)
-                row[:, :A] *= 2
-            grad_h = (row.to(dtype) @ kept.w_state).to(state_dtype).add_(grad_h_carry)  # [B, H]
-            if not additive:
-                grad_h += torch.bmm(grad_s.to(dtype).unsqueeze(1), kept.keys)[:, 0]
-            # The gates' input part goes to grad_gi, their recurrent part to the row of projections[t].
-            grad_h_carry = gru_cell_backward(grad_h, states[t], kept.gates_rz[t], kept.gates_n[t],
-                                             projections[t, :, A + O + 2 * H:], grad_gi[t], state_rows[t, :, A + O:])
-            if t > 0:
-                grad_feed = (grad_gi[t].to(dtype) @ kept.w_feed).to(state_dtype)
-        grad_h0 = (state_rows[0].to(dtype) @ kept.w_state).to(state_dtype).add_(grad_h_carry)
-
-        def product(rows: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:     # Σ rowsᵀ inputs over steps
-            return (rows.reshape(-1, rows.shape[-1]).T.to(dtype) @ inputs.reshape(-1, inputs.shape[-1]).to(dtype)).to(state_dtype)
-
-        grad_w_state = product(state_rows, states)                                # [A + O + G, H]
-        grad_b_state = state_rows.sum((0, 1))
-        grad_w_combine = torch.cat([product(grad_combined, kept.contexts), grad_w_state[A:A + O]], dim=1)
-        embedded_steps = kept.embedded.transpose(0, 1)                            # [T, B, E]
-        grad_w_ih = torch.cat([product(grad_gi, embedded_steps), product(grad_gi[1:], features[:-1])], dim=1)
-        grad_embedded = (grad_gi.to(dtype) @ kept.w_embedded).transpose(0, 1)     # [B, T, E]
-        grad_values = torch.bmm(weights.permute(1, 2, 0).to(dtype), grad_contexts.transpose(0, 1).to(dtype))
-        grad_v: Optional[torch.Tensor]
-        grad_w_query: Optional[torch.Tensor]
-        grad_b_query: Optional[torch.Tensor]
-        if additive:
-            assert hiddens is not None and grad_keys is not None
-            grad_v = product(grad_scores.reshape(-1, 1), hiddens)[0]             # [A]
-            grad_keys *= 2                                                        # dx / d(W_k h_j) = 2
-            grad_w_query = grad_w_state[:A]
-            grad_b_query = grad_b_state[:A] if query_bias else None
-        else:
-            grad_v = grad_w_query = grad_b_query = None
-            grad_keys = torch.bmm(grad_scores.permute(1, 2, 0).to(dtype), states[1:].transpose(0, 1).to(dtype))
+        grads, grad_h0 = steps_backward(kept, dims, grad_features, grad_weights)
+        grad_embedded, grad_keys, grad_values, grad_loop_weights = products_backward(kept, dims, grads)
         embedded_dtype, h0_dtype, keys_dtype, values_dtype = ctx.input_dtypes
-        grad_loop_weights = LoopWeights(grad_w_ih, grad_gi.sum((0, 1)), grad_w_state[A + O:], grad_b_state[A + O:],
-                                        grad_w_query, grad_b_query, grad_v, grad_w_combine, grad_b_state[A:A + O])
         return (grad_embedded.to(embedded_dtype), grad_h0.to(h0_dtype), grad_keys.to(keys_dtype),
                 grad_values.to(values_dtype), None, *grad_loop_weights)
+
+
+class StepGrads(NamedTuple):
+    """The gradients of every step's products, time-major: what each weight's gradient sums over steps."""
+
+    state_rows: torch.Tensor           # [T + 1, B, A + O + G], row k of projections[k]: [query, combine's h_t part, gates]
+    gi: torch.Tensor                   # [T, B, G], of the gates' input part
+    contexts: torch.Tensor             # [T, B, D], of c_t
+    scores: torch.Tensor               # [T, B, S], of the scores (additive: of vᵀσ(x), twice the score's)
+    keys: Optional[torch.Tensor]       # [B, S, A], additive: of x through W_k h_j, summed over steps (else None)
+
+
+def steps_backward(kept: LoopKept, dims: LoopDims, grad_features: torch.Tensor, grad_weights: Optional[torch.Tensor]
+                   ) -> tuple[StepGrads, torch.Tensor]:
+    """The loop's steps in reverse, given the gradients of the features [T, B, O] and of the attention
+    weights [T, B, S] (or None): every step's gradients and h0's [B, H]."""
+    A, O, dtype, states = dims.A, dims.O, dims.dtype, kept.states
+    T, B, H = kept.gates_n.shape
+    grads = StepGrads(states.new_zeros(T + 1, B, A + O + 3 * H), states.new_empty(T, B, 3 * H),
+                      states.new_empty(T, B, dims.D), states.new_empty(T, B, kept.weights.shape[2]),
+                      torch.zeros_like(kept.keys, dtype=states.dtype) if A > 0 else None)
+    grad_combined = grads.state_rows[1:, :, A:A + O]                           # [T, B, O], a view
+    grad_hidden = None if kept.hiddens is None else torch.empty_like(kept.hiddens[0])  # [B, S, A], each step's in turn
+    grad_h_carry = states.new_zeros(B, H)     # of h_t through h_{t+1} = n + z (h_t - n)
+    grad_feed = states.new_zeros(B, O)        # of the attentional vector through the next step's input
+    for t in reversed(range(T)):
+        # h~_t = tanh(W_c [c_t; h_t]): the gradient of the product, the combine part of row t + 1
+        f = kept.features[t]
+        grad_pre = torch.mul(f, f, out=grad_combined[t]).neg_().add_(1).mul_(grad_features[t] + grad_feed)
+        grad_s = attention_backward(kept, dims, grads, t, grad_pre,
+                                    None if grad_weights is None else grad_weights[t], grad_hidden)
+        # h_t: through the products that read it (row t + 1) and through h_{t+1}
+        grad_h = (grads.state_rows[t + 1].to(dtype) @ kept.w_state).to(states.dtype).add_(grad_h_carry)  # [B, H]
+        if A == 0:                                                             # dot, general: s_j = k_jᵀ h_t
+            grad_h += torch.bmm(grad_s.to(dtype).unsqueeze(1), kept.keys)[:, 0]
+        # The gates' input part goes to grads.gi, their recurrent part to the row of projections[t].
+        grad_h_carry = gru_cell_backward(grad_h, states[t], kept.gates_rz[t], kept.gates_n[t],
+                                         kept.projections[t, :, A + O + 2 * H:], grads.gi[t],
+                                         grads.state_rows[t, :, A + O:])
+        if t > 0:                                                              # input feeding: h~_{t-1} in step t's input
+            grad_feed = (grads.gi[t].to(dtype) @ kept.w_feed).to(states.dtype)
+    grad_h0 = (grads.state_rows[0].to(dtype) @ kept.w_state).to(states.dtype).add_(grad_h_carry)
+    return grads, grad_h0
+
+
+def attention_backward(kept: LoopKept, dims: LoopDims, grads: StepGrads, t: int, grad_pre: torch.Tensor,
+                       grad_weights: Optional[torch.Tensor], grad_hidden: Optional[torch.Tensor]) -> torch.Tensor:
+    """Step t's attention in reverse, from the gradient of W_c [c_t; h_t] grad_pre [B, O] (and of
+    α_t, grad_weights [B, S], if a loss reads it): c_t's into grads.contexts, the scores' into
+    grads.scores (returned); for additive scores, W_q h_t's into the query part of row t + 1 and W_k
+    h_j's added to grads.keys, through grad_hidden [B, S, A]."""
+    A, dtype, alpha = dims.A, dims.dtype, kept.weights[t]                  # α_t [B, S]
+    grads.contexts[t] = grad_pre.to(dtype) @ kept.w_context                # [B, D]
+    # c_t = Σ_j α_tj v_j
+    grad_alpha = torch.bmm(kept.values, grads.contexts[t].to(dtype).unsqueeze(2))[:, :, 0].to(alpha.dtype)  # [B, S]
+    if grad_weights is not None:
+        grad_alpha += grad_weights
+    # α_t = softmax(s)
+    grad_s = torch.mul(alpha, grad_alpha - (alpha * grad_alpha).sum(-1, keepdim=True), out=grads.scores[t])
+    if A > 0:  # s = 2 vᵀ σ(x), x = 2 W_q h_t + 2 W_k h_j
+        assert kept.hiddens is not None and kept.v is not None and grads.keys is not None and grad_hidden is not None
+        grad_s.mul_(2)
+        sigmoid_hidden_grad(kept.hiddens[t], kept.v, grad_s, out=grad_hidden)  # [B, S, A], of x
+        grads.keys.add_(grad_hidden)  # per step: all steps' kept for one sum needed as much memory again as hiddens
+        row = grads.state_rows[t + 1]
+        row[:, :A] = grad_hidden.sum(1)
+        row[:, :A] *= 2
+    return grad_s
+
+
+def products_backward(kept: LoopKept, dims: LoopDims, grads: StepGrads
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, LoopWeights]:
+    """Each weight's gradient as one product over all steps, and the gradients of the inputs the
+    products read: embedded [B, T, E], keys, values [B, S, D]."""
+    A, O, dtype, state_dtype = dims.A, dims.O, dims.dtype, kept.states.dtype
+
+    def product(rows: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:     # Σ rowsᵀ inputs over steps
+        return (rows.reshape(-1, rows.shape[-1]).T.to(dtype) @ inputs.reshape(-1, inputs.shape[-1]).to(dtype)).to(state_dtype)
+
+    grad_w_state = product(grads.state_rows, kept.states)                     # [A + O + G, H]
+    grad_b_state = grads.state_rows.sum((0, 1))
+    grad_w_combine = torch.cat([product(grads.state_rows[1:, :, A:A + O], kept.contexts), grad_w_state[A:A + O]], dim=1)
+    embedded_steps = kept.embedded.transpose(0, 1)                            # [T, B, E]
+    grad_w_ih = torch.cat([product(grads.gi, embedded_steps), product(grads.gi[1:], kept.features[:-1])], dim=1)
+    grad_embedded = (grads.gi.to(dtype) @ kept.w_embedded).transpose(0, 1)    # [B, T, E]
+    grad_values = torch.bmm(kept.weights.permute(1, 2, 0).to(dtype), grads.contexts.transpose(0, 1).to(dtype))
+    grad_v: Optional[torch.Tensor]
+    grad_w_query: Optional[torch.Tensor]
+    grad_b_query: Optional[torch.Tensor]
+    if A > 0:
+        assert kept.hiddens is not None and grads.keys is not None
+        grad_v = product(grads.scores.reshape(-1, 1), kept.hiddens)[0]       # [A]
+        grad_keys = grads.keys.mul_(2)                                        # dx / d(W_k h_j) = 2
+        grad_w_query = grad_w_state[:A]
+        grad_b_query = grad_b_state[:A] if dims.query_bias else None
+    else:
+        grad_v = grad_w_query = grad_b_query = None
+        grad_keys = torch.bmm(grads.scores.permute(1, 2, 0).to(dtype), kept.states[1:].transpose(0, 1).to(dtype))
+    grad_loop_weights = LoopWeights(grad_w_ih, grads.gi.sum((0, 1)), grad_w_state[A + O:], grad_b_state[A + O:],
+                                    grad_w_query, grad_b_query, grad_v, grad_w_combine, grad_b_state[A:A + O])
+    return grad_embedded, grad_keys, grad_values, grad_loop_weights
 
 
 class LayerKept(NamedTuple):
@@ -357,15 +406,24 @@ def reverse_time(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return x.gather(0, index.view(*index.shape, *[1] * (x.dim() - 2)).expand_as(x))
 
 
+def layer_by_layer(gradients: bool, device: torch.device) -> bool:
+    """Whether a GRULayerEncoder runs GRULayer: where gradients flow (training), on a CPU."""
+    return gradients and device.type == "cpu"
+
+
 class GRULayerEncoder(Encoder):
-    """Encoder whose GRU trains layer by layer through GRULayer on CPUs (replaces nn.GRU over a
+    """Encoder of GRUs that trains layer by layer through GRULayer on CPUs (replaces nn.GRU over a
     packed sequence there: on CPUs its backward runs autograd through every step's small products,
-    on GPUs cuDNN's fused kernels are faster still)."""
+    on GPUs cuDNN's fused kernels are faster still; decoding needs no backward)."""
 
     replaces = Encoder
 
+    def runs(self, device: torch.device) -> bool:
+        """fast.fast_paths_in: in training, on a CPU."""
+        return layer_by_layer(self.training, device)
+
     def run_rnn(self, x: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, RNNState]:
-        if not (self.rnn.mode == "GRU" and torch.is_grad_enabled() and x.device.type == "cpu"):
+        if not layer_by_layer(torch.is_grad_enabled(), x.device):
             return super().run_rnn(x, lengths)
         finals = []
         for layer in range(self.rnn.num_layers):
@@ -386,20 +444,27 @@ FUSED_SCORES = (AdditiveAttention, SigmoidAdditiveAttention, DotAttention, Gener
 
 
 class FusedDecoder(Decoder):
-    """Decoder whose teacher-forced loop runs as one InputFedGRUAttention node when it can (replaces
-    features_step_by_step for one-layer input-fed GRU decoders of the Luong order with global attention)."""
+    """Decoder whose teacher-forced loop runs as one InputFedGRUAttention node (replaces
+    features_step_by_step for one-layer input-fed GRU decoders of the Luong order with additive, dot
+    or general attention, trained under full teacher forcing: `loops`)."""
 
     replaces = Decoder
 
-    @property
-    def fused(self) -> bool:
-        # The loop computes the scores it knows (additive, dot, general); any other kind runs step by step.
-        return (self.order == "luong" and self.input_feeding and self.rnn.mode == "GRU"
-                and self.rnn.num_layers == 1 and type(self.attention) in FUSED_SCORES)
+    @staticmethod
+    def loops(config: RNNConfig, attention: Attention) -> bool:
+        """Whether a decoder of `config` with `attention` trains through the fused loop, the network's
+        choice: the loop computes the scores it knows; with scheduled sampling (teacher_forcing below
+        1) each step's input waits for the last step's output, and training runs step by step."""
+        return (config.decoder == "luong" and config.input_feeding and config.rnn == "gru" and config.dec_layers == 1
+                and config.teacher_forcing >= 1.0 and type(attention) in FUSED_SCORES)
+
+    def runs(self, device: torch.device) -> bool:
+        """fast.fast_paths_in: in training (decoding's steps are Decoder's)."""
+        return self.training
 
     def features(self, tgt_in: torch.Tensor, state: RNNDecoderState, memory: RNNMemory, teacher_forcing: float = 1.0
                  ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-        if teacher_forcing < 1.0 or not self.fused:
+        if teacher_forcing < 1.0:
             return super().features(tgt_in, state, memory, teacher_forcing)
         return InputFedGRUAttention.apply(self.embed(tgt_in), state.hidden[0][0], memory.keys, memory.values,
                                           memory.mask, *LoopWeights.of(self))

@@ -25,15 +25,17 @@ class RNNEncoderDecoder(nn.Module):
     def __init__(self, config: RNNConfig, src_vocab_size: int, tgt_vocab_size: int, fast: bool = True):
         super().__init__()
         self.config = config
-        # The fast paths, chosen here (fast: the classes that replace the reference ones, same weights):
-        # fast_recurrence.py's encoder and decoder loops, fast_attention.py's additive score, and
-        # fast/layers.py's dropout and output product.
-        encoder, decoder = (GRULayerEncoder, FusedDecoder) if fast else (Encoder, Decoder)
+        # The fast paths, chosen here (fast: the classes that replace the reference ones, same weights),
+        # each where its code runs: fast_recurrence.py's encoder layers (GRUs) and decoder loop
+        # (FusedDecoder.loops), fast_attention.py's additive score, and fast/layers.py's dropout and
+        # output product.
+        encoder = GRULayerEncoder if fast and config.rnn == "gru" else Encoder
         self.encoder = encoder(src_vocab_size, config.emb_dim, config.enc_hidden, config.enc_layers,
                                config.bidirectional, config.rnn, config.dropout)
         attention, context_dim = make_attention(config.attention, config.dec_hidden, self.encoder.output_size,
                                                 config.attn_dim, config.local_score, config.local_window,
                                                 SigmoidAdditiveAttention if fast else AdditiveAttention)
+        decoder = FusedDecoder if fast and FusedDecoder.loops(config, attention) else Decoder
         self.decoder = decoder(tgt_vocab_size, config.emb_dim, config.dec_hidden, config.dec_layers,
                                config.rnn, attention, context_dim, config.decoder,
                                config.input_feeding, config.dropout, config.tie_embeddings)

@@ -68,3 +68,7 @@ class InPlaceDecoderLayers(DecoderLayers):
     replaces = DecoderLayers
 
     state = InPlaceState
+
+    def runs(self, device: torch.device) -> bool:
+        """fast.fast_paths_in: in decoding (training keeps no cache)."""
+        return not self.training

@@ -86,12 +86,14 @@ class HeadsProbe(nn.Module):
         return attention.out_proj(heads.transpose(1, 2).reshape(batch, length, -1)), weights
 
 
+ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "silu": nn.SiLU}   # silu: x·σ(x), Marian's "swish"
+
+
 class FeedForward(nn.Sequential):
     """W_2 act(W_1 x + b_1) + b_2, applied at each position alike."""
 
     def __init__(self, dim: int, ff_dim: int, activation: str, dropout: float):
-        super().__init__(nn.Linear(dim, ff_dim), nn.GELU() if activation == "gelu" else nn.ReLU(),
-                         nn.Dropout(dropout), nn.Linear(ff_dim, dim))
+        super().__init__(nn.Linear(dim, ff_dim), ACTIVATIONS[activation](), nn.Dropout(dropout), nn.Linear(ff_dim, dim))
 
 
 # The names earlier versions gave the layers' LayerNorms (each inside a Residual block), for reading
@@ -206,11 +208,14 @@ class TransformerMemory(Rows):
         return self.tensors[f"keys{layer + 1}"], self.tensors[f"values{layer + 1}"]
 
 
-def sinusoids(positions: torch.Tensor, dim: int) -> torch.Tensor:
-    """The paper's position encoding: PE(p, 2i) = sin(p / 10000^(2i/d)), PE(p, 2i+1) = cos(..).
+def sinusoids(positions: torch.Tensor, dim: int, layout: str = "interleaved") -> torch.Tensor:
+    """The paper's position encoding: PE(p, 2i) = sin(p / 10000^(2i/d)), PE(p, 2i+1) = cos(..), its
+    dimensions `interleaved` so, or in `halves`: all the sines, then all the cosines (Marian's).
     positions [B, T] -> [B, T, dim]."""
     rates = torch.exp(torch.arange(0, dim, 2, device=positions.device) * (-math.log(10000.0) / dim))  # [dim/2]
     angles = positions.unsqueeze(-1).float() * rates                         # [B, T, dim/2]
+    if layout == "halves":
+        return torch.cat([angles.sin(), angles.cos()[..., : dim // 2]], dim=-1)  # [B, T, dim]
     return torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(2)[..., :dim]  # sin, cos interleaved
 
 
@@ -310,7 +315,7 @@ class Transformer(nn.Module):
         x = embedding(tokens) * math.sqrt(self.config.emb_dim)
         if self.positions is not None:
             return self.dropout(x + self.positions(positions.clamp(max=self.config.max_positions - 1)))
-        return self.dropout(x + sinusoids(positions, self.config.emb_dim).to(x.dtype))
+        return self.dropout(x + sinusoids(positions, self.config.emb_dim, self.config.sinusoid_layout).to(x.dtype))
 
     def encode_layers(self, src: torch.Tensor, src_lengths: torch.Tensor
                       ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
