@@ -114,8 +114,10 @@ class DataConfig:
 
 @dataclass
 class TokenizerConfig:
-    # word, char, or sentencepiece subwords (bpe, unigram) trained on the training data.
-    level: Literal["word", "char", "bpe", "unigram"] = "word"
+    # word, char, or sentencepiece subwords (bpe, unigram) trained on the training data; sentencepiece:
+    # a pretrained model's own, used as given (an imported model's: attnmt import; to train from it,
+    # set train.init_from to that model file).
+    level: Literal["word", "char", "bpe", "unigram", "sentencepiece"] = "word"
     # Lowercase both sides before tokenizing.
     lowercase: bool = False
     # Subwords only: pieces to learn, and one model for both languages (joint) or one each.

@@ -115,10 +115,12 @@ def network_weights(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]
 
 
 def save_model(path: str | Path, description: ModelDescription, state_dict: dict[str, torch.Tensor],
-               training: Optional[dict[str, Any]] = None) -> None:
+               training: Optional[dict[str, Any]] = None, origin: Optional[dict[str, Any]] = None) -> None:
     """Write a model as one self-contained file (atomically); `training` says how it was trained
-    (the data's digest, steps, its validation figures), for `attnmt info`."""
-    meta = {"kind": "model", **description.metadata(), **({"training": training} if training else {})}
+    (the data's digest, steps, its validation figures), `origin` where an imported model came from
+    (its format, folder, name and config's digest: attnmt import), both for `attnmt info`."""
+    meta = {"kind": "model", **description.metadata(), **({"training": training} if training else {}),
+            **({"origin": origin} if origin else {})}
     save_file(path, model_tensors(state_dict), meta)
 
 

@@ -345,6 +345,10 @@ def load_split(config: DataConfig, split: str, path: str = "") -> list[Pair]:
 
 def make_tokenizers(config: TokenizerConfig, pairs: list[Pair]) -> tuple[Tokenizer, Tokenizer]:
     """Source and target tokenizers; subword ones are trained on `pairs` here."""
+    if config.level == "sentencepiece":
+        raise AttnmtError("tokenizer.level sentencepiece is a pretrained model's own tokenizer, which attnmt does not "
+                          "train: set train.init_from to a model file that has one (attnmt import), or choose bpe or "
+                          "unigram to learn pieces from the training data")
     if config.level in ("word", "char"):
         return make_tokenizer(config.level, config.lowercase), make_tokenizer(config.level, config.lowercase)
     sources, targets = [s for s, _ in pairs], [t for _, t in pairs]

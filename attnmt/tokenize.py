@@ -1,4 +1,5 @@
-"""Text to tokens and back: a Unicode-aware word tokenizer and a character tokenizer."""
+"""Text to tokens and back: a Unicode-aware word tokenizer, a character tokenizer, sentencepiece
+subwords trained here, and a pretrained sentencepiece model used as an imported model gives it."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import io
 import re
 import unicodedata
 from abc import ABC, abstractmethod
-from typing import Iterable, Iterator, Optional
+from typing import Iterable, Iterator, Optional, Sequence
 
 import sentencepiece
 
@@ -216,7 +217,61 @@ class SubwordTokenizer(BaseTokenizer):
         return {**super().to_dict(), "model": base64.b64encode(self.model).decode("ascii")}
 
 
-Tokenizer = WordTokenizer | CharTokenizer | SubwordTokenizer
+class SentencePieceTokenizer(BaseTokenizer):
+    """A pretrained sentencepiece model used as given (tokenizer.level sentencepiece): an imported
+    Hugging Face Marian model's source.spm or target.spm, splitting text exactly as transformers'
+    MarianTokenizer does. The text goes to sentencepiece unchanged (its model's own normalization
+    applies, not attnmt's `normalize`), except that
+    - the special tokens (`specials`: </s>, <unk>, <pad>) written in the text are tokens of their own,
+      the text cut around them, the leftmost and longest first;
+    - a piece of text between them that starts with a language code `>>xx<<` (">>" up to the first
+      "<<") has that code as a token of its own, before the pieces of the rest.
+    Detokenizing leaves out the special tokens and joins the pieces with `decoder`'s model: Hugging
+    Face decodes a model of one shared vocabulary with its source.spm, on both sides."""
+
+    level = "sentencepiece"
+
+    def __init__(self, model: bytes, specials: Sequence[str], decoder: Optional[bytes] = None):
+        super().__init__(lowercase=False)
+        self.model, self.specials, self.decoder = model, list(specials), decoder
+        self.processor = sentencepiece.SentencePieceProcessor(model_proto=model)
+        self.decoding = self.processor if decoder is None else sentencepiece.SentencePieceProcessor(model_proto=decoder)
+        # Longest first: of two specials starting at one place, the longer is the token.
+        longest_first = sorted(self.specials, key=len, reverse=True)
+        self.special_split = re.compile("(" + "|".join(map(re.escape, longest_first)) + ")") if specials else None
+
+    def tokenize(self, text: str) -> list[str]:
+        tokens: list[str] = []
+        parts = self.special_split.split(text) if self.special_split else [text]
+        for index, part in enumerate(parts):
+            if index % 2:                        # re.split puts what the group matched at the odd places
+                tokens.append(part)
+                continue
+            if part.startswith(">>") and (end := part.find("<<")) != -1:
+                tokens.append(part[: end + 2])
+                part = part[end + 2:]
+            if part:
+                tokens += self.processor.encode(part, out_type=str)
+        return tokens
+
+    def detokenize(self, tokens: list[str]) -> str:
+        kept = [token for token in tokens if token not in self.specials]
+        return self.decoding.decode_pieces(kept).replace(SPACE_SYMBOL, " ").strip()
+
+    def to_dict(self) -> dict:
+        values = {**super().to_dict(), "model": base64.b64encode(self.model).decode("ascii"), "specials": self.specials}
+        if self.decoder is not None:
+            values["decoder"] = base64.b64encode(self.decoder).decode("ascii")
+        return values
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "SentencePieceTokenizer":
+        decoder = values.get("decoder")
+        return cls(base64.b64decode(values["model"]), values["specials"],
+                   None if decoder is None else base64.b64decode(decoder))
+
+
+Tokenizer = WordTokenizer | CharTokenizer | SubwordTokenizer | SentencePieceTokenizer
 
 
 def make_tokenizer(level: str, lowercase: bool = False) -> Tokenizer:
@@ -226,6 +281,8 @@ def make_tokenizer(level: str, lowercase: bool = False) -> Tokenizer:
 
 
 def tokenizer_from_dict(values: dict) -> Tokenizer:
+    if values["level"] == "sentencepiece":
+        return SentencePieceTokenizer.from_dict(values)
     if values["level"] in ("bpe", "unigram"):
         return SubwordTokenizer(values["level"], base64.b64decode(values["model"]), values["lowercase"])
     return make_tokenizer(values["level"], values["lowercase"])

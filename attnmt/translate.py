@@ -394,11 +394,12 @@ def texts_of(counts: list[int], nbests: list[list[Translation]], n_best: int) ->
 
 def model_info(path: str | Path) -> dict:
     """What a model file holds (`attnmt info`): family and sizes, parameters, languages,
-    tokenizer, vocabularies, how it was trained (older files do not say), format, its aligner if any."""
+    tokenizer, vocabularies, how it was trained (older files do not say) or where it was imported
+    from, format, its aligner if any."""
     description, _, meta = read_model(path)
     config, text = description.config, description.tokenization
     network = build_model(config.model, len(text.src_vocab), len(text.tgt_vocab), config.decode.fast_paths).eval()
-    tokenizer = {k: v for k, v in text.src_tokenizer.to_dict().items() if k != "model"}
+    tokenizer = {k: v for k, v in text.src_tokenizer.to_dict().items() if k not in ("model", "decoder")}
     if config.tokenizer.level in ("bpe", "unigram"):
         tokenizer.update(vocab_size=config.tokenizer.vocab_size, joint=config.tokenizer.joint)
     return {"file": str(path), "format_version": meta["format_version"], "weights_sha256": meta["sha256"],
@@ -407,4 +408,4 @@ def model_info(path: str | Path) -> dict:
             "src_lang": config.data.src_lang, "source_languages": source_languages(config.data),
             "tgt_lang": config.data.tgt_lang, "tokenizer": tokenizer,
             "src_vocab_size": len(text.src_vocab), "tgt_vocab_size": len(text.tgt_vocab),
-            "training": meta.get("training"), "aligner": meta.get("aligner")}
+            "training": meta.get("training"), "origin": meta.get("origin"), "aligner": meta.get("aligner")}

@@ -1,4 +1,4 @@
-"""The commands about a model file itself: `attnmt export` and `attnmt info`."""
+"""The commands about a model file itself: `attnmt import`, `attnmt export` and `attnmt info`."""
 
 from __future__ import annotations
 
@@ -6,6 +6,23 @@ import argparse
 
 from ..choices import CTRANSLATE2_QUANTIZATIONS
 from .parsing import Commands, model_argument
+
+
+def add_import(commands: Commands) -> None:
+    importing = commands.add_parser("import", help="make a model file of a pretrained translator: a Hugging Face "
+                                                   "Marian folder (OPUS-MT)")
+    importing.add_argument("folder", help="the model's folder: config.json, source.spm, target.spm, vocab.json and "
+                                          "model.safetensors (or pytorch_model.bin)")
+    importing.add_argument("--out", required=True, help="the attnmt model file to write")
+    importing.add_argument("--overwrite", action="store_true", help="replace the file if it exists")
+    importing.set_defaults(run=_import)
+
+
+def _import(args: argparse.Namespace) -> None:
+    from ..marian import import_marian
+
+    out = import_marian(args.folder, args.out, args.overwrite)
+    print(f"attnmt model written to {out}")
 
 
 def add_export(commands: Commands) -> None:
@@ -53,10 +70,13 @@ def _info(args: argparse.Namespace) -> None:
     print(f"decodes with fast paths: {fast}")
     print(f"translates: {' '.join(info['source_languages'])} -> {info['tgt_lang']}; tokenizer: {tokenizer}; "
           f"vocabularies: {info['src_vocab_size']:,} source, {info['tgt_vocab_size']:,} target tokens")
-    training = info["training"]
-    if training is None:
+    training, origin = info["training"], info["origin"]
+    if origin is not None:
+        print(f"origin: imported from the {origin['format']} folder {origin['folder']}"
+              + (f" ({origin['name']})" if origin["name"] else "") + f", config.json sha256 {origin['config_sha256']}")
+    if training is None and origin is None:
         print("training: not recorded (a file written before attnmt kept it)")
-    else:
+    elif training is not None:
         averaged = (f", the average of the last {training['average_of_last']} epochs" if "average_of_last" in training
                     else "")
         print(f"training: {training['training_pairs']:,} pairs, data sha256 {training['data_sha256']}; "
