@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import tiny_dates_config
+from conftest import tiny_dates_config, write_dates_files
 from test_model_settings import permuted
 from test_resume import assert_bit_identical, finish, kill_when, run, updates, weights
 
@@ -26,6 +26,8 @@ from attnmt.prepare import REUSED
 from attnmt.train import train
 from attnmt.translate import Translator
 
+REPO = Path(__file__).resolve().parents[1]
+TEMPLATE = REPO / "configs" / "finetune.yaml"
 TRANSFORMER = {"arch": "transformer", "emb_dim": 32, "heads": 4, "ff_dim": 64, "enc_layers": 2, "dec_layers": 2}
 # The dates again, other sentences than the models of conftest learnt from.
 OTHER_DATES = {"format": "dates", "num_pairs": 1500, "valid_size": 100, "test_size": 100, "seed": 2}
@@ -142,6 +144,24 @@ def test_a_model_file_whose_vocabularies_have_their_own_special_ids_fine_tunes_a
     _, meta = load_file(tmp_path / "theirs" / "model.safetensors")
     assert meta["tgt_special_ids"] == theirs.tokenization.tgt_vocab.special_ids() != {"unk": 1, "sos": 2, "eos": 3}
     assert meta["src_vocab"] == theirs.tokenization.src_vocab.itos
+
+
+def test_the_template_fine_tunes_with_only_the_data_and_the_model_file_set(tmp_path, transformer_dates_model):
+    """configs/finetune.yaml: no model, tokenizer or vocab section; a fine-tuning schedule: a small constant
+    rate, few epochs, each validated by BLEU, the best kept, early stopping."""
+    text = yaml.safe_load(TEMPLATE.read_text(encoding="utf-8"))
+    assert {"model", "tokenizer", "vocab"}.isdisjoint(text) and text["decode"] == {"precision": "auto"}
+    schedule = load_config(TEMPLATE).train
+    assert (schedule.scheduler, schedule.select_by, schedule.average_last) == ("none", "bleu", 0)
+    assert schedule.lr <= 1e-4 and schedule.epochs <= 10 and schedule.patience > 0 and schedule.max_minutes == 0
+    write_dates_files(tmp_path / "mine", {"train": 600, "val": 40, "test": 30}, seed=2)
+    config = load_config(TEMPLATE, [f"data.path={tmp_path / 'mine'}", f"train.init_from={transformer_dates_model}",
+                                    f"train.out_dir={tmp_path / 'run'}", "train.epochs=1"])  # one epoch: kept short
+    result = train(config, log=lambda _: None)
+    assert set(result.test_scores) >= {"exact", "bleu", "chrf"}  # the test files were found and scored
+    base, fine = (read_model(path)[0] for path in (transformer_dates_model, result.model_path))
+    assert (fine.config.model, fine.config.tokenizer, fine.config.vocab) == (
+        base.config.model, base.config.tokenizer, base.config.vocab)
 
 
 @pytest.mark.slow
