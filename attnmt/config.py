@@ -193,8 +193,11 @@ class TrainConfig:
     # is cut into ranks x accumulate parts: the same product cuts it the same way.
     accumulate: int = ranged(1, "[1, 1024]")
     # Fine-tuning: start from this model file's weights, tokenizers and vocabularies instead of
-    # random weights and new ones (its model section must equal this config's, dropout aside).
-    # Empty: from scratch. A resumed run continues its checkpoint, which started from it.
+    # random weights and new ones. The run's model, tokenizer and vocab sections are the file's (a
+    # key this config sets to another value is refused; the dropouts are the run's choice), and so
+    # are the file's decode keys of the model (beam, length penalty, lengths, tokens never
+    # generated) that this config leaves out. Empty: from scratch. A resumed run continues its
+    # checkpoint, which started from it.
     init_from: str = ""
     # Adam's learning rate (the peak, with the warmup and linear schedulers).
     lr: float = ranged(1e-3, "(0, 10]")
@@ -292,6 +295,12 @@ class DecodeConfig:
     # Decode with the fast paths (attnmt/fast); false runs the plain reference modules (slower,
     # the same translations up to rounding); it rules out int8 and --compile. Flag: --reference.
     fast_paths: bool = True
+
+
+# The decode keys that belong to a model (how it is read out), not to the machine that decodes it: a
+# fine-tuning run (train.init_from) takes them from its model file where its config leaves them out.
+MODEL_DECODE_KEYS = ("max_src_len", "max_len_ratio", "max_len_extra", "beam_size", "alpha", "beam_scoring",
+                     "never_generate")
 
 
 @dataclass
@@ -408,18 +417,26 @@ class Config:
     model: ModelConfig = field(kw_only=True)
     train: TrainConfig = field(default_factory=TrainConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
+    # Not a section: the keys (section.key) the YAML file and its key=value overrides set, which
+    # configfile records; None: a config built in Python, which sets every key. A fine-tuning run
+    # (train.init_from) takes the rest of its model, tokenizer, vocab and decode keys from the model
+    # file. Neither saved nor compared.
+    given: Optional[frozenset[str]] = field(default=None, compare=False, repr=False, kw_only=True)
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        return {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
+
+
+SECTIONS = tuple(f.name for f in dataclasses.fields(Config) if f.name != "given")
 
 
 def validate(config: Config) -> None:
     """Refuse values out of their range and combinations that cannot be built, naming the keys."""
-    for section in dataclasses.fields(config):
-        values = getattr(config, section.name)
+    for section in SECTIONS:
+        values = getattr(config, section)
         for f in dataclasses.fields(values):
             if "range" in f.metadata:
-                check_range(getattr(values, f.name), f.metadata["range"], f"{section.name}.{f.name}")
+                check_range(getattr(values, f.name), f.metadata["range"], f"{section}.{f.name}")
     config.model.check(config)
     t = config.train
     parse_setting(t.threads, "train.threads")

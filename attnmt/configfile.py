@@ -14,7 +14,7 @@ from typing import Any, Literal, Optional
 
 import yaml
 
-from .config import Config, ModelConfig, validate
+from .config import MODEL_DECODE_KEYS, Config, ModelConfig, validate
 from .errors import AttnmtError
 from .families import FAMILIES
 
@@ -88,8 +88,8 @@ def _check_value(value: Any, hint: Any, where: str) -> Any:
 def _build(cls: type, values: dict, where: str) -> Any:
     if not isinstance(values, dict):
         raise AttnmtError(f"{where or 'config'}: expected a mapping of keys, got {values!r}")
-    if cls is Config and "model" not in values:
-        values = {**values, "model": {}}   # the default family's section
+    if cls is Config:
+        values = {**values, "model": _model_section(values)}
     if cls is ModelConfig:
         arch = values.get("arch", DEFAULT_ARCH)
         cls = model_config_class(_check_value(arch, str, f"{where}.arch"))
@@ -113,11 +113,63 @@ def _build(cls: type, values: dict, where: str) -> Any:
     return cls(**kwargs)
 
 
+def _model_section(values: dict) -> Any:
+    """The model section of the config `values` (none: the default family's). A fine-tuning run's
+    (train.init_from) that does not name model.arch is read as the family whose keys it sets, the
+    default one where it sets only shared keys such as model.dropout: the model file's family,
+    known once the file is read, is checked then (fine_tuning_config)."""
+    model, train = values.get("model") or {}, values.get("train")
+    if not (isinstance(model, dict) and model and "arch" not in model and isinstance(train, dict)
+            and train.get("init_from")):
+        return model
+    owners = sorted((arch for arch, family in FAMILIES.items()
+                     if set(model) <= {f.name for f in dataclasses.fields(family.config)}), key=lambda a: a != DEFAULT_ARCH)
+    return {**model, "arch": owners[0]} if owners else model
+
+
 def config_from_dict(values: dict) -> Config:
-    """The config `values` (sections of keys) describe, checked: types, ranges and combinations."""
-    config = _build(Config, _moved_keys(values), "")
+    """The config `values` (sections of keys) describe, checked: types, ranges and combinations; it
+    records which keys `values` set (Config.given)."""
+    values = _moved_keys(values)
+    config = _build(Config, values, "")
+    config.given = frozenset(f"{section}.{key}" for section, keys in values.items() if isinstance(keys, dict)
+                             for key in keys)
     validate(config)
     return config
+
+
+def fine_tuning_config(config: Config, saved: Config, source: str) -> Config:
+    """The config of a run that starts from the model file `source` (train.init_from), whose config is
+    `saved`: its model, tokenizer and vocab sections are the file's, with the dropouts `config` sets
+    (they say how the run trains, not what the weights are); its decode keys of the model
+    (MODEL_DECODE_KEYS) are the file's where `config` leaves them out. Any other key `config` sets
+    (Config.given; every key of a config built in Python) must have the file's value: one line
+    naming it otherwise."""
+    def sets(section: str, key: str) -> bool:
+        return config.given is None or f"{section}.{key}" in config.given
+
+    sections: dict[str, Any] = {}
+    for name in ("model", "tokenizer", "vocab"):
+        ours, theirs = getattr(config, name), getattr(saved, name)
+        keys, kept = {f.name for f in dataclasses.fields(theirs)}, {}
+        for key in (f.name for f in dataclasses.fields(ours) if sets(name, f.name)):
+            value = getattr(ours, key)
+            if key not in keys:
+                raise AttnmtError(f"train.init_from {source}: {name}.{key} is a key of model.arch {ours.arch}, and the "
+                                  f"model file's is {theirs.arch}; a fine-tuning run keeps the file's architecture, so "
+                                  f"leave {name}.{key} out")
+            if "dropout" in key:
+                kept[key] = value
+            elif value != getattr(theirs, key):
+                raise AttnmtError(f"train.init_from {source}: {name}.{key} is {value!r} in this config, "
+                                  f"{getattr(theirs, key)!r} in the model file; a fine-tuning run keeps the file's "
+                                  f"architecture, tokenizers and vocabularies, so leave {name}.{key} out (dropouts "
+                                  f"may differ)")
+        sections[name] = dataclasses.replace(theirs, **kept)
+    decode = {key: getattr(saved.decode, key) for key in MODEL_DECODE_KEYS if not sets("decode", key)}
+    fine = dataclasses.replace(config, **sections, decode=dataclasses.replace(config.decode, **decode))
+    validate(fine)
+    return fine
 
 
 def _moved_keys(values: dict) -> dict:

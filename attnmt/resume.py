@@ -13,6 +13,7 @@ from typing import Callable, Optional
 import torch
 
 from .config import Config, TrainConfig, TrainPrecision
+from .configfile import fine_tuning_config
 from .errors import AttnmtError
 from .files import MODEL_FILE
 from .modelfile import ModelDescription, read_checkpoint, read_model
@@ -46,10 +47,11 @@ class Progress:
 
 @dataclass
 class Start:
-    """What rank 0 reads before training and hands to the other ranks: the prepared corpus's folder
-    and what the run continues from, if anything: a checkpoint (--resume), or the weights of the
-    model file train.init_from names."""
+    """What rank 0 reads before training and hands to the other ranks: the run's config (a fine-tuning
+    run's completed from its model file), the prepared corpus's folder and what the run continues
+    from, if anything: a checkpoint (--resume), or the weights of the model file train.init_from names."""
 
+    config: Config
     corpus: Path
     weights: Optional[dict[str, torch.Tensor]] = None  # the network's state dict
     optimizer: Optional[dict] = None                   # a checkpoint's optimizer state dict,
@@ -79,35 +81,33 @@ def prepare_out_dir(out_dir: Path, resume: bool, overwrite: bool) -> None:
         stale.unlink(missing_ok=True)
 
 
-def _differences(saved: Config, config: Config, shapes_only: bool = False) -> list[str]:
-    """The model, tokenizer and vocab keys whose values differ between two configs; `shapes_only`:
-    leaving out dropout, which shapes no weight."""
+def _differences(saved: Config, config: Config) -> list[str]:
+    """The model, tokenizer and vocab keys whose values differ between two configs."""
     return [f"{section}.{key}" for section in ("model", "tokenizer", "vocab")
-            for key, value in getattr(config, section).__dict__.items()
-            if getattr(saved, section).__dict__[key] != value and not (shapes_only and "dropout" in key)]
+            for key, value in getattr(config, section).__dict__.items() if getattr(saved, section).__dict__[key] != value]
 
 
-def _read_init(path: str, config: Config) -> tuple[ModelDescription, dict[str, torch.Tensor]]:
-    """The description (with its tokenization) and weights of the model file a fine-tuning run
-    starts from (train.init_from), if their architecture is this config's."""
+def read_init(config: Config) -> tuple[Config, ModelDescription, dict[str, torch.Tensor]]:
+    """The model file a fine-tuning run starts from (train.init_from): the run's config completed from
+    it (configfile.fine_tuning_config), its description (with its tokenization) and its weights."""
+    path = config.train.init_from
     try:
         description, weights, _ = read_model(path)
     except AttnmtError as err:
         raise AttnmtError(f"train.init_from: {err}") from None
-    changed = _differences(description.config, config, shapes_only=True)
-    if changed:
-        raise AttnmtError(f"train.init_from {path}: {', '.join(changed)} differ from the model file's; a run starts "
-                          f"from a model of the same architecture, tokenizer and vocabulary (dropout may differ)")
-    return description, weights
+    return fine_tuning_config(config, description.config, path), description, weights
 
 
 def find_start(config: Config, resume_from: Optional[Path], log: Callable[[str], None]) -> Start:
     """Rank 0's reading before training: the checkpoint `resume_from` (--resume) or the model file
-    train.init_from names, checked against the config, and the prepared corpus (prepared now if
-    missing), with their tokenization if there is one."""
+    train.init_from names, the config completed from it (fine-tuning) and checked against it, and the
+    prepared corpus (prepared now if missing), with their tokenization if there is one."""
     if resume_from:
         checkpoint = read_checkpoint(resume_from)
-        changed = _differences(checkpoint.description.config, config)  # data are checked by their fingerprint
+        saved = checkpoint.description.config
+        if config.train.init_from:  # completed from the checkpoint, which holds the model file's sections
+            config = fine_tuning_config(config, saved, config.train.init_from)
+        changed = _differences(saved, config)  # data are checked by their fingerprint
         if changed:
             raise AttnmtError(f"{resume_from}: cannot resume with different {', '.join(changed)} than the checkpoint was "
                               f"trained with")
@@ -115,12 +115,12 @@ def find_start(config: Config, resume_from: Optional[Path], log: Callable[[str],
         if checkpoint.data_sha256 != corpus.fingerprint:
             raise AttnmtError(f"{resume_from}: the training data differ from those the checkpoint was trained on; "
                               f"cannot resume")
-        return Start(corpus.directory, checkpoint.weights, checkpoint.optimizer, Progress(**checkpoint.progress),
+        return Start(config, corpus.directory, checkpoint.weights, checkpoint.optimizer, Progress(**checkpoint.progress),
                      checkpoint.parts_per_batch)
     if config.train.init_from:
-        description, weights = _read_init(config.train.init_from, config)
-        return Start(open_corpus(config, description.tokenization, log).directory, weights)
-    return Start(open_corpus(config, None, log).directory)
+        config, description, weights = read_init(config)
+        return Start(config, open_corpus(config, description.tokenization, log).directory, weights)
+    return Start(config, open_corpus(config, None, log).directory)
 
 
 def settled_precision(tc: TrainConfig, progress: Progress, log: Callable[[str], None]) -> Optional[TrainPrecision]:
@@ -146,7 +146,7 @@ def check_continuation(start: Start, progress: Progress, tc: TrainConfig, parts_
     continues up to float rounding only; a refusal where its time budget is spent. Records this process's
     thread count in `progress`."""
     if start.weights is not None and start.optimizer is None:
-        log(f"starting from {tc.init_from}: its weights, tokenizers and vocabularies")
+        log(f"starting from {tc.init_from}: its architecture, weights, tokenizers and vocabularies")
     if progress.threads and progress.threads != torch.get_num_threads():
         log(f"warning: the run being resumed trained with {progress.threads} threads, this process has "
             f"{torch.get_num_threads()}: the sums round differently, so it continues up to float rounding, not "

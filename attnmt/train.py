@@ -115,8 +115,7 @@ def train(config: Config, resume: bool = False, overwrite: bool = False,
     """
     ranks = ranks or Ranks()
     log = log if ranks.is_main else _silent
-    tc = config.train
-    out_dir = Path(tc.out_dir)
+    tc, out_dir = config.train, Path(config.train.out_dir)
     device = ranks.device(resolve_device(tc.device))
     if config.decode.precision == "int8" and device.type != "cpu":  # say so now, not at the first validation
         raise AttnmtError(f"decode.precision int8 runs on CPUs only; use bf16 on {device}")
@@ -124,9 +123,9 @@ def train(config: Config, resume: bool = False, overwrite: bool = False,
         prepare_out_dir(out_dir, resume, overwrite)
     torch.manual_seed(tc.seed)
     # Read by rank 0 alone: the other ranks need not see its out_dir; every rank maps the same prepared files.
-    start = ranks.share(find_start(config, out_dir / CHECKPOINT_FILE if resume else None, log)
-                        if ranks.is_main else None)
+    start = ranks.share(find_start(config, out_dir / CHECKPOINT_FILE if resume else None, log) if ranks.is_main else None)
     assert start is not None, "rank 0 shares where the run starts"
+    config = start.config  # a fine-tuning run's completed from its model file (train.init_from)
     data = TrainingData.of(PreparedCorpus.open(start.corpus), config.data.max_len, config.model.source_eos)
     corpus, text = data.corpus, data.corpus.tokenization
     left_out = ", ".join(f"{n} {reason.replace('_', ' ')}" for reason, n in corpus.report["left_out"].items() if n)

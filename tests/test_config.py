@@ -82,7 +82,7 @@ def test_to_dict_round_trip(tmp_path):
     assert config_from_dict(config.to_dict()) == config
 
 
-@pytest.mark.parametrize("name", ["tatoeba_de_en.yaml", "multi30k_de_en.yaml"])
+@pytest.mark.parametrize("name", ["tatoeba_de_en.yaml", "multi30k_de_en.yaml", "finetune.yaml"])
 def test_shipped_configs_load(name):
     path = REPO / "configs" / name
     if not path.exists():

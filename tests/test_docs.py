@@ -18,12 +18,12 @@ def test_the_configuration_reference_names_every_key():
     import dataclasses
     import typing
 
-    from attnmt.config import Config
+    from attnmt.config import SECTIONS, Config
 
     text = (REPO / "docs" / "configuration.md").read_text(encoding="utf-8")
-    for section in dataclasses.fields(Config):
-        for spec in dataclasses.fields(typing.get_type_hints(Config)[section.name]):
-            assert f"| `{spec.name}` |" in text, f"{section.name}.{spec.name}"
+    for section in SECTIONS:
+        for spec in dataclasses.fields(typing.get_type_hints(Config)[section]):
+            assert f"| `{spec.name}` |" in text, f"{section}.{spec.name}"
 
 
 def test_every_relative_link_of_the_readme_and_docs_resolves():

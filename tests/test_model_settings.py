@@ -42,24 +42,32 @@ def translator(seed: int = 0, **settings) -> Translator:
     return Translator(model, config, Tokenization(word, word, vocab, vocab))
 
 
-def permuted(original: Translator, seed: int) -> Translator:
-    """The same model over a vocabulary in another order: <pad> stays at 0, every other token (the
-    unknown, start and end tokens among them) moves, and each weight indexed by a token moves with it."""
-    vocab = original.tokenization.src_vocab
+def moved(vocab: Vocabulary, seed: int) -> tuple[Vocabulary, list[int]]:
+    """`vocab` in another order, <pad> kept at 0, every other token (the unknown, start and end tokens
+    among them) moved, and for each new id the old one."""
     order = list(range(1, len(vocab)))
     random.Random(seed).shuffle(order)
     old_of = [0] + order                                   # new id -> old id
     new_of = {old: new for new, old in enumerate(old_of)}
-    moved = Vocabulary.from_list([vocab.itos[i] for i in old_of], {"unk": new_of[UNK_ID], "sos": new_of[SOS_ID],
-                                                                   "eos": new_of[EOS_ID]})
-    assert (moved.unk_id, moved.sos_id, moved.eos_id) != (UNK_ID, SOS_ID, EOS_ID)
-    state = original.model.state_dict()
-    for name in ("src_embedding.weight", "tgt_embedding.weight", "classifier.weight", "classifier.bias"):
-        state[name] = state[name][old_of]
-    model = build_model(original.config.model, len(moved), len(moved)).eval()
-    model.load_state_dict(state)
+    result = Vocabulary.from_list([vocab.itos[i] for i in old_of], {"unk": new_of[UNK_ID], "sos": new_of[SOS_ID],
+                                                                    "eos": new_of[EOS_ID]})
+    assert (result.unk_id, result.sos_id, result.eos_id) != (UNK_ID, SOS_ID, EOS_ID)
+    return result, old_of
+
+
+def permuted(original: Translator, seed: int) -> Translator:
+    """The same model over vocabularies in another order (`moved`; one vocabulary of both sides stays
+    one), each weight indexed by a token moved with it."""
     text = original.tokenization
-    return Translator(model, original.config, Tokenization(text.src_tokenizer, text.tgt_tokenizer, moved, moved))
+    src, src_old = moved(text.src_vocab, seed)
+    tgt, tgt_old = (src, src_old) if text.tgt_vocab is text.src_vocab else moved(text.tgt_vocab, seed)
+    state = original.model.state_dict()
+    state["src_embedding.weight"] = state["src_embedding.weight"][src_old]
+    for name in ("tgt_embedding.weight", "classifier.weight", "classifier.bias"):
+        state[name] = state[name][tgt_old]
+    model = build_model(original.config.model, len(src), len(tgt)).eval()
+    model.load_state_dict(state)
+    return Translator(model, original.config, Tokenization(text.src_tokenizer, text.tgt_tokenizer, src, tgt))
 
 
 @pytest.mark.parametrize("beam", [1, 4])

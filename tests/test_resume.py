@@ -268,7 +268,8 @@ def test_fine_tuning_from_another_architecture_is_refused(tmp_path):
     base_model = train(config_from_dict(values), log=lambda _: None).model_path
     other = tiny_dates_config(tmp_path / "other", dec_hidden=40)
     other["train"].update(init_from=str(base_model))
-    with pytest.raises(AttnmtError, match=r"train.init_from .*: model.dec_hidden differ from the model file's"):
+    with pytest.raises(AttnmtError, match=r"train.init_from .*: model.dec_hidden is 40 in this config, 48 in the model "
+                                          r"file; a fine-tuning run keeps the file's architecture"):
         train(config_from_dict(other), log=lambda _: None)
 
 
@@ -284,12 +285,13 @@ def test_a_continued_run_says_what_differs_from_the_run_it_continues_and_refuses
         return lines
 
     threads = torch.get_num_threads()
+    config = config_from_dict(tiny_dates_config(tmp_path))
     fresh = Progress()
-    assert continuing(Start(tmp_path), fresh) == [] and fresh.threads == threads
-    assert continuing(Start(tmp_path, {}), Progress(), init_from="base.safetensors") == [
-        "starting from base.safetensors: its weights, tokenizers and vocabularies"]
+    assert continuing(Start(config, tmp_path), fresh) == [] and fresh.threads == threads
+    assert continuing(Start(config, tmp_path, {}), Progress(), init_from="base.safetensors") == [
+        "starting from base.safetensors: its architecture, weights, tokenizers and vocabularies"]
     resumed = Progress(threads=threads + 1, elapsed_s=60.0)
-    assert continuing(Start(tmp_path, {}, {}, resumed, 1), resumed, parts_per_batch=2, max_minutes=2) == [
+    assert continuing(Start(config, tmp_path, {}, {}, resumed, 1), resumed, parts_per_batch=2, max_minutes=2) == [
         f"warning: the run being resumed trained with {threads + 1} threads, this process has {threads}: the sums "
         f"round differently, so it continues up to float rounding, not bit-exactly (train.threads={threads + 1} "
         f"resumes it exactly)",
@@ -297,12 +299,12 @@ def test_a_continued_run_says_what_differs_from_the_run_it_continues_and_refuses
         "and gradients up to float rounding, but other dropout draws than an uninterrupted run's"]
     assert resumed.threads == threads  # this process's, recorded
     alike = Progress(threads=threads, elapsed_s=89.0)
-    assert continuing(Start(tmp_path, {}, {}, alike, 2), alike, parts_per_batch=2, max_minutes=1.5) == []
+    assert continuing(Start(config, tmp_path, {}, {}, alike, 2), alike, parts_per_batch=2, max_minutes=1.5) == []
     spent = Progress(threads=threads, elapsed_s=90.0)
     with pytest.raises(AttnmtError, match="^" + re.escape(
             "train.max_minutes: the run being resumed has trained 1.5 minutes already, and the budget counts the "
             "whole run, its earlier sessions too; raise train.max_minutes above 1.5 to train on") + "$"):
-        continuing(Start(tmp_path, {}, {}, spent, 1), spent, max_minutes=1.5)
+        continuing(Start(config, tmp_path, {}, {}, spent, 1), spent, max_minutes=1.5)
 
 
 def test_a_resumed_run_keeps_its_format_under_auto_and_warns_of_another_one_set(tmp_path):

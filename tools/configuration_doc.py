@@ -100,9 +100,9 @@ def shown_default(default: Any) -> str:
 
 def render() -> str:
     out = [HEADER]
-    for spec in dataclasses.fields(config.Config):
-        cls = typing.get_type_hints(config.Config)[spec.name]
-        out += section(f"`{spec.name}`", cls, written_docstring(cls))
+    for name in config.SECTIONS:
+        cls = typing.get_type_hints(config.Config)[name]
+        out += section(f"`{name}`", cls, written_docstring(cls))
         if cls is config.ModelConfig:
             for arch, family in FAMILIES.items():
                 out += section(f"`model` keys of `arch: {arch}`", family.config,

@@ -95,8 +95,14 @@ def _prepare(args: argparse.Namespace) -> None:
     config = load_config(args.config, args.overrides)      # its errors answer before torch loads
     from ..prepare import REUSED, find_corpus, prepare_corpus, report_lines
 
-    found = None if args.rebuild else find_corpus(config)
-    corpus = found or prepare_corpus(config, rebuild=True)        # looked already: nothing to reuse
+    given = None
+    if config.train.init_from:  # a fine-tuning run's corpus: with its model file's tokenizers and vocabularies
+        from ..resume import read_init
+
+        config, description, _ = read_init(config)
+        given = description.tokenization
+    found = None if args.rebuild else find_corpus(config, given)
+    corpus = found or prepare_corpus(config, given, rebuild=True)        # looked already: nothing to reuse
     print("\n".join(report_lines(corpus)))
     if found:
         print(f"  ({REUSED})")
