@@ -1,7 +1,7 @@
 """The named choices of the flags whose code needs torch: how attention becomes word alignments
 (align.py) and the aligner's epochs and jump weight (aligner.py, align.py), the attribution methods (attribution.py),
-CTranslate2's quantizations (export.py). They live here, beside no tensor, so that the `attnmt`
-command builds its flags, and answers `--help` or a wrong choice, without loading torch; those
+what `attnmt export` writes and CTranslate2's quantizations (export.py, marian.py). They live here, beside
+no tensor, so that the `attnmt` command builds its flags, and answers `--help` or a wrong choice, without loading torch; those
 modules check against the same names."""
 
 # How attention becomes links, or the aligner's posteriors do, and how the links of two directions combine
@@ -26,5 +26,7 @@ MAX_JUMP_WEIGHT = 2.0
 METHODS = ("grad", "ig", "occlusion")
 IG_STEPS = 50
 
-# How an exported model's weights may be stored (CTranslate2's quantization names; None: float32).
+# What `attnmt export --to` writes: a CTranslate2 model (export.py) or a Hugging Face Marian folder (marian.py).
+EXPORT_FORMATS = ("ctranslate2", "marian")
+# How an exported CTranslate2 model's weights may be stored (CTranslate2's quantization names; None: float32).
 CTRANSLATE2_QUANTIZATIONS = ("int8", "int8_float32", "int16", "float16", "bfloat16")

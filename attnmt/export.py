@@ -11,8 +11,6 @@ here alone.
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Optional
 
@@ -23,7 +21,7 @@ from .choices import CTRANSLATE2_QUANTIZATIONS
 from .ct2 import ctranslate2_package
 from .errors import AttnmtError
 from .families.transformer.network import Transformer, sinusoids
-from .files import check_parent_dir
+from .files import atomic_folder, check_folder_free
 from .modelfile import CTRANSLATE2_ENGINE_FILE
 from .translate import Translator
 
@@ -39,9 +37,7 @@ def export_ctranslate2(model_path: str | Path, out_dir: str | Path, quantization
     if not isinstance(network, Transformer):
         raise AttnmtError(f"{model_path}: CTranslate2 has no RNN encoder-decoder; only Transformer models "
                           f"(model.arch transformer) export to it")
-    out_dir = Path(out_dir)
-    if out_dir.exists() and any(out_dir.iterdir()) and not overwrite:
-        raise AttnmtError(f"{out_dir} is not empty; use --overwrite to replace it")
+    check_folder_free(out_dir, overwrite)
     if quantization is not None and quantization not in CTRANSLATE2_QUANTIZATIONS:
         raise AttnmtError(f"quantization {quantization!r}: expected one of {', '.join(CTRANSLATE2_QUANTIZATIONS)}")
     spec = transformer_spec(network, max_positions)
@@ -53,19 +49,11 @@ def export_ctranslate2(model_path: str | Path, out_dir: str | Path, quantization
     spec.register_target_vocabulary(target.to_list())
     spec.validate()
     spec.optimize(quantization=quantization)
-    # Written beside, then renamed: a failed export leaves no half model under the real name.
-    check_parent_dir(out_dir)
-    partial = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    try:
+    with atomic_folder(out_dir, overwrite) as partial:
         spec.save(str(partial))
         write_engine_file(partial, translator)
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        partial.rename(out_dir)
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)
     assert ctranslate2.contains_model(str(out_dir))
-    return out_dir
+    return Path(out_dir)
 
 
 def transformer_spec(network: Transformer, max_positions: int) -> Any:

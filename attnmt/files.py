@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO, Iterator
@@ -76,6 +77,44 @@ def _hidden_file(path: Path) -> tuple[int, Path]:
 
 def _cannot_write(path: Path, err: OSError) -> AttnmtError:
     return AttnmtError(f"{path}: cannot write: {err.strerror or err}")
+
+
+def check_folder_free(path: str | Path, overwrite: bool = False) -> None:
+    """Refuse to write a folder at `path` over one that is not empty (unless `overwrite`), or into a
+    directory that does not exist: called before the work that makes the folder, and again by atomic_folder."""
+    path = Path(path)
+    if path.exists() and not overwrite and (not path.is_dir() or any(path.iterdir())):
+        raise AttnmtError(f"{path} is not empty; use --overwrite to replace it")
+    check_parent_dir(path)
+
+
+@contextmanager
+def atomic_folder(path: str | Path, overwrite: bool = False) -> Iterator[Path]:
+    """A new hidden folder beside `path` to write a folder's files into, renamed onto `path` when the
+    block ends without an error: an export that fails leaves no half folder under the real name, and
+    `path` as it was. A `path` that is not an empty folder is replaced only with `overwrite`."""
+    path = Path(path)
+    check_folder_free(path, overwrite)
+    while True:   # made with 0777 less the umask, as any new folder (tempfile.mkdtemp's 0700 would hide it)
+        partial = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
+        try:
+            partial.mkdir()
+            break
+        except FileExistsError:   # another writer's name: draw again
+            continue
+        except OSError as err:
+            raise _cannot_write(path, err) from None
+    try:
+        yield partial
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
+        partial.rename(path)
+    except OSError as err:
+        raise _cannot_write(path, err) from None
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
 
 
 def atomic_write(path: str | Path, data: bytes) -> None:

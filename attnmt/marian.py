@@ -21,7 +21,11 @@ How a Marian model is attnmt's Transformer (transformers' modeling_marian.py):
 Marian puts <pad> last, attnmt at id 0 in every vocabulary (each embedding's padding row): the
 import swaps the two ids (`swap_pad`), in each vocabulary and every tensor indexed by it.
 
-The reading functions come first (`read_marian`, `import_marian`); writing such a folder belongs here too.
+The reading functions come first (`read_marian`, `import_marian`), then the writing side:
+`attnmt export MODEL --to marian DIR` writes an attnmt Transformer as such a folder (`export_marian`), for
+imported models and for those trained here whose settings a Marian model expresses (`check_expressible`:
+anything else is refused in one line naming the setting). The vocabularies are written in attnmt's order,
+<pad> at id 0 (config.json's pad_token_id then says 0): nothing is swapped back.
 """
 
 from __future__ import annotations
@@ -38,14 +42,16 @@ from typing import Any
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load as load_safetensors_bytes
+from safetensors.torch import save_file as save_safetensors_file
 
-from .config import Config
+from .config import Config, ModelConfig
 from .configfile import config_from_dict
 from .errors import AttnmtError
 from .families import build_model
-from .files import check_parent_dir
-from .modelfile import ModelDescription, save_model
-from .tokenize import SentencePieceTokenizer
+from .files import atomic_folder, check_folder_free, check_parent_dir
+from .modelfile import ModelDescription, describe, read_metadata, save_model
+from .tokenize import SentencePieceTokenizer, SubwordTokenizer, Tokenizer
+from .translate import Translator
 from .vocab import PAD_ID, Tokenization, Vocabulary
 
 ORIGIN_FORMAT = "marian"
@@ -452,7 +458,9 @@ def read_marian(path: str | Path) -> tuple[ModelDescription, dict[str, torch.Ten
     weights, file = read_weights(folder)
     state = attnmt_weights(weights, config, vocabularies, file)
     origin = {"format": ORIGIN_FORMAT, "folder": str(folder.path.resolve()), "name": folder.config.get("_name_or_path", ""),
-              "config_sha256": folder.config_sha256, "weights": file.name}
+              "config_sha256": folder.config_sha256, "weights": file.name,
+              # whether generate forces </s> at its limit: the export writes the folder's choice back
+              "forced_eos": folder.setting("forced_eos_token_id") is not None}
     return ModelDescription(config, tokenization), state, origin
 
 
@@ -466,3 +474,173 @@ def import_marian(path: str | Path, out: str | Path, overwrite: bool = False) ->
     description, state, origin = read_marian(path)
     save_model(out, description, state, origin=origin)
     return out
+
+
+# --------------------------------------------------------------------------- writing a Marian folder
+
+# What a Marian model is, as attnmt's settings: (section, key, Marian's value, why). A model with another
+# value cannot be written as one (check_expressible); the model's other keys (sizes, activation, dropout,
+# tied or shared embeddings, separate vocabularies) all have a Marian equivalent.
+MARIAN_SETTINGS = (
+    ("model", "arch", "transformer", "a Marian model is a Transformer"),
+    ("model", "norm", "post", "its layers normalize after each residual sum"),
+    ("model", "positions", "sinusoidal", "its positions are fixed sinusoids"),
+    ("model", "sinusoid_layout", "halves", "its sinusoids are all the sines, then all the cosines"),
+    ("model", "source_eos", True, "MarianTokenizer ends every source with the end token"),
+    ("tokenizer", "lowercase", False, "MarianTokenizer does not lowercase"),
+)
+SENTENCEPIECE_LEVELS = ("bpe", "unigram", "sentencepiece")   # tokenizers a Marian folder's source.spm can be
+MARIAN_ACTIVATION = {ours: marian for marian, ours in ACTIVATIONS.items() if marian != "silu"}   # silu: "swish"
+MARIAN_LAYER_NAMES = {ours: marian for marian, ours in LAYER_NAMES.items()}
+ATTNMT_LAYER_WEIGHT = re.compile(r"(encoder|decoder)_layers\.(\d+)\.(.+)\.(weight|bias)")
+
+
+def _shown(value: Any) -> str:
+    """A setting's value as a config file writes it: pre, true."""
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def check_expressible(path: str | Path, config: Config) -> None:
+    """Refuse, in one line naming the setting and its value, a model a Marian folder cannot express."""
+    for section, key, marian, why in MARIAN_SETTINGS:
+        value = getattr(getattr(config, section), key)
+        if value != marian:
+            raise AttnmtError(f"{path}: {section}.{key} {_shown(value)}: a Marian model cannot express it ({why}: "
+                              f"{section}.{key} {_shown(marian)})")
+    if config.tokenizer.level not in SENTENCEPIECE_LEVELS:
+        raise AttnmtError(f"{path}: tokenizer.level {config.tokenizer.level}: a Marian model cannot express it "
+                          f"(MarianTokenizer splits text with sentencepiece models: tokenizer.level bpe or unigram, "
+                          f"or an imported model's sentencepiece)")
+
+
+def export_notes(config: Config, max_length: int) -> list[str]:
+    """What transformers will do otherwise than attnmt with an exported model, one line each."""
+    decode, level = config.decode, config.tokenizer.level
+    notes = []
+    if decode.beam_scoring != "huggingface":
+        notes.append(f"decode.beam_scoring {decode.beam_scoring}: transformers' generate scores beams its own way "
+                     f"(log P / |Y|^alpha, which decode.beam_scoring huggingface matches), so its beam search may choose "
+                     f"other translations than attnmt's; greedy decoding is the same")
+    if decode.max_len_ratio:
+        notes.append(f"decode.max_len_ratio {decode.max_len_ratio:g}: generate has one length limit for every sentence, "
+                     f"max_length {max_length}, what the longest source (decode.max_src_len {decode.max_src_len}) may "
+                     f"have here; attnmt's limit grows with each source")
+    if level in ("bpe", "unigram"):
+        notes.append(f"tokenizer.level {level}: attnmt normalizes text before sentencepiece (Unicode NFC, each run of "
+                     f"white space one space, invisible characters such as zero-width spaces dropped) and MarianTokenizer "
+                     f"does not: text with such characters, special tokens or a leading >>xx<< may tokenize otherwise")
+    return notes
+
+
+def marian_tensors(path: str | Path, state: dict[str, torch.Tensor], model: ModelConfig) -> dict[str, torch.Tensor]:
+    """attnmt's Transformer weights under transformers' names, as MarianMTModel.save_pretrained writes them:
+    shared embeddings as model.shared, tied matrices once, final_logits_bias from the classifier's bias, and no
+    static positions (transformers computes them: _keys_to_ignore_on_save)."""
+    tensors = {}
+    for name, tensor in state.items():
+        match = ATTNMT_LAYER_WEIGHT.fullmatch(name)
+        if match and match[3] in MARIAN_LAYER_NAMES:
+            tensors[f"model.{match[1]}.layers.{match[2]}.{MARIAN_LAYER_NAMES[match[3]]}.{match[4]}"] = tensor
+        elif name not in ("src_embedding.weight", "tgt_embedding.weight", "classifier.weight", "classifier.bias"):
+            raise AttnmtError(f"{path}: attnmt's {name} has no place in a Marian model")
+    if model.share_embeddings:
+        tensors["model.shared.weight"] = state["tgt_embedding.weight"]
+    if not (model.share_embeddings and model.tie_embeddings):
+        # transformers 5 ties shared embeddings only under tie_word_embeddings: otherwise each is read on its own
+        tensors["model.encoder.embed_tokens.weight"] = state["src_embedding.weight"]
+        tensors["model.decoder.embed_tokens.weight"] = state["tgt_embedding.weight"]
+    if not model.tie_embeddings:
+        tensors["lm_head.weight"] = state["classifier.weight"]
+    tensors["final_logits_bias"] = state["classifier.bias"].reshape(1, -1)
+    # Copies: safetensors refuses tensors that share memory, as tied ones do.
+    return {name: tensor.detach().float().contiguous().clone() for name, tensor in tensors.items()}
+
+
+def _token_ids(target: Vocabulary, forced_eos: bool) -> dict[str, Any]:
+    """The special ids both config.json and generation_config.json say: attnmt's order, <pad> at 0;
+    decoding starts from the vocabulary's start token (an imported model's <pad>, attnmt's own <sos>)."""
+    return {"pad_token_id": PAD_ID, "eos_token_id": target.eos_id, "bos_token_id": target.sos_id,
+            "decoder_start_token_id": target.sos_id, "forced_eos_token_id": target.eos_id if forced_eos else None}
+
+
+def marian_config_json(config: Config, text: Tokenization, max_length: int, forced_eos: bool) -> dict[str, Any]:
+    """config.json: the MarianConfig of the model (REPRESENTABLE's keys with the values the import reads)."""
+    model: Any = config.model   # a Transformer's (check_expressible), read by its keys as the import writes them
+    return {"architectures": ["MarianMTModel"], "model_type": "marian", "d_model": model.emb_dim,
+            "encoder_layers": model.enc_layers, "decoder_layers": model.dec_layers,
+            "encoder_attention_heads": model.heads, "decoder_attention_heads": model.heads,
+            "encoder_ffn_dim": model.ff_dim, "decoder_ffn_dim": model.ff_dim,
+            "activation_function": MARIAN_ACTIVATION[model.activation], "dropout": model.dropout,
+            "attention_dropout": model.attn_dropout, "activation_dropout": model.act_dropout,
+            # positions for the longest source with its </s>, and the longest output with its start token
+            "max_position_embeddings": max(model.max_positions, config.decode.max_src_len + 1, max_length),
+            "vocab_size": len(text.src_vocab), "decoder_vocab_size": len(text.tgt_vocab),
+            "share_encoder_decoder_embeddings": model.share_embeddings, "tie_word_embeddings": model.tie_embeddings,
+            **_token_ids(text.tgt_vocab, forced_eos), **{key: value for key, (value, _) in REPRESENTABLE.items()},
+            "use_cache": True, "dtype": "float32"}
+
+
+def generation_json(config: Config, target: Vocabulary, max_length: int, forced_eos: bool) -> dict[str, Any]:
+    """generation_config.json: decode's settings as generate's (bad_words_ids from decode.never_generate)."""
+    decode = config.decode
+    never = [[target.stoi[token]] for token in decode.never_generate]
+    return {**_token_ids(target, forced_eos), "max_length": max_length, "num_beams": decode.beam_size,
+            "length_penalty": decode.alpha, **({"bad_words_ids": never} if never else {})}
+
+
+def _special_tokens(text: Tokenization) -> dict[str, Any]:
+    """tokenizer_config.json's special tokens: the vocabularies' own strings (attnmt's <pad>, <unk>, <eos>,
+    and <sos>, where decoding starts; an imported model's </s>, <unk>, <pad> and its others), so that
+    MarianTokenizer appends the end token attnmt appends and leaves these out of the text it decodes."""
+    vocab = text.src_vocab
+    named = {"eos_token": vocab.eos, "unk_token": vocab.itos[vocab.unk_id], "pad_token": vocab.itos[PAD_ID]}
+    others = [text.tgt_vocab.itos[text.tgt_vocab.sos_id]]
+    if isinstance(text.src_tokenizer, SentencePieceTokenizer):
+        others += text.src_tokenizer.specials
+    return {**named, "additional_special_tokens": [t for t in dict.fromkeys(others) if t not in named.values()]}
+
+
+def _sentencepiece_model(tokenizer: Tokenizer) -> bytes:
+    """The sentencepiece model of a tokenizer check_expressible let through."""
+    assert isinstance(tokenizer, (SubwordTokenizer, SentencePieceTokenizer)), tokenizer.level
+    return tokenizer.model
+
+
+def _write_json(path: Path, values: dict[str, Any]) -> None:
+    path.write_text(json.dumps(values, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def write_tokenizer_files(folder: Path, config: Config, text: Tokenization) -> None:
+    """source.spm, target.spm, vocab.json (target_vocab.json for separate vocabularies) in attnmt's order,
+    and tokenizer_config.json: what MarianTokenizer reads."""
+    separate = text.src_vocab is not text.tgt_vocab
+    vocabularies = [("vocab.json", text.src_vocab)] + ([("target_vocab.json", text.tgt_vocab)] if separate else [])
+    for name, vocab in vocabularies:
+        _write_json(folder / name, {token: index for index, token in enumerate(vocab.itos)})
+    (folder / "source.spm").write_bytes(_sentencepiece_model(text.src_tokenizer))
+    (folder / "target.spm").write_bytes(_sentencepiece_model(text.tgt_tokenizer))
+    _write_json(folder / "tokenizer_config.json", {
+        "source_lang": config.data.src_lang, "target_lang": config.data.tgt_lang, "separate_vocabs": separate,
+        **_special_tokens(text), "model_max_length": config.decode.max_src_len + 1, "tokenizer_class": "MarianTokenizer"})
+
+
+def export_marian(model_path: str | Path, out_dir: str | Path, overwrite: bool = False) -> tuple[Path, list[str]]:
+    """Write the Transformer at `model_path` as the Hugging Face Marian folder `out_dir` (atomically), which
+    transformers' MarianMTModel and MarianTokenizer load; refused in one line, nothing written, where a Marian
+    model cannot express its settings. Returns the folder and what transformers will do otherwise (export_notes)."""
+    meta = read_metadata(model_path)
+    check_expressible(model_path, describe(model_path, meta).config)   # before the weights, which may not fit Marian's
+    check_folder_free(out_dir, overwrite)
+    translator = Translator.load(model_path, device="cpu", precision="fp32", fast_paths=False)
+    config, text = translator.config, translator.tokenization
+    # attnmt ends an output cut at its limit with the end token, as forced_eos_token_id does; an imported
+    # folder without it keeps its way. max_length counts the start token.
+    forced_eos = (meta.get("origin") or {}).get("forced_eos", True)
+    max_length = translator.max_output_tokens(config.decode.max_src_len) + 1 + forced_eos
+    with atomic_folder(out_dir, overwrite) as folder:
+        _write_json(folder / "config.json", marian_config_json(config, text, max_length, forced_eos))
+        _write_json(folder / "generation_config.json", generation_json(config, text.tgt_vocab, max_length, forced_eos))
+        save_safetensors_file(marian_tensors(model_path, translator.model.state_dict(), config.model),
+                              str(folder / SAFETENSORS), metadata={"format": "pt"})
+        write_tokenizer_files(folder, config, text)
+    return Path(out_dir), export_notes(config, max_length)

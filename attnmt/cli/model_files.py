@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
-from ..choices import CTRANSLATE2_QUANTIZATIONS
+from ..choices import CTRANSLATE2_QUANTIZATIONS, EXPORT_FORMATS
+from ..errors import AttnmtError
 from .parsing import Commands, model_argument
 
 
@@ -26,17 +28,29 @@ def _import(args: argparse.Namespace) -> None:
 
 
 def add_export(commands: Commands) -> None:
-    export = commands.add_parser("export", help="write a Transformer model for another engine (CTranslate2)")
+    export = commands.add_parser("export", help="write a Transformer model for another engine: CTranslate2, or "
+                                                "transformers as a Hugging Face Marian folder")
     export.add_argument("model", type=model_argument, help="model file (or a training run's folder) of a Transformer")
     export.add_argument("out", help="the directory to write")
-    export.add_argument("--to", choices=["ctranslate2"], required=True, help="the engine: ctranslate2")
+    export.add_argument("--to", choices=EXPORT_FORMATS, required=True,
+                        help="ctranslate2, or marian (what transformers' MarianMTModel and MarianTokenizer load)")
     export.add_argument("--quantization", choices=CTRANSLATE2_QUANTIZATIONS,
-                        default=None, help="store the weights quantized (default: float32)")
+                        default=None, help="ctranslate2 only: store the weights quantized (default: float32)")
     export.add_argument("--overwrite", action="store_true", help="replace a directory that is not empty")
     export.set_defaults(run=_export)
 
 
 def _export(args: argparse.Namespace) -> None:
+    if args.to == "marian":
+        if args.quantization is not None:
+            raise AttnmtError("--quantization is CTranslate2's; a Marian folder holds float32 weights")
+        from ..marian import export_marian
+
+        out, notes = export_marian(args.model, args.out, args.overwrite)
+        for note in notes:
+            print(f"attnmt: note: {note}", file=sys.stderr)
+        print(f"Hugging Face Marian model written to {out}")
+        return
     from ..export import export_ctranslate2
 
     out = export_ctranslate2(args.model, args.out, args.quantization, args.overwrite)
