@@ -102,7 +102,8 @@ class DataConfig:
     # Leave out training pairs that repeat an earlier pair exactly (costs ~100 bytes of memory a
     # pair while preparing).
     dedup: bool = False
-    # Processes that tokenize the training data while preparing it (0 = one per CPU core).
+    # Processes that tokenize the training data while preparing it (0 = one per CPU this process may use:
+    # its affinity, capped by a cgroup CPU quota).
     workers: int = ranged(0, "[0, 1024]")
     # Where prepared corpora are kept, each in a folder named by its raw data and settings
     # ("" = $ATTNMT_CACHE/prepared, default ~/.cache/attnmt/prepared); attnmt prepare writes it.
