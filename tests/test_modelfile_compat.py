@@ -54,24 +54,3 @@ def test_files_holding_every_familys_keys_load_with_their_familys_alone(tmp_path
     translator.save(tmp_path / "new.safetensors")
     _, _, meta = read_model(tmp_path / "new.safetensors")
     assert "heads" in meta["config"]["model"] and not {"enc_hidden", "attention"} & meta["config"]["model"].keys()
-
-
-@pytest.mark.parametrize("name, tied", [("lstm_general_fed_tied", ("decoder.classifier.weight", "decoder.embedding.weight")),
-                                        ("transformer_pre_bpe_shared", ("src_embedding.weight", "tgt_embedding.weight"))])
-def test_a_loaded_model_holds_the_files_weights_once_with_its_ties(name, tied):
-    """Translator.load builds the network without drawing weights and hands it the file's tensors: every
-    parameter holds the file's values (none left on the meta device), and weights that the network
-    shares are one tensor again, as in a network trained here."""
-    from attnmt.families import build_model
-    from attnmt.modelfile import load_file, network_weights
-
-    translator = Translator.load(FIXTURES / f"{name}.safetensors", device="cpu")
-    config, text = translator.config, translator.tokenization
-    built = build_model(config.model, len(text.src_vocab), len(text.tgt_vocab), config.decode.fast_paths)
-    built.load_state_dict(network_weights(load_file(FIXTURES / f"{name}.safetensors")[0]))
-    loaded = translator.model.state_dict()
-    assert loaded.keys() == built.state_dict().keys()
-    for key, tensor in built.state_dict().items():
-        assert not loaded[key].is_meta and loaded[key].dtype == tensor.dtype and bool((loaded[key] == tensor).all()), key
-    first, second = tied
-    assert translator.model.get_parameter(first) is translator.model.get_parameter(second)
