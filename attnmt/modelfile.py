@@ -36,7 +36,9 @@ from .vocab import Tokenization
 MAGIC = "attnmt"
 WEIGHTS_PREFIX = "model."
 OPTIMIZER_PREFIX = "optimizer."
-FORMAT_VERSION = 1
+# 2: weights a network shares (tied embeddings) are stored once, the others' names in meta["shared"];
+# a file without shared weights is still written as 1, which every attnmt reads.
+FORMAT_VERSION = 2
 # Rejected before reading: far larger than any RNN model here and a sign of a corrupt header.
 MAX_HEADER_BYTES = 100 * 1024 * 1024
 
@@ -47,15 +49,33 @@ def tensors_digest(tensors: dict[str, torch.Tensor]) -> str:
     for name in sorted(tensors):
         tensor = tensors[name]
         digest.update(f"{name}|{tensor.dtype}|{list(tensor.shape)}|".encode())
-        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+        digest.update(memoryview(tensor.reshape(-1).view(torch.uint8).numpy()))   # read in place, not copied
     return digest.hexdigest()
 
 
+def stored_once(tensors: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """`tensors` with each tensor that several names hold (a tied embedding and output layer) under its
+    first name only, and {other name: first name}."""
+    first: dict[tuple, str] = {}
+    kept, shared = {}, {}
+    for name in sorted(tensors):
+        tensor = tensors[name]
+        key = (tensor.device, tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tensor.dtype,
+               tuple(tensor.shape), tuple(tensor.stride()))
+        if key in first:
+            shared[name] = first[key]
+        else:
+            first[key], kept[name] = name, tensor
+    return kept, shared
+
+
 def save_file(path: str | Path, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
-    # A copy of each: tied weights share memory, which safetensors refuses to write.
-    tensors = {name: t.detach().to("cpu").clone().contiguous() for name, t in tensors.items()}
-    meta = {"format": MAGIC, "format_version": FORMAT_VERSION, "sha256": tensors_digest(tensors), **meta}
-    atomic_write(path, save_safetensors_bytes(tensors, metadata={MAGIC: json.dumps(meta)}))
+    kept, shared = stored_once(tensors)
+    # A copy of each: safetensors refuses tensors that share memory (views of one storage).
+    kept = {name: t.detach().to("cpu").clone().contiguous() for name, t in kept.items()}
+    meta = {"format": MAGIC, "format_version": 2 if shared else 1, "sha256": tensors_digest(kept),
+            **({"shared": shared} if shared else {}), **meta}
+    atomic_write(path, save_safetensors_bytes(kept, metadata={MAGIC: json.dumps(meta)}))
 
 
 # Beside CTranslate2's files in a directory `attnmt export --to ctranslate2` writes (export.py).
@@ -84,6 +104,8 @@ def load_file(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]
         raise AttnmtError(f"{path}: model file is damaged or truncated ({err})") from None
     if tensors_digest(tensors) != meta.get("sha256"):
         raise AttnmtError(f"{path}: model file is corrupted (its weights do not match their checksum)")
+    for name, first in meta.get("shared", {}).items():
+        tensors[name] = tensors[first]
     return tensors, meta
 
 

@@ -54,3 +54,28 @@ def test_files_holding_every_familys_keys_load_with_their_familys_alone(tmp_path
     translator.save(tmp_path / "new.safetensors")
     _, _, meta = read_model(tmp_path / "new.safetensors")
     assert "heads" in meta["config"]["model"] and not {"enc_hidden", "attention"} & meta["config"]["model"].keys()
+
+
+def test_tied_weights_are_stored_once_and_load_tied(tmp_path):
+    """A network's shared weights (here the LSTM's tied embedding and output layer) take one tensor in the
+    file, which says so (format 2); loading gives every name its tensor and translates as before."""
+    from safetensors import safe_open
+
+    from attnmt.modelfile import WEIGHTS_PREFIX
+
+    translator = Translator.load(FIXTURES / "lstm_general_fed_tied.safetensors", device="cpu")
+    path = tmp_path / "tied.safetensors"
+    translator.save(path)
+    with safe_open(str(path), "pt") as file:
+        stored = set(file.keys())
+    _, _, meta = read_model(path)
+    assert meta["format_version"] == 2
+    assert meta["shared"] == {WEIGHTS_PREFIX + "decoder.embedding.weight": WEIGHTS_PREFIX + "decoder.classifier.weight"}
+    assert WEIGHTS_PREFIX + "decoder.embedding.weight" not in stored
+    again = Translator.load(path, device="cpu")
+    assert again.model.decoder.classifier.weight is again.model.decoder.embedding.weight
+    sentences = EXPECTED["sentences"]
+    assert [r.text for r in again.translate(sentences)] == [r.text for r in translator.translate(sentences)]
+    untied = Translator.load(FIXTURES / "gru_bahdanau.safetensors", device="cpu")
+    untied.save(tmp_path / "untied.safetensors")
+    assert read_model(tmp_path / "untied.safetensors")[2]["format_version"] == 1   # what earlier attnmt reads
