@@ -49,7 +49,7 @@ def tensors_digest(tensors: dict[str, torch.Tensor]) -> str:
     for name in sorted(tensors):
         tensor = tensors[name]
         digest.update(f"{name}|{tensor.dtype}|{list(tensor.shape)}|".encode())
-        digest.update(memoryview(tensor.reshape(-1).view(torch.uint8).numpy()))   # read in place, not copied
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().data)   # read in place, not copied
     return digest.hexdigest()
 
 
