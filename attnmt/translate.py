@@ -15,7 +15,7 @@ import torch
 from .batch import pad
 from .config import Config, override_decode_precision, source_languages
 from .errors import AttnmtError, first_line
-from .families import build_model
+from .families import build_holding, build_model
 from .fast import fast_paths_in
 from .fast.compiled import compiled_step
 from .fast.int8 import int8_decoding_copy
@@ -236,9 +236,9 @@ class Translator(TextTranslator):
         if fast_paths is not None:
             config.decode.fast_paths = fast_paths
         text = description.tokenization
-        model = build_model(config.model, len(text.src_vocab), len(text.tgt_vocab), config.decode.fast_paths)
         try:
-            model.load_state_dict(weights)
+            model = build_holding(config.model, len(text.src_vocab), len(text.tgt_vocab), weights,
+                                  config.decode.fast_paths)
         except RuntimeError as err:
             raise AttnmtError(f"{path}: weights do not match the model described in the file ({first_line(err)})") from None
         override_decode_precision(config, precision)

@@ -79,3 +79,29 @@ def test_tied_weights_are_stored_once_and_load_tied(tmp_path):
     untied = Translator.load(FIXTURES / "gru_bahdanau.safetensors", device="cpu")
     untied.save(tmp_path / "untied.safetensors")
     assert read_model(tmp_path / "untied.safetensors")[2]["format_version"] == 1   # what earlier attnmt reads
+
+
+@pytest.mark.parametrize("name, tied", [("lstm_general_fed_tied", ("decoder.classifier.weight", "decoder.embedding.weight")),
+                                        ("transformer_pre_bpe_shared", ("src_embedding.weight", "tgt_embedding.weight"))])
+def test_a_loaded_model_holds_the_files_tensors_with_its_ties(name, tied):
+    """Translator.load hands the network the file's tensors themselves (one copy of the weights in memory):
+    every parameter holds the file's values as copying them would, and weights the network shares are one
+    tensor again, as in a network trained here."""
+    from attnmt.families import build_holding, build_model
+    from attnmt.modelfile import load_file, network_weights
+
+    translator = Translator.load(FIXTURES / f"{name}.safetensors", device="cpu")
+    config, text = translator.config, translator.tokenization
+    sizes = (config.model, len(text.src_vocab), len(text.tgt_vocab))
+    built = build_model(*sizes)
+    built.load_state_dict(network_weights(load_file(FIXTURES / f"{name}.safetensors")[0]))
+    loaded = translator.model.state_dict()
+    assert loaded.keys() == built.state_dict().keys()
+    for key, tensor in built.state_dict().items():
+        assert loaded[key].dtype == tensor.dtype and bool((loaded[key] == tensor).all()), key
+    first, second = tied
+    assert translator.model.get_parameter(first) is translator.model.get_parameter(second)
+    weights = network_weights(load_file(FIXTURES / f"{name}.safetensors")[0])
+    holding = build_holding(*sizes, weights)
+    held = {tensor.data_ptr() for tensor in weights.values()}   # (the old files' norms load renamed)
+    assert all(parameter.data_ptr() in held for parameter in holding.parameters())

@@ -17,6 +17,8 @@ from .rnn.config import RNNConfig
 from .transformer.config import TransformerConfig
 
 if TYPE_CHECKING:
+    import torch
+
     from ..seam import Model
 
 # (config, source vocabulary size, target vocabulary size, fast) -> the network, its fast paths
@@ -60,6 +62,30 @@ def unregister(arch: str) -> None:
 def build_model(config: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, fast_paths: bool = True) -> Model:
     """The network of the family `config.arch`, with its fast paths (fast/) or the reference modules only."""
     return FAMILIES[config.arch].network_class()(config, src_vocab_size, tgt_vocab_size, fast_paths)
+
+
+def build_holding(config: ModelConfig, src_vocab_size: int, tgt_vocab_size: int, weights: dict[str, "torch.Tensor"],
+                  fast_paths: bool = True) -> Model:
+    """The network of `config` whose parameters are the tensors of `weights` themselves (a float32 state
+    dict): assigned, not copied, and the ones the network shares (tied embeddings) shared again. Loading a
+    model file for decoding so holds one copy of its weights: the initial weights drawn while building,
+    the newest allocations, are freed at once, where the allocator hands them back to the system (copying
+    into them instead frees the file's tensors, below them, which it keeps). Raises RuntimeError as
+    load_state_dict does where the weights do not fit the network."""
+    import torch
+
+    network = build_model(config, src_vocab_size, tgt_vocab_size, fast_paths)
+    module = cast(torch.nn.Module, network)
+    # [names of one parameter]: a parameter two modules share (tied embeddings) gets one tensor again.
+    shared: dict[int, list[str]] = {}
+    for name, parameter in module.named_parameters(remove_duplicate=False):
+        shared.setdefault(id(parameter), []).append(name)
+    module.load_state_dict(weights, assign=True)
+    for first, *others in shared.values():
+        for name in others:
+            owner, _, attribute = name.rpartition(".")
+            setattr(module.get_submodule(owner), attribute, module.get_parameter(first))
+    return network
 
 
 def reference_copy(model: Model, src_vocab_size: int, tgt_vocab_size: int) -> Model:
