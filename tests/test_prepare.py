@@ -468,11 +468,12 @@ def test_a_store_prepared_with_held_out_files_is_not_reused_for_the_split(tmp_pa
     assert find_corpus(split).directory == second.directory
 
 
-def test_a_training_run_says_when_it_reuses_a_prepared_corpus(tmp_path):
+def test_a_training_run_says_where_its_corpus_is_prepared_and_when_it_reuses_it(tmp_path):
     config = config_from_dict(config_for(small_corpus(tmp_path / "data"), tmp_path))
     first: list[str] = []
     made = find_start(config, None, first.append).corpus  # where attnmt train finds its corpus
     assert not any(prepare.REUSED in line for line in first)
+    assert [line for line in first if line.startswith(f"prepared corpus: {made} (prepared now")], first
     reused = [f"prepared corpus: {made} ({prepare.REUSED})"]
     again: list[str] = []
     assert find_start(config, None, again.append).corpus == made and again == reused
