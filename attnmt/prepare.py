@@ -689,5 +689,5 @@ def report_lines(corpus: PreparedCorpus) -> list[str]:
              f"  prepared in {r['seconds']:,} s ({r['pairs_per_s']:,} pairs/s, {r['workers']} workers)"]
     if len(r["corpora"]) > 1:
         lines += [f"  corpus {c['files'][0]}: {c['pairs_kept']:,} pairs kept, weight {c['weight']}" for c in r["corpora"]]
-    lines += [f"  unreadable: {where}" for where in r["unreadable_shown"]]
+    lines += corpus.unreadable_lines()
     return lines

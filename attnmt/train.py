@@ -131,6 +131,8 @@ def train(config: Config, resume: bool = False, overwrite: bool = False,
     left_out = ", ".join(f"{n} {reason.replace('_', ' ')}" for reason, n in corpus.report["left_out"].items() if n)
     log(f"data: {len(corpus)} training pairs ({left_out or 'none'} left out), {len(data.valid)} valid, "
         f"{len(corpus.test_pairs)} test; vocab {len(text.src_vocab)} source, {len(text.tgt_vocab)} target")
+    for line in corpus.unreadable_lines():
+        log(line)
     model = build_model(config.model, len(text.src_vocab), len(text.tgt_vocab), tc.fast_paths).to(device)
     log(f"fast paths: {', '.join(fast_paths_in(model)) or 'none'}" if tc.fast_paths
         else "fast paths: none (train.fast_paths false: the reference modules alone)")

@@ -480,3 +480,22 @@ def test_a_training_run_says_where_its_corpus_is_prepared_and_when_it_reuses_it(
     resumed: list[str] = []  # a resumed run gives its checkpoint's tokenization, the store's
     assert open_corpus(config, PreparedCorpus.open(made).tokenization, resumed.append).directory == made
     assert resumed == reused
+
+
+def test_a_training_run_names_the_lines_it_could_not_read_as_prepare_does(tmp_path):
+    from conftest import tiny_dates_config
+
+    from attnmt.train import train
+
+    path = tmp_path / "bad.tsv"
+    lines = [f"date {i}\tdatum {i}\n" for i in range(3000)]
+    lines[41] = "one column only\n"                   # line 42
+    path.write_text("".join(lines), encoding="utf-8")
+    values = tiny_dates_config(tmp_path / "run")
+    values["data"] = {"format": "tsv", "path": str(path), "valid_size": 20, "test_size": 20,
+                      "prepared_dir": str(tmp_path / "prepared")}
+    values["train"]["epochs"] = 1
+    logged: list[str] = []
+    train(config_from_dict(values), log=logged.append)
+    assert f"  unreadable: {path}:42: expected 2 or 3 TAB-separated columns (English, translation, attribution), " \
+           "found 1" in logged, logged
