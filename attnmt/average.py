@@ -22,6 +22,11 @@ def keep_epoch_model(translator: Translator, epoch: int, kept: list[str], out_di
     return kept
 
 
+def epochs_of(names: list[str]) -> list[int]:
+    """The epochs of the model files keep_epoch_model named (`epoch9.safetensors` is epoch 9)."""
+    return [int(name.removeprefix("epoch").removesuffix(".safetensors")) for name in names]
+
+
 def average_weights(paths: list[Path], device: torch.device) -> dict[str, torch.Tensor]:
     """The element-wise mean of the model files' weights on `device` (summed in float32, stored in
     each weight's own dtype)."""

@@ -416,10 +416,10 @@ def open_corpus(config: Config, given: Optional[Tokenization] = None, log: Calla
     found = _find(config, source, None, log)
     if given is not None and (found is None or found.meta["tokenization"] != given.to_dict()):
         found = _find(config, source, given, log)
-    if found is None:
-        return _prepare(config, source, given, log)
-    log(f"prepared corpus: {found.directory} ({REUSED})")
-    return found
+    if found is not None:
+        log(f"prepared corpus: {found.directory} ({REUSED})")
+        return found
+    return _prepare(config, source, given, log, announce=True)
 
 
 def find_corpus(config: Config, given: Optional[Tokenization] = None, log: Callable[[str], None] = print
@@ -456,10 +456,11 @@ def prepare_corpus(config: Config, given: Optional[Tokenization] = None, log: Ca
 
 
 def _prepare(config: Config, source: CorpusSource, given: Optional[Tokenization], log: Callable[[str], None],
-             rebuild: bool = False) -> PreparedCorpus:
+             rebuild: bool = False, announce: bool = False) -> PreparedCorpus:
     """The store prepared now, by one process at a time: a run that finds another preparing the same
     store (a second trial started beside the first) waits for it, then opens what it made, unless
-    `rebuild`; otherwise the second to finish would replace the store under the first."""
+    `rebuild`; otherwise the second to finish would replace the store under the first. `announce`:
+    say where it is (a training run; `attnmt prepare` prints its report instead)."""
     root = store_root(config.data)
     directory = root / store_key(config, source, given)
     with _preparing(root, directory, log) as waited:
@@ -467,7 +468,11 @@ def _prepare(config: Config, source: CorpusSource, given: Optional[Tokenization]
         if found is not None:
             log(f"prepared corpus: {found.directory} (prepared by the run it waited for)")
             return found
-        return PreparedCorpus.open(_build(config, source, given, root, directory, log))
+        corpus = PreparedCorpus.open(_build(config, source, given, root, directory, log))
+        if announce:
+            log(f"prepared corpus: {corpus.directory} (prepared now; a later run with the same raw files and "
+                "settings reuses it)")
+        return corpus
 
 
 @contextlib.contextmanager
@@ -684,5 +689,5 @@ def report_lines(corpus: PreparedCorpus) -> list[str]:
              f"  prepared in {r['seconds']:,} s ({r['pairs_per_s']:,} pairs/s, {r['workers']} workers)"]
     if len(r["corpora"]) > 1:
         lines += [f"  corpus {c['files'][0]}: {c['pairs_kept']:,} pairs kept, weight {c['weight']}" for c in r["corpora"]]
-    lines += [f"  unreadable: {where}" for where in r["unreadable_shown"]]
+    lines += corpus.unreadable_lines()
     return lines

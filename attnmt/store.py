@@ -154,6 +154,11 @@ class PreparedCorpus:
         self.valid_pairs: list[Pair] = [(s, t) for s, t in heldout["valid"]]
         self.test_pairs: list[Pair] = [(s, t) for s, t in heldout["test"]]
 
+    def unreadable_lines(self) -> list[str]:
+        """The first lines preparing could not read, each named by file and line and why, as `attnmt
+        prepare` and `attnmt train` print them."""
+        return [f"  unreadable: {where}" for where in self.report["unreadable_shown"]]
+
     @classmethod
     def open(cls, directory: Path) -> "PreparedCorpus":
         """The store in `directory`; one line if it is incomplete or of another format."""

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from .average import average_weights, keep_epoch_model
+from .average import average_weights, epochs_of, keep_epoch_model
 from .batch import Framing, batch_indices, collate
 from .config import Config, TrainConfig, TrainPrecision
 from .errors import AttnmtError
@@ -131,6 +131,8 @@ def train(config: Config, resume: bool = False, overwrite: bool = False,
     left_out = ", ".join(f"{n} {reason.replace('_', ' ')}" for reason, n in corpus.report["left_out"].items() if n)
     log(f"data: {len(corpus)} training pairs ({left_out or 'none'} left out), {len(data.valid)} valid, "
         f"{len(corpus.test_pairs)} test; vocab {len(text.src_vocab)} source, {len(text.tgt_vocab)} target")
+    for line in corpus.unreadable_lines():
+        log(line)
     model = build_model(config.model, len(text.src_vocab), len(text.tgt_vocab), tc.fast_paths).to(device)
     log(f"fast paths: {', '.join(fast_paths_in(model)) or 'none'}" if tc.fast_paths
         else "fast paths: none (train.fast_paths false: the reference modules alone)")
@@ -355,7 +357,8 @@ class Run:
         better = metric > progress.best_metric
         if better or self.config.train.average_keep == "always":
             progress.best_metric = max(metric, progress.best_metric)
-            self.translator.save(self.model_path, self._training_facts(record, average_of_last=count))
+            self.translator.save(self.model_path, self._training_facts(
+                record, average_of_last=count, averaged_epochs=epochs_of(progress.epoch_files)))
             self.log(f"the average validates {'better' if better else 'no better'} than the best single epoch; "
                      f"{self.model_path} is now the average" + ("" if better else " (train.average_keep always)"))
 
@@ -375,7 +378,7 @@ class Run:
                  f"{self.out_dir} \"a sentence\"); its checkpoint and metrics.jsonl are beside it")
         return TrainResult(self.model_path, progress.best_metric, test_scores, epochs, minutes)
 
-    def _training_facts(self, record: dict, **extra: int) -> dict:
+    def _training_facts(self, record: dict, **extra: object) -> dict:
         """What a model file says of its training (attnmt info): data digest, step, epoch, validation figures."""
         corpus = self.data.corpus
         return {"data_sha256": corpus.fingerprint, "training_pairs": len(corpus), "epoch": record["epoch"],

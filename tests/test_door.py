@@ -162,3 +162,15 @@ def test_n_best_above_the_beam_names_both_flags(dates_model, tmp_path, capsys):
 def test_bad_device_is_one_line(dates_model, capsys, device):
     code, err = run(capsys, ["plot", str(dates_model), "March 3, 2021", "--out", "unused.png", "--device", device])
     assert_refused(code, err, repr(device))
+
+
+def test_a_mistyped_flag_gets_one_prefix_and_the_nearest_flag(capsys):
+    code, err = run(capsys, ["translate", "m.safetensors", "--beam-size", "5"])
+    assert_refused(code, err, "unrecognized arguments: --beam-size 5; did you mean --beam?", "attnmt translate --help")
+    assert not err.startswith("attnmt: error: attnmt")
+
+
+def test_a_mistyped_command_is_said_with_one_prefix(capsys):
+    code, err = run(capsys, ["import-model"])
+    assert_refused(code, err, "unknown command 'import-model'; did you mean import?")
+    assert not err.startswith("attnmt: error: attnmt")

@@ -149,3 +149,20 @@ def test_info_names_every_source_language(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["source_languages"] == ["en", "de"]
     assert main(["info", str(tmp_path / "m.safetensors")]) == 0
     assert "translates: en de -> iso;" in capsys.readouterr().out
+
+
+def test_info_names_the_averaged_epochs_and_counts_in_the_singular(tmp_path, capsys):
+    from attnmt.average import epochs_of, keep_epoch_model
+
+    fixture = Path(__file__).parent / "fixtures" / "models" / "gru_bahdanau.safetensors"
+    translator = Translator.load(fixture)
+    kept: list[str] = []
+    for epoch in range(1, 12):  # at epoch 12 the averaged files are the last three kept: 9, 10 and 11
+        kept = keep_epoch_model(translator, epoch, kept, tmp_path, 3)
+    training = {"data_sha256": "0" * 64, "training_pairs": 1000, "epoch": 12, "step": 600, "threads": 1,
+                "average_of_last": len(kept), "averaged_epochs": epochs_of(kept), "validation": {"valid_loss": 1.0}}
+    translator.save(tmp_path / "m.safetensors", training)
+    assert main(["info", str(tmp_path / "m.safetensors")]) == 0
+    text = capsys.readouterr().out
+    assert "the average of epochs 9–11" in text and "; 1 thread" in text and "1 threads" not in text
+    assert "last 3" not in text

@@ -468,14 +468,34 @@ def test_a_store_prepared_with_held_out_files_is_not_reused_for_the_split(tmp_pa
     assert find_corpus(split).directory == second.directory
 
 
-def test_a_training_run_says_when_it_reuses_a_prepared_corpus(tmp_path):
+def test_a_training_run_says_where_its_corpus_is_prepared_and_when_it_reuses_it(tmp_path):
     config = config_from_dict(config_for(small_corpus(tmp_path / "data"), tmp_path))
     first: list[str] = []
     made = find_start(config, None, first.append).corpus  # where attnmt train finds its corpus
     assert not any(prepare.REUSED in line for line in first)
+    assert [line for line in first if line.startswith(f"prepared corpus: {made} (prepared now")], first
     reused = [f"prepared corpus: {made} ({prepare.REUSED})"]
     again: list[str] = []
     assert find_start(config, None, again.append).corpus == made and again == reused
     resumed: list[str] = []  # a resumed run gives its checkpoint's tokenization, the store's
     assert open_corpus(config, PreparedCorpus.open(made).tokenization, resumed.append).directory == made
     assert resumed == reused
+
+
+def test_a_training_run_names_the_lines_it_could_not_read_as_prepare_does(tmp_path):
+    from conftest import tiny_dates_config
+
+    from attnmt.train import train
+
+    path = tmp_path / "bad.tsv"
+    lines = [f"date {i}\tdatum {i}\n" for i in range(3000)]
+    lines[41] = "one column only\n"                   # line 42
+    path.write_text("".join(lines), encoding="utf-8")
+    values = tiny_dates_config(tmp_path / "run")
+    values["data"] = {"format": "tsv", "path": str(path), "valid_size": 20, "test_size": 20,
+                      "prepared_dir": str(tmp_path / "prepared")}
+    values["train"]["epochs"] = 1
+    logged: list[str] = []
+    train(config_from_dict(values), log=logged.append)
+    assert f"  unreadable: {path}:42: expected 2 or 3 TAB-separated columns (English, translation, attribution), " \
+           "found 1" in logged, logged

@@ -4,7 +4,6 @@ handler that reads them; this one puts the commands together and runs one."""
 
 from __future__ import annotations
 
-import argparse
 import signal
 import sys
 import threading
@@ -24,7 +23,7 @@ COMMANDS = (training.add_demo, training.add_train, training.add_prepare, transla
             training.add_plot_curves, translating.add_serve)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> Parser:
     parser = Parser(prog="attnmt", description="Attention-based neural machine translation.")
     parser.add_argument("--debug", action="store_true", help="show the full traceback of errors")
     parser.add_argument("--version", action="version", version=f"attnmt {__version__}")
@@ -41,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     if extra:
         if args.command not in ("train", "prepare") or any(a.startswith("-") or "=" not in a for a in extra):
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+            parser.unrecognized(args.command, extra)
         args.overrides += extra
     # `kill` and `timeout` end a run as an error does, so files being written are removed (SIGKILL
     # cannot be caught). Python lets only the main thread set a handler.

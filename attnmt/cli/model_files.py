@@ -91,14 +91,31 @@ def _info(args: argparse.Namespace) -> None:
     if training is None and origin is None:
         print("training: not recorded (a file written before attnmt kept it)")
     elif training is not None:
-        averaged = (f", the average of the last {training['average_of_last']} epochs" if "average_of_last" in training
-                    else "")
         print(f"training: {training['training_pairs']:,} pairs, data sha256 {training['data_sha256']}; "
-              f"kept at epoch {training['epoch']}, step {training['step']}{averaged}"
-              + (f"; {training['threads']} threads" if "threads" in training else "")
+              f"kept at epoch {training['epoch']}, step {training['step']}{_averaged(training)}"
+              + (f"; {_count(training['threads'], 'thread')}" if "threads" in training else "")
               + (f", {training['precision']}" if "precision" in training else ""))
         print("validation: " + " | ".join(f"{k} {v}" for k, v in training["validation"].items()))
     if info["aligner"] is not None:
         aligner = info["aligner"]
-        print(f"aligner: trained on {aligner['pairs']:,} pairs, {aligner['epochs']} epochs, {aligner['minutes']} "
-              f"minutes (attnmt align --method aligner)")
+        print(f"aligner: trained on {_count(aligner['pairs'], 'pair')}, {_count(aligner['epochs'], 'epoch')}, "
+              f"{_count(aligner['minutes'], 'minute')} (attnmt align --method aligner)")
+
+
+def _count(n: int | float, noun: str) -> str:
+    """`1 thread`, `2 threads`, `1,000 pairs`: a count with its noun, singular for one."""
+    return f"{n:,} {noun}" + ("" if n == 1 else "s")
+
+
+def _averaged(training: dict) -> str:
+    """Which epochs' weights the kept model averages, where it does: those named (files since epochs
+    were recorded), else how many (older files)."""
+    epochs = training.get("averaged_epochs")
+    if epochs:
+        consecutive = epochs == list(range(epochs[0], epochs[-1] + 1))
+        named = f"{epochs[0]}–{epochs[-1]}" if consecutive and len(epochs) > 2 else " and ".join(
+            [", ".join(map(str, epochs[:-1])), str(epochs[-1])] if len(epochs) > 1 else [str(epochs[0])])
+        return f", the average of epochs {named}"
+    if "average_of_last" in training:
+        return f", the average of {_count(training['average_of_last'], 'epoch')}"
+    return ""

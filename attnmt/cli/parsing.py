@@ -17,7 +17,16 @@ class Parser(argparse.ArgumentParser):
     """argparse, with its errors as one line (`attnmt: error: ...`) and exit status 2."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"attnmt: error: {self.prog}: {message} (see {self.prog} --help)\n")
+        # One `attnmt:` prefix; the command is named by the help it points to.
+        self.exit(2, f"attnmt: error: {message} (see {self.prog} --help)\n")
+
+    def unrecognized(self, command: str, extra: list[str]) -> None:
+        """Refuse arguments `command` does not take, suggesting its nearest flag to each mistyped one."""
+        sub = next(a for a in self._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
+        flags = [flag for action in sub._actions for flag in action.option_strings]
+        near = {flag for typed in extra if typed.startswith("-") for flag in _nearest(typed.split("=")[0], flags)}
+        hint = f"; did you mean {' or '.join(sorted(near))}?" if near else ""
+        sub.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
 
     def _check_value(self, action: argparse.Action, value: object) -> None:
         # A mistyped command gets the nearest commands, not "argument COMMAND: invalid choice" and all of them.
@@ -26,6 +35,13 @@ class Parser(argparse.ArgumentParser):
             hint = f"did you mean {' or '.join(near)}?" if near else f"the commands are {', '.join(action.choices)}"
             raise argparse.ArgumentError(None, f"unknown command {value!r}; {hint}")
         super()._check_value(action, value)
+
+
+def _nearest(typed: str, flags: list[str]) -> list[str]:
+    """The flags `typed` was likeliest meant as: one it extends or abbreviates (--beam-size: --beam),
+    else the nearest by spelling."""
+    return ([flag for flag in flags if typed.startswith(flag + "-") or (len(typed) > 3 and flag.startswith(typed))]
+            or difflib.get_close_matches(typed, flags, n=1))
 
 
 class Number:
