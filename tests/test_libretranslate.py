@@ -85,10 +85,21 @@ def test_errors_are_libretranslate_errors(client, fields, status, error):
     assert error in answer.json()["error"]
 
 
+@pytest.mark.parametrize("request_body", [
+    {"data": {"source": "de", "target": "en"}},     # a form: attnmt's API takes JSON only
+    {"data": {"text": DATES[0]}},
+    {"json": {"source": "de", "target": "en"}},
+    {"json": {"format": "text"}},
+    {"json": {"api_key": "k", "text": DATES[0]}},
+])
+def test_a_libretranslate_request_without_q_at_the_root_gets_libretranslates_answer(client, request_body):
+    answer = client.post("/translate", **request_body)
+    assert (answer.status_code, answer.json()) == (400, {"error": "Invalid request: missing q parameter"})
+
+
 def test_attnmt_requests_at_the_root_stay_attnmt_requests(client, translator):
     assert client.post("/translate", json={"text": DATES[0]}).json()["results"][0]["translation"] \
         == translator.translate(DATES[:1])[0].text
-    assert client.post("/translate", data={"text": DATES[0]}).status_code == 415  # a form without q is not LibreTranslate's
     spec = client.get("/openapi.json").json()
     assert {"/libretranslate/translate", "/libretranslate/languages", "/languages", "/detect", "/libretranslate/detect",
             "/frontend/settings", "/libretranslate/frontend/settings"} <= set(spec["paths"])
