@@ -85,10 +85,21 @@ def test_errors_are_libretranslate_errors(client, fields, status, error):
     assert error in answer.json()["error"]
 
 
+@pytest.mark.parametrize("request_body", [
+    {"data": {"source": "de", "target": "en"}},     # a form: attnmt's API takes JSON only
+    {"data": {"text": DATES[0]}},
+    {"json": {"source": "de", "target": "en"}},
+    {"json": {"format": "text"}},
+    {"json": {"api_key": "k", "text": DATES[0]}},
+])
+def test_a_libretranslate_request_without_q_at_the_root_gets_libretranslates_answer(client, request_body):
+    answer = client.post("/translate", **request_body)
+    assert (answer.status_code, answer.json()) == (400, {"error": "Invalid request: missing q parameter"})
+
+
 def test_attnmt_requests_at_the_root_stay_attnmt_requests(client, translator):
     assert client.post("/translate", json={"text": DATES[0]}).json()["results"][0]["translation"] \
         == translator.translate(DATES[:1])[0].text
-    assert client.post("/translate", data={"text": DATES[0]}).status_code == 415  # a form without q is not LibreTranslate's
     spec = client.get("/openapi.json").json()
     assert {"/libretranslate/translate", "/libretranslate/languages", "/languages", "/detect", "/libretranslate/detect",
             "/frontend/settings", "/libretranslate/frontend/settings"} <= set(spec["paths"])
@@ -251,3 +262,35 @@ def test_each_body_is_parsed_once_by_the_routing_the_key_check_and_the_route(tra
             answer = keyed.post("/translate", content=body.encode(), headers=headers)
             assert answer.status_code == status, answer.text
             assert [text for text in parsed if text in (body, body.encode())] == [body.encode() if "{" in body else body]
+
+
+def serving_md_libretranslate_examples() -> list[dict]:
+    """The LibreTranslate requests docs/serving.md shows (its curl lines with `q`), as TestClient arguments."""
+    import re
+    import shlex
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "serving.md").read_text(encoding="utf-8")
+    examples = []
+    for command in re.findall(r"^curl -s localhost:8000/translate .*?(?<!\\)$", text, re.M | re.S):
+        words = shlex.split(command.replace("\\\n", " "))
+        bodies = [words[i + 1] for i, word in enumerate(words) if word == "-d"]
+        if "Content-Type: application/json" in words:
+            examples.append({"json": json.loads(bodies[0])})
+        else:
+            examples.append({"data": dict(body.split("=", 1) for body in bodies)})
+    return [example for example in examples if "q" in example.get("json", example.get("data", {}))]
+
+
+def test_serving_md_libretranslate_examples_are_answered_by_the_demo_server(two_source_model):
+    from attnmt.demo import demo_config
+
+    demo = demo_config("unused").data
+    examples = serving_md_libretranslate_examples()
+    assert len(examples) == 3  # a form, JSON, a form with a key
+    for example in examples:
+        fields = example.get("json", example.get("data"))
+        assert fields["source"] in demo.source_languages.split() and fields["target"] == demo.tgt_lang
+    with TestClient(create_app(Translator.load(two_source_model, device="cpu"), ServeConfig())) as demo_server:
+        for example in examples:
+            answer = demo_server.post("/translate", **example)
+            assert answer.status_code == 200 and "translatedText" in answer.json(), answer.text

@@ -28,11 +28,13 @@ from ..config import ServeConfig
 from ..detect import detect
 from ..translate import Translation, lines_of, texts_of
 from .errors import ServeError
-from .middleware import FORM, UnreadableBody, body_fields, body_of
+from .middleware import FORM, UnreadableBody, body_fields, body_of, content_type
 from .models import ModelChain, ModelSet
 from .schemas import BODY_LIMIT_RESPONSES, ERROR_RESPONSES, ErrorResponse
 
 PREFIX = "/libretranslate"
+# The fields of LibreTranslate's /translate; attnmt's own has none of them.
+LIBRETRANSLATE_FIELDS = frozenset({"q", "source", "target", "format", "api_key", "alternatives"})
 # How long a front end waits after the last keystroke before it translates (LibreTranslate's default).
 FRONTEND_TIMEOUT_MS = 500
 # What LibreTranslate answers, with 403, to a suggestion or a file when it takes none; this server never does.
@@ -124,9 +126,18 @@ class LibreTranslateDispatch:
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != "/translate":
             await self.app(scope, receive, send)
             return
-        if "q" in body_fields(scope):
+        if _libretranslate_shaped(scope):
             scope = {**scope, "path": PREFIX + "/translate", "raw_path": (PREFIX + "/translate").encode()}
         await self.app(scope, receive, send)
+
+
+def _libretranslate_shaped(scope: Scope) -> bool:
+    """Whether a POST /translate is LibreTranslate's: it has `q`, or it is a form (attnmt's API takes
+    JSON only), or its JSON has a field only LibreTranslate's has. Such a request without `q` is
+    answered LibreTranslate's 400, which its client understands, not attnmt's 415 or 422."""
+    fields = body_fields(scope)
+    return (bool(LIBRETRANSLATE_FIELDS & fields.keys())
+            or content_type(scope).split(";")[0].strip().lower() == FORM)
 
 
 def _fields(request: Request) -> dict[str, Any]:
