@@ -245,7 +245,7 @@ def test_train_aligner_writes_the_model_file_with_it_and_align_uses_it(model, re
     assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
     assert meta["aligner"]["pairs"] == len(DATES) and meta["aligner"]["epochs"] == 1
     assert main(["info", str(out)]) == 0
-    assert f"aligner: trained on {len(DATES):,} pairs, 1 epochs" in capsys.readouterr().out
+    assert f"aligner: trained on {len(DATES):,} pairs, 1 epoch," in capsys.readouterr().out
     translator, without = Translator.load(out, "cpu"), Translator.load(path, "cpu")
     aligner = read_aligner(translator)
     assert aligner is not None and read_aligner(without) is None

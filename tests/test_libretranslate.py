@@ -87,7 +87,6 @@ def test_errors_are_libretranslate_errors(client, fields, status, error):
 
 @pytest.mark.parametrize("request_body", [
     {"data": {"source": "de", "target": "en"}},     # a form: attnmt's API takes JSON only
-    {"data": {"text": DATES[0]}},
     {"json": {"source": "de", "target": "en"}},
     {"json": {"format": "text"}},
     {"json": {"api_key": "k", "text": DATES[0]}},
@@ -100,6 +99,7 @@ def test_a_libretranslate_request_without_q_at_the_root_gets_libretranslates_ans
 def test_attnmt_requests_at_the_root_stay_attnmt_requests(client, translator):
     assert client.post("/translate", json={"text": DATES[0]}).json()["results"][0]["translation"] \
         == translator.translate(DATES[:1])[0].text
+    assert client.post("/translate", data={"text": DATES[0]}).status_code == 415  # attnmt's field, as a form
     spec = client.get("/openapi.json").json()
     assert {"/libretranslate/translate", "/libretranslate/languages", "/languages", "/detect", "/libretranslate/detect",
             "/frontend/settings", "/libretranslate/frontend/settings"} <= set(spec["paths"])

@@ -35,6 +35,7 @@ from .schemas import BODY_LIMIT_RESPONSES, ERROR_RESPONSES, ErrorResponse
 PREFIX = "/libretranslate"
 # The fields of LibreTranslate's /translate; attnmt's own has none of them.
 LIBRETRANSLATE_FIELDS = frozenset({"q", "source", "target", "format", "api_key", "alternatives"})
+ATTNMT_FIELDS = frozenset({"text", "texts"})
 # How long a front end waits after the last keystroke before it translates (LibreTranslate's default).
 FRONTEND_TIMEOUT_MS = 500
 # What LibreTranslate answers, with 403, to a suggestion or a file when it takes none; this server never does.
@@ -132,12 +133,13 @@ class LibreTranslateDispatch:
 
 
 def _libretranslate_shaped(scope: Scope) -> bool:
-    """Whether a POST /translate is LibreTranslate's: it has `q`, or it is a form (attnmt's API takes
-    JSON only), or its JSON has a field only LibreTranslate's has. Such a request without `q` is
-    answered LibreTranslate's 400, which its client understands, not attnmt's 415 or 422."""
-    fields = body_fields(scope)
-    return (bool(LIBRETRANSLATE_FIELDS & fields.keys())
-            or content_type(scope).split(";")[0].strip().lower() == FORM)
+    """Whether a POST /translate is LibreTranslate's: it has one of LibreTranslate's fields, or it is a
+    form (attnmt's API takes JSON only) without attnmt's own `text` or `texts`. Such a request without
+    `q` is answered LibreTranslate's 400, which its client understands; a form in attnmt's shape keeps
+    attnmt's 415 (send the body as JSON)."""
+    fields = body_fields(scope).keys()
+    return bool(LIBRETRANSLATE_FIELDS & fields) or (
+        content_type(scope).split(";")[0].strip().lower() == FORM and not ATTNMT_FIELDS & fields)
 
 
 def _fields(request: Request) -> dict[str, Any]:
