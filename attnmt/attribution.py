@@ -99,6 +99,7 @@ class Attribution:
     method: str                               # grad, ig or occlusion
     source_words: list[str]
     target_tokens: list[str]                  # the forced translation, the end of sentence left out
+    start_token: str                          # what the decoder reads first: the prefix's first input
     ig_steps: Optional[int]                   # ig: m
     layer: Optional[int]                      # the attention row's layer and head, from 1 (None: align's default)
     head: Optional[int]
@@ -375,7 +376,7 @@ def attribute(translator: Translator, sentence: str, method: str = "ig", step: O
         afford(Work(method, len(positions), passes, pair.src.shape[1]))
     steps = attribute_steps(reference_network(translator), pair, outputs, method, vocab.itos, ig_steps, layer, head,
                             progress)
-    return Attribution(method, words, tokens, ig_steps if method == "ig" else None, layer, head, steps)
+    return Attribution(method, words, tokens, vocab.sos, ig_steps if method == "ig" else None, layer, head, steps)
 
 
 def explain_or_attribute(translator: TextTranslator, sentence: str, view: AttentionView = AttentionView(),
@@ -493,7 +494,7 @@ def render(attribution: Attribution, step: Optional[int] = None) -> str:
     if s.attention is None:
         lines.append("  (this model has no attention: model.attention none)")
     if s.prefix is not None and s.source_share is not None:
-        inputs = ["<sos>", *attribution.target_tokens][: len(s.prefix)]
+        inputs = [attribution.start_token, *attribution.target_tokens][: len(s.prefix)]
         lines.append(f"  the source gives {s.source_share:.0%} of the attribution's magnitude, the translation so far "
                      f"{1 - s.source_share:.0%}: " + " | ".join(f"{t} {a:.4f}" for t, a in zip(inputs, s.prefix)))
     if s.completeness is not None:

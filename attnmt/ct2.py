@@ -22,6 +22,7 @@ from .precision import precision_note, resolve_device
 from .precision import resolve as resolve_precision
 from .tokenize import Tokenizer, tokenizers_from_dicts
 from .translate import EngineInfo, TextTranslator, Translation
+from .vocab import SOS
 
 # attnmt's decode.precision as CTranslate2's compute type (int8: int8 products, float32 elsewhere).
 COMPUTE_TYPES = {"fp32": "float32", "bf16": "bfloat16", "int8": "int8_float32"}
@@ -49,12 +50,12 @@ class CTranslate2Translator(TextTranslator):
 
     def __init__(self, engine: Any, config: Config, src_tokenizer: Tokenizer, tgt_tokenizer: Tokenizer,
                  device: torch.device, architecture: dict[str, int | str | bool], vocab_sizes: tuple[int, int],
-                 source_end: Optional[str] = None) -> None:
+                 source_end: Optional[str] = None, start_token: str = SOS) -> None:
         self.engine, self.config = engine, config
         self.src_tokenizer, self.tgt_tokenizer = src_tokenizer, tgt_tokenizer
         self._device = device
         self.architecture, self.vocab_sizes = architecture, vocab_sizes
-        self.source_end = source_end
+        self.source_end, self.start_token = source_end, start_token
 
     @classmethod
     def load(cls, path: str | Path, device: str = "auto", precision: Optional[str] = None) -> "CTranslate2Translator":
@@ -71,6 +72,7 @@ class CTranslate2Translator(TextTranslator):
             architecture, vocab_sizes = dict(saved["architecture"]), (int(saved["src_vocab_size"]),
                                                                      int(saved["tgt_vocab_size"]))
             source_end = saved.get("source_end")   # engines exported before model.source_eos: none
+            start_token = saved.get("start_token", SOS)
         except (OSError, ValueError, KeyError, TypeError, AttnmtError) as err:
             raise AttnmtError(f"{engine_file}: unreadable ({first_line(err)}); export the model again") from None
         override_decode_precision(config, precision)
@@ -83,7 +85,8 @@ class CTranslate2Translator(TextTranslator):
         except (RuntimeError, ValueError) as err:
             raise AttnmtError(f"{path}: CTranslate2 cannot load it in {compute_type} on {where}: "
                               f"{first_line(err)}") from None
-        return cls(engine, config, src_tokenizer, tgt_tokenizer, where, architecture, vocab_sizes, source_end)
+        return cls(engine, config, src_tokenizer, tgt_tokenizer, where, architecture, vocab_sizes, source_end,
+                   start_token)
 
     def precision_note(self) -> Optional[str]:
         return precision_note({"decode.precision": self.config.decode.precision}, self._device)

@@ -110,7 +110,8 @@ def write_engine_file(out_dir: Path, translator: Translator) -> None:
     engine = {"kind": "attnmt-ctranslate2", "config": description["config"],
               "src_tokenizer": description["src_tokenizer"], "tgt_tokenizer": description["tgt_tokenizer"],
               "architecture": info.architecture, "src_vocab_size": info.src_vocab_size,
-              "tgt_vocab_size": info.tgt_vocab_size, "source_end": translator.source_end}
+              "tgt_vocab_size": info.tgt_vocab_size, "source_end": translator.source_end,
+              "start_token": translator.start_token}
     (out_dir / CTRANSLATE2_ENGINE_FILE).write_text(json.dumps(engine), encoding="utf-8")
 
 

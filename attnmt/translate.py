@@ -25,7 +25,7 @@ from .precision import resolve as resolve_precision
 from .seam import Model, gives, require
 from .search import Hypothesis, Step, Symbols, beam_search, greedy, top_k
 from .tokenize import Tokenizer
-from .vocab import Tokenization
+from .vocab import SOS, Tokenization
 
 CHUNK = 64  # batches of sentences read, handed to one search call and yielded at a time
 
@@ -80,6 +80,7 @@ class TextTranslator(abc.ABC):
     tgt_tokenizer: Tokenizer
     explains: bool = False   # explain.py can open each decoding step (attnmt's own engine)
     source_end: Optional[str] = None   # the token every source ends with, if the model reads one (model.source_eos)
+    start_token: str = SOS             # the token the decoder starts from: the first key of its self-attention
 
     def alignment_method(self) -> Optional[str]:
         """The attention alignment this engine gives: "argmax" (attention's), or None where it cannot (an
@@ -206,6 +207,7 @@ class Translator(TextTranslator):
         # The file it was loaded from (load), where align.py reads what else the file holds (its word aligner).
         self.path: Optional[Path] = None
         self.source_end = tokenization.src_vocab.eos if config.model.source_eos else None
+        self.start_token = tokenization.tgt_vocab.sos
         self.symbols()   # a token decode.never_generate names is refused here, at load
 
     @property
@@ -408,4 +410,5 @@ def model_info(path: str | Path) -> dict:
             "src_lang": config.data.src_lang, "source_languages": source_languages(config.data),
             "tgt_lang": config.data.tgt_lang, "tokenizer": tokenizer,
             "src_vocab_size": len(text.src_vocab), "tgt_vocab_size": len(text.tgt_vocab),
-            "training": meta.get("training"), "origin": meta.get("origin"), "aligner": meta.get("aligner")}
+            "training": meta.get("training"), "origin": meta.get("origin"), "averaged": meta.get("averaged"),
+            "aligner": meta.get("aligner")}

@@ -55,6 +55,11 @@ class Vocabulary:
         return tokens
 
     @property
+    def sos(self) -> str:
+        """The start token: what a decoder reads before its first output (<pad> in Marian's vocabularies)."""
+        return self.itos[self.sos_id]
+
+    @property
     def eos(self) -> str:
         """The end-of-sentence token."""
         return self.itos[self.eos_id]

@@ -5,12 +5,14 @@ import json
 import shutil
 from pathlib import Path
 from typing import Callable, Iterator, Optional
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import httpx
 import pytest
 from conftest import relabelled, serving
+from marian_folders import write_marian_folder
 
+from attnmt.marian import import_marian
 from attnmt.translate import Translator
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -366,7 +368,7 @@ def test_the_model_picker_translates_and_explains_with_the_model_picked(browser,
         page.wait_for_function("text => document.querySelector('#output').dataset.source === text", arg=texts[1])
         assert page.inner_text("#translation") == expected["de_en"][texts[1]]
         assert page.locator("#map-controls").is_hidden()
-        assert page.url.endswith("?model=de_en")                               # the address says the model
+        assert parse_qs(urlsplit(page.url).query) == {"model": ["de_en"], "text": [texts[1]]}  # the address says both
 
     # A link to the Transformer's page (or a reload of it) opens on the Transformer.
     with serving(models["de_en"], str(models["en_fr"])) as url, browsing(browser, url + "?model=en_fr") as linked:
@@ -379,3 +381,46 @@ def test_the_model_picker_translates_and_explains_with_the_model_picked(browser,
     runs = [model for k, (_, model) in enumerate(sent) if k == 0 or sent[k - 1][1] != model]
     assert runs == ["de_en", "en_fr", "de_en"], sent
     assert ("/explain", "en_fr") in sent
+
+
+def test_a_link_opens_the_page_on_a_sentence_its_step_and_attribution_and_the_address_follows(browser, server):
+    """?text=&step=&attribution= opens on that sentence, step and method (a teacher's link, a reload, a
+    headless screenshot); clicking another step or method writes the address anew."""
+    text = "3. Oktober 1990"
+    link = server + "?" + urlencode({"text": text, "step": 2, "attribution": "grad"})
+    with browsing(browser, link) as page:
+        page.wait_for_function("document.querySelector('#explain').dataset.step === '2'")
+        page.wait_for_function("document.querySelector('#attribution-table').dataset.step === '2'")
+        assert page.input_value("#source") == text and page.input_value("#attribution") == "grad"
+        assert page.inner_text("#translation") == httpx.post(server + "translate", json={"text": text, "beam": 1}
+                                                              ).json()["results"][0]["translation"]
+        assert "active" in page.get_attribute('#heatmap .tok.out[data-row="1"]', "class")   # pinned, as a click would
+        screenshot(page, "explorer_link.png")
+        page.click('#heatmap .tok.out[data-row="0"]')
+        page.wait_for_function("document.querySelector('#explain').dataset.step === '1'")
+        page.select_option("#attribution", "occlusion")
+        page.wait_for_function("document.querySelector('#attribution-table').dataset.method === 'occlusion'")
+        shown = parse_qs(urlsplit(page.url).query)
+        assert shown == {"model": [shown["model"][0]], "text": [text], "step": ["1"], "attribution": ["occlusion"]}
+        page.reload()                                                               # a reload opens the same
+        page.wait_for_function("document.querySelector('#explain').dataset.step === '1'")
+        page.wait_for_function("document.querySelector('#attribution-table').dataset.method === 'occlusion'")
+
+
+def test_an_imported_marian_model_in_the_explorer(browser, tmp_path):
+    """An imported OPUS-MT-style model (tests/marian_folders.py): the source it reads ends with </s>, its
+    decoder map starts from Marian's start token, <pad>, as /model says; the step panel opens its steps."""
+    model = import_marian(write_marian_folder(tmp_path / "opus-mt-de-en"), tmp_path / "imported.safetensors")
+    with serving(model) as url, browsing(browser, url) as page:
+        page.wait_for_function("!document.querySelector('#map-controls').hidden")
+        text = "3. Oktober 1990"
+        translate_on_page(page, text)
+        result = httpx.post(url + "translate", json={"text": text, "maps": True, "beam": 1}).json()["results"][0]
+        assert page.locator("#heatmap .tok.src").all_inner_texts() == result["source_tokens"]
+        assert result["source_tokens"][-1] == "</s>"
+        page.select_option("#map", "decoder")
+        assert page.locator("#heatmap .tok.src").all_inner_texts() == ["<pad>", *result["tokens"][:-1]]
+        page.select_option("#map", "cross")
+        page.click('#heatmap .tok.out[data-row="0"]')
+        page.wait_for_function("document.querySelector('#explain').dataset.step === '1'")
+        screenshot(page, "explorer_imported_marian.png")

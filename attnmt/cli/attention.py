@@ -104,7 +104,7 @@ def _plot(args: argparse.Namespace) -> None:
     head = None if args.head == "mean" else args.head
     AttentionView(args.attention, args.layer, head).check({name: m.shape[:2] for name, m in maps.items()})
     chosen = maps[args.attention]                                           # [layers, heads, queries, keys]
-    keys = result.source_tokens if args.attention != "decoder" else ["<sos>", *result.tokens[:-1]]
+    keys = result.source_tokens if args.attention != "decoder" else [translator.start_token, *result.tokens[:-1]]
     queries = result.tokens if args.attention != "encoder" else result.source_tokens
     title = f"{args.sentence} -> {result.text}"
     missing = missing_glyphs(result.source_tokens + result.tokens + [title])

@@ -322,6 +322,7 @@ def model_info(translator: TextTranslator, limits: ServeConfig, max_tokens: int,
     return {"src_lang": config.data.src_lang, "source_languages": source_languages(config.data),
             "tgt_lang": config.data.tgt_lang, "arch": config.model.arch, "tokenizer": config.tokenizer.level,
             "beam_size": decode.beam_size, **asdict(engine), "explains": translator.explains,
+            "start_token": translator.start_token,
             "alignments": alignments,
             "limits": {**asdict(limits), "max_tokens": max_tokens}}
 

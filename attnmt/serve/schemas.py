@@ -160,7 +160,7 @@ class ExplainResponse(BaseModel):
                      "to a word, and for occlusion",
     "attention": "the step's cross-attention on each source word (its pieces summed), as attnmt align reads it; "
                  "null: the model has no attention",
-    "prefix": "grad and ig: the attribution of each target input, <sos> first; null for occlusion",
+    "prefix": "grad and ig: the attribution of each target input, the start token first; null for occlusion",
     "source_share": "grad and ig: Σ|source| / (Σ|source| + Σ|prefix|), how much of the attribution comes from the "
                     "source rather than the translation so far; null for occlusion",
     "completeness": f"ig: `total`, the attributions' sum, Σ source + between_words + Σ prefix, against `change`, "
@@ -175,6 +175,7 @@ class AttributedStepResult(AttributedStep):
     "method": "grad, ig or occlusion",
     "source_words": "the sentence's words (split at whitespace), over which each step's `source` and `attention` are",
     "target_tokens": "the translation attributed (its forced decoding), the end of sentence left out",
+    "start_token": "what the decoder reads first, the first input of each step's `prefix` (<sos>; Marian's <pad>)",
     "ig_steps": "ig: the points from the baseline to the input; null for the other methods",
     "layer": "the attention's layer, from 1 (null: a Transformer's penultimate, as attnmt align reads it)",
     "head": "the attention's head, from 1 (null: the mean of the layer's heads, as attnmt align reads it)",
@@ -210,6 +211,8 @@ class ModelInfo(BaseModel):
     precision: str = Field(description="what decoding runs in here: fp32, bf16 or int8 (`auto` resolved)")
     engine: str = Field(description="what decodes: attnmt (its own engine) or ctranslate2 (an exported model)")
     explains: bool = Field(description="whether /explain can open the decoding steps (attnmt's own engine)")
+    start_token: str = Field(description="the token the decoder starts from, the first key of the decoder map and of "
+                                         "an attribution's prefix: <sos> (attnmt's vocabularies), <pad> (Marian's)")
     alignments: Optional[Literal["aligner", "argmax"]] = Field(
         description="how `alignments: true` links words: aligner (the model file holds one), argmax (attention's); "
                     "null where it cannot (no attention and no aligner, or an engine without the model's weights)")

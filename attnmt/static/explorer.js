@@ -28,7 +28,7 @@
   const MAPS = {
     cross: { label: "cross: output over source", rows: "output tokens", cols: "source tokens", steps: true },
     encoder: { label: "encoder self-attention", rows: "source tokens", cols: "source tokens", steps: false },
-    decoder: { label: "decoder self-attention", rows: "output tokens", cols: "the output before each (<sos> first)",
+    decoder: { label: "decoder self-attention", rows: "output tokens", cols: "the output before each (the start first)",
                steps: true },
   };
 
@@ -140,8 +140,7 @@
     const name = modelSelect.value;
     clearResults();
     $("model-info").textContent = `loading ${name}\u2026`;
-    // The address says the model, so that a reload or a shared link opens the page on it.
-    history.replaceState(null, "", `?model=${encodeURIComponent(name)}`);
+    remember({ model: name });
     loadModel(name);
   });
 
@@ -195,6 +194,8 @@
       $("error").hidden = true;
       $("output").dataset.source = text;  // which sentence is on display (tests wait for it)
       render(body.results[0]);
+      remember({ model: model.name, text });
+      openLinkedStep();
       const how = beam === 1 ? "greedy" : `beam ${beam}`;
       setStatus(`${how}, ${Math.round(performance.now() - started)} ms`);
     } catch (err) {
@@ -274,7 +275,7 @@
       : layer[Number(headSelect.value) - 1];
     const tokens = hypothesis.tokens, sources = result.source_tokens;
     const rows = which === "encoder" ? sources : tokens;
-    const cols = which === "cross" ? sources : which === "encoder" ? sources : ["<sos>", ...tokens.slice(0, -1)];
+    const cols = which === "cross" ? sources : which === "encoder" ? sources : [model.start_token, ...tokens.slice(0, -1)];
     const head = headSelect.value === "mean" ? "mean of the heads" : `head ${headSelect.value}`;
     $("axes").textContent = `Rows: ${MAPS[which].rows}. Columns: ${MAPS[which].cols}. Layer ${layerSelect.value}, ${head}.`;
     draw(cols, rows, weights);
@@ -441,6 +442,7 @@
     }));
     predictions($("explain-next"), step.next, step.token);
     predictions($("explain-uniform"), step.next_uniform, step.token);
+    remember({ model: model.name, text: view.text, step: step.step });
     attributeStep(step.step);
   }
 
@@ -537,6 +539,8 @@
 
   function attributeAgain() {
     igStepsInput.disabled = methodSelect.value !== "ig";
+    const shown = new URLSearchParams(location.search);
+    remember({ model: shown.get("model"), text: shown.get("text"), step: shown.get("step") });
     if (!$("explain").hidden) attributeStep(Number($("explain").dataset.step));
   }
 
@@ -554,5 +558,34 @@
     translate();
   });
   for (const input of [beamInput, nbestInput]) input.addEventListener("change", translate);
-  loadModel(new URLSearchParams(location.search).get("model"));   // ?model=NAME, else the server's first
+  // A link to a sentence: ?model=NAME&text=SENTENCE&step=N&attribution=METHOD (each optional), which the
+  // address keeps as the page changes, so that a reload or a shared link opens on the same sentence and step.
+  const link = new URLSearchParams(location.search);
+  let linkedStep = Number(link.get("step")) || null;   // opened once, when the linked sentence is translated
+  if (link.get("text")) source.value = link.get("text");
+  if ([...methodSelect.options].some((option) => option.value === link.get("attribution"))) {
+    methodSelect.value = link.get("attribution");
+    igStepsInput.disabled = methodSelect.value !== "ig";
+  }
+  loadModel(link.get("model"));   // the server's first model where the link names none
+
+  // The address of what is on display: the model, the sentence, the step and the attribution method.
+  function remember({ model: name, text, step }) {
+    const params = new URLSearchParams();
+    if (name) params.set("model", name);
+    if (text) params.set("text", text);
+    if (text && step) params.set("step", step);
+    if (methodSelect.value !== "off") params.set("attribution", methodSelect.value);
+    history.replaceState(null, "", `?${params}`);
+  }
+
+  // The step a link names, pinned and explained as a click on its output token would.
+  function openLinkedStep() {
+    const token = linkedStep && grid.querySelector(`.tok.out[data-row="${linkedStep - 1}"]`);
+    linkedStep = null;
+    if (!token || !model.explains) return;
+    pinned = token;
+    highlight(token);
+    explainStep(Number(token.dataset.row));
+  }
 })();
