@@ -1,5 +1,5 @@
-"""Averaging the last epochs' weights (train.average_last): each epoch's model kept beside the
-best one while training, the older ones deleted, and their element-wise mean."""
+"""Averaging weights: the last epochs' while training (train.average_last: each epoch's model kept
+beside the best one, the older ones deleted), and model files of one model (`attnmt average`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ from pathlib import Path
 
 import torch
 
-from .modelfile import read_model
+from .errors import AttnmtError
+from .files import check_parent_dir
+from .modelfile import describe, read_metadata, read_model, save_model
 from .translate import Translator
 
 
@@ -28,9 +30,36 @@ def epochs_of(names: list[str]) -> list[int]:
 
 
 def average_weights(paths: list[Path], device: torch.device) -> dict[str, torch.Tensor]:
-    """The element-wise mean of the model files' weights on `device` (summed in float32, stored in
-    each weight's own dtype)."""
-    states = [{name: weight.to(device) for name, weight in read_model(path)[1].items()} for path in paths]
-    zero = torch.zeros((), device=device)
-    return {k: (sum((state[k].float() for state in states), zero) / len(states)).to(states[0][k].dtype)
-            for k in states[0]}
+    """The element-wise mean of the model files' weights on `device` (summed in float32 in the files'
+    order, one file read at a time, stored in each weight's own dtype)."""
+    total: dict[str, torch.Tensor] = {}
+    dtypes: dict[str, torch.dtype] = {}
+    for path in paths:
+        for name, weight in read_model(path)[1].items():
+            dtypes.setdefault(name, weight.dtype)
+            total[name] = total.get(name, torch.zeros((), device=device)) + weight.to(device).float()
+    return {name: (summed / len(paths)).to(dtypes[name]) for name, summed in total.items()}
+
+
+def average_files(paths: list[Path], out: Path, overwrite: bool = False) -> Path:
+    """Write the element-wise mean of model files of one model (the same architecture, tokenizers and
+    vocabularies: epochs of one run, fine-tunings of one model) as the model file `out`, with the first
+    file's description and origin and the files it averages (attnmt info)."""
+    if len(paths) < 2:
+        raise AttnmtError("attnmt average: give two or more model files to average")
+    if out.exists() and not overwrite:
+        raise AttnmtError(f"{out} exists; use --overwrite to replace it")
+    check_parent_dir(out)
+    metas = [read_metadata(path) for path in paths]
+    first, *others = [describe(path, meta) for path, meta in zip(paths, metas)]
+    for path, description in zip(paths[1:], others):
+        changed = [key for key, value in vars(first.config.model).items() if vars(description.config.model)[key] != value]
+        if changed or type(description.config.model) is not type(first.config.model):
+            raise AttnmtError(f"{path}: another architecture than {paths[0]} (model.{', model.'.join(changed) or 'arch'}); "
+                              f"only files of one model average")
+        if description.tokenization.to_dict() != first.tokenization.to_dict():
+            raise AttnmtError(f"{path}: other tokenizers or vocabularies than {paths[0]}; only files of one model average")
+    averaged = [{"file": str(path.resolve()), "weights_sha256": meta["sha256"]} for path, meta in zip(paths, metas)]
+    save_model(out, first, average_weights(paths, torch.device("cpu")), origin=metas[0].get("origin"),
+               averaged=averaged)
+    return out

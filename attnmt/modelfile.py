@@ -30,7 +30,7 @@ from safetensors.torch import save as save_safetensors_bytes
 from .config import Config
 from .configfile import saved_config
 from .errors import AttnmtError
-from .files import MODEL_FILE, atomic_write
+from .files import MODEL_FILE, atomic_write, model_file
 from .vocab import Tokenization
 
 MAGIC = "attnmt"
@@ -83,11 +83,13 @@ CTRANSLATE2_ENGINE_FILE = "attnmt.json"
 
 
 def load_file(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """Tensors and metadata of an attnmt file; a clear error for anything else."""
+    """Tensors and metadata of an attnmt file, or of the model file in a training run's folder, as the
+    command line takes it; a clear error for anything else."""
     path = Path(path)
     if (path / CTRANSLATE2_ENGINE_FILE).is_file():
         raise AttnmtError(f"{path}: a CTranslate2 model (attnmt export), which only translate, evaluate, plot and "
                           f"serve decode (--engine ctranslate2); give this command the attnmt model file it came from")
+    path = model_file(path)
     if path.is_dir():
         raise AttnmtError(f"{path}: a folder without {MODEL_FILE}; give the model file (a training run writes its "
                           f"model to train.out_dir/{MODEL_FILE})")
@@ -137,12 +139,14 @@ def network_weights(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]
 
 
 def save_model(path: str | Path, description: ModelDescription, state_dict: dict[str, torch.Tensor],
-               training: Optional[dict[str, Any]] = None, origin: Optional[dict[str, Any]] = None) -> None:
+               training: Optional[dict[str, Any]] = None, origin: Optional[dict[str, Any]] = None,
+               averaged: Optional[list[dict[str, str]]] = None) -> None:
     """Write a model as one self-contained file (atomically); `training` says how it was trained
     (the data's digest, steps, its validation figures), `origin` where an imported model came from
-    (its format, folder, name and config's digest: attnmt import), both for `attnmt info`."""
+    (its format, folder, name and config's digest: attnmt import), `averaged` the files whose mean it
+    is (attnmt average), all for `attnmt info`."""
     meta = {"kind": "model", **description.metadata(), **({"training": training} if training else {}),
-            **({"origin": origin} if origin else {})}
+            **({"origin": origin} if origin else {}), **({"averaged": averaged} if averaged else {})}
     save_file(path, model_tensors(state_dict), meta)
 
 

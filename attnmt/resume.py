@@ -16,7 +16,7 @@ from .config import Config, TrainConfig, TrainPrecision
 from .configfile import fine_tuning_config
 from .errors import AttnmtError
 from .files import MODEL_FILE
-from .modelfile import ModelDescription, read_checkpoint, read_model
+from .modelfile import ModelDescription, read_checkpoint, read_metadata, read_model
 from .prepare import open_corpus
 
 CHECKPOINT_FILE = "checkpoint.safetensors"
@@ -96,6 +96,19 @@ def read_init(config: Config) -> tuple[Config, ModelDescription, dict[str, torch
     except AttnmtError as err:
         raise AttnmtError(f"train.init_from: {err}") from None
     return fine_tuning_config(config, description.config, path), description, weights
+
+
+def started_from(path: str) -> dict:
+    """What a fine-tuned model file says of the file its run started from (train.init_from; attnmt info):
+    where it was, its weights' digest, and where that file came from (imported, or fine-tuned itself),
+    as far as the file can still be read."""
+    try:
+        meta = read_metadata(path)
+    except AttnmtError:
+        return {"file": str(Path(path).resolve())}
+    earlier = (meta.get("training") or {}).get("init_from")
+    return {"file": str(Path(path).resolve()), "weights_sha256": meta["sha256"],
+            **({"origin": meta["origin"]} if meta.get("origin") else {}), **({"init_from": earlier} if earlier else {})}
 
 
 def find_start(config: Config, resume_from: Optional[Path], log: Callable[[str], None]) -> Start:

@@ -10,15 +10,17 @@ import random
 from pathlib import Path
 from typing import Iterator, Optional
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .batch import Framing, batch_indices, collate
 from .config import TrainConfig
 from .errors import AttnmtError
 from .seam import Model
 from .training_data import Part
-from .vocab import PAD_ID
+from .vocab import PAD_ID, Example
 
 
 def make_optimizer(model: Model, tc: TrainConfig, state: Optional[dict] = None) -> torch.optim.Optimizer:
@@ -116,3 +118,21 @@ def train_step(network: nn.Module, optimizer: torch.optim.Optimizer, parts: list
     with refusing_out_of_memory(step, parts):
         total = sum(backward(network, part, tc, step, 1 / tokens) for part in parts)
     return apply_update(network, optimizer, total, tc, step, model_path)
+
+
+def evaluate_loss(model: Model, examples: list[Example], batch_size: int, device: torch.device,
+                  framing: Framing = Framing()) -> float:
+    """Mean cross-entropy per target token, teacher-forced, no dropout."""
+    forced = TeacherForced(model).eval()
+    total, tokens = 0.0, 0
+    lengths = np.array([(len(s), len(t)) for s, t in examples], dtype=np.int64).reshape(-1, 2)
+    with torch.inference_mode():
+        for batch_ids in batch_indices(lengths, batch_size):
+            ids = batch_ids.tolist()
+            batch = collate([examples[i] for i in ids], ids, device, framing)
+            at = batch.target_mask
+            logits = forced(batch.src, batch.src_lengths, batch.tgt_in, at)
+            total += sequence_loss(logits, batch.tgt_out[at]).item()
+            tokens += batch.num_target_tokens
+    forced.train()
+    return total / max(tokens, 1)

@@ -14,8 +14,8 @@ import torch
 from tqdm import tqdm
 
 from .average import average_weights, epochs_of, keep_epoch_model
-from .batch import Framing, batch_indices, collate
 from .config import Config, TrainConfig, TrainPrecision
+from .data import anchored
 from .errors import AttnmtError
 from .evaluate import score_translations
 from .families import build_model
@@ -24,13 +24,11 @@ from .files import MODEL_FILE
 from .metrics import MetricsWriter
 from .modelfile import Checkpoint, save_checkpoint
 from .precision import BF16_AT_MOST, faster_precision, has_lstm, native_bf16, precision_note, resolve_device
-from .resume import CHECKPOINT_FILE, Progress, check_continuation, find_start, prepare_out_dir, settled_precision
-from .seam import Model
-from .step import TeacherForced, make_optimizer, part_loss, sequence_loss, train_step
+from .resume import CHECKPOINT_FILE, Progress, check_continuation, find_start, prepare_out_dir, settled_precision, started_from
+from .step import TeacherForced, evaluate_loss, make_optimizer, part_loss, train_step
 from .store import PreparedCorpus
 from .training_data import Part, TrainingData, epoch_batches
 from .translate import Translator
-from .vocab import Example
 
 T = TypeVar("T")
 
@@ -85,24 +83,6 @@ class TrainResult:
     minutes: float  # on the training clock, which a resumed run continues
 
 
-def evaluate_loss(model: Model, examples: list[Example], batch_size: int, device: torch.device,
-                  framing: Framing = Framing()) -> float:
-    """Mean cross-entropy per target token, teacher-forced, no dropout."""
-    forced = TeacherForced(model).eval()
-    total, tokens = 0.0, 0
-    lengths = np.array([(len(s), len(t)) for s, t in examples], dtype=np.int64).reshape(-1, 2)
-    with torch.inference_mode():
-        for batch_ids in batch_indices(lengths, batch_size):
-            ids = batch_ids.tolist()
-            batch = collate([examples[i] for i in ids], ids, device, framing)
-            at = batch.target_mask
-            logits = forced(batch.src, batch.src_lengths, batch.tgt_in, at)
-            total += sequence_loss(logits, batch.tgt_out[at]).item()
-            tokens += batch.num_target_tokens
-    forced.train()
-    return total / max(tokens, 1)
-
-
 def train(config: Config, resume: bool = False, overwrite: bool = False,
           log: Callable[[str], None] = print, ranks: Optional[Ranks] = None) -> TrainResult:
     """Train the model the config describes; the best model by `train.select_by` goes to out_dir.
@@ -113,7 +93,7 @@ def train(config: Config, resume: bool = False, overwrite: bool = False,
     trains on its share of every batch; rank 0 alone validates, logs and writes files, and what it
     decides reaches the others. Only rank 0's result carries test scores.
     """
-    ranks = ranks or Ranks()
+    ranks, config = ranks or Ranks(), replace(config, data=anchored(config.data))  # the model keeps data.path absolute
     log = log if ranks.is_main else _silent
     tc, out_dir = config.train, Path(config.train.out_dir)
     device = ranks.device(resolve_device(tc.device))
@@ -383,6 +363,7 @@ class Run:
         corpus = self.data.corpus
         return {"data_sha256": corpus.fingerprint, "training_pairs": len(corpus), "epoch": record["epoch"],
                 "step": record["step"], "threads": self.progress.threads, "precision": self.progress.precision, **extra,
+                **({"init_from": started_from(self.config.train.init_from)} if self.config.train.init_from else {}),
                 "validation": {k: v for k, v in record.items() if k.startswith("valid")}}
 
 

@@ -21,7 +21,7 @@ from attnmt import AttnmtError, cli
 from attnmt.config import MODEL_DECODE_KEYS, Config, DecodeConfig
 from attnmt.configfile import config_from_dict, fine_tuning_config, load_config
 from attnmt.metrics import read_metrics
-from attnmt.modelfile import load_file, read_model, save_model
+from attnmt.modelfile import load_file, read_metadata, read_model, save_model
 from attnmt.prepare import REUSED
 from attnmt.train import train
 from attnmt.translate import Translator
@@ -98,7 +98,7 @@ def test_a_key_set_on_the_command_line_or_in_python_counts_as_set(tmp_path):
         fine_tuning(from_rnn, model={"attn_dropout": 0.1})
 
 
-def test_a_config_of_data_and_train_fine_tunes_a_trained_transformer(tmp_path, transformer_dates_model):
+def test_a_config_of_data_and_train_fine_tunes_a_trained_transformer(tmp_path, transformer_dates_model, capsys):
     description, base_weights, _ = read_model(transformer_dates_model)
     description.config.decode = config_from_dict({"data": {"format": "dates"}, "decode": SAVED_DECODE}).decode
     base = tmp_path / "base.safetensors"
@@ -122,6 +122,10 @@ def test_a_config_of_data_and_train_fine_tunes_a_trained_transformer(tmp_path, t
     assert fine_weights.keys() == base_weights.keys()
     assert max((fine_weights[k] - base_weights[k]).abs().max().item() for k in base_weights) < 0.004
     assert not all(torch.equal(fine_weights[k], base_weights[k]) for k in base_weights)
+    # the file says where it started: attnmt info names the file and its weights' digest
+    assert meta["training"]["init_from"] == {"file": str(base.resolve()), "weights_sha256": read_metadata(base)["sha256"]}
+    assert cli.main(["info", str(result.model_path)]) == 0
+    assert f"fine-tuned from: {base.resolve()} (weights sha256 {read_metadata(base)['sha256']})" in capsys.readouterr().out
 
 
 def test_a_model_file_whose_vocabularies_have_their_own_special_ids_fine_tunes_as_attnmts_order(tmp_path,

@@ -19,8 +19,8 @@ __all__ = ["Number", "build_parser", "main"]
 # In the order `attnmt --help` lists them.
 COMMANDS = (training.add_demo, training.add_train, training.add_prepare, translating.add_translate,
             translating.add_evaluate, attention.add_plot, attention.add_align, attention.add_train_aligner,
-            attention.add_explain, model_files.add_import, model_files.add_export, model_files.add_info,
-            training.add_plot_curves, translating.add_serve)
+            attention.add_explain, model_files.add_import, model_files.add_export, model_files.add_average,
+            model_files.add_info, training.add_plot_curves, translating.add_serve)
 
 
 def build_parser() -> Parser:

@@ -1,4 +1,4 @@
-"""The commands about a model file itself: `attnmt import`, `attnmt export` and `attnmt info`."""
+"""The commands about a model file itself: `attnmt import`, `attnmt export`, `attnmt average` and `attnmt info`."""
 
 from __future__ import annotations
 
@@ -57,6 +57,24 @@ def _export(args: argparse.Namespace) -> None:
     print(f"CTranslate2 model written to {out}")
 
 
+def add_average(commands: Commands) -> None:
+    average = commands.add_parser("average", help="the element-wise mean of model files of one model (epochs of one "
+                                                  "run, fine-tunings of one model) as a new model file")
+    average.add_argument("models", nargs="+", type=model_argument, help="two or more model files (or run folders)")
+    average.add_argument("--out", required=True, help="the attnmt model file to write")
+    average.add_argument("--overwrite", action="store_true", help="replace the file if it exists")
+    average.set_defaults(run=_average)
+
+
+def _average(args: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    from ..average import average_files
+
+    out = average_files([Path(m) for m in args.models], Path(args.out), args.overwrite)
+    print(f"attnmt model written to {out} (the mean of {len(args.models)} files)")
+
+
 def add_info(commands: Commands) -> None:
     info = commands.add_parser("info", help="what a model file holds: family, sizes, vocabularies, training")
     info.add_argument("model", type=model_argument, help="model file, or a training run's folder")
@@ -86,9 +104,13 @@ def _info(args: argparse.Namespace) -> None:
           f"vocabularies: {info['src_vocab_size']:,} source, {info['tgt_vocab_size']:,} target tokens")
     training, origin = info["training"], info["origin"]
     if origin is not None:
-        print(f"origin: imported from the {origin['format']} folder {origin['folder']}"
-              + (f" ({origin['name']})" if origin["name"] else "") + f", config.json sha256 {origin['config_sha256']}")
-    if training is None and origin is None:
+        print(f"origin: {_imported(origin)}")
+    if training is not None and "init_from" in training:
+        print(f"fine-tuned from: {_started(training['init_from'])}")
+    if info["averaged"]:
+        print("averaged from: " + ", ".join(f"{a['file']} (weights sha256 {a['weights_sha256']})"
+                                            for a in info["averaged"]))
+    if training is None and origin is None and not info["averaged"]:
         print("training: not recorded (a file written before attnmt kept it)")
     elif training is not None:
         print(f"training: {training['training_pairs']:,} pairs, data sha256 {training['data_sha256']}; "
@@ -100,6 +122,23 @@ def _info(args: argparse.Namespace) -> None:
         aligner = info["aligner"]
         print(f"aligner: trained on {_count(aligner['pairs'], 'pair')}, {_count(aligner['epochs'], 'epoch')}, "
               f"{_count(aligner['minutes'], 'minute')} (attnmt align --method aligner)")
+
+
+def _imported(origin: dict) -> str:
+    """Where an imported model came from: its folder, name and config's digest."""
+    return (f"imported from the {origin['format']} folder {origin['folder']}"
+            + (f" ({origin['name']})" if origin["name"] else "") + f", config.json sha256 {origin['config_sha256']}")
+
+
+def _started(start: dict) -> str:
+    """The model file a fine-tuning run started from, and where that one came from, as far as recorded."""
+    said = start["file"] + (f" (weights sha256 {start['weights_sha256']})" if "weights_sha256" in start
+                            else " (not readable when the run saved)")
+    if "origin" in start:
+        said += f", {_imported(start['origin'])}"
+    if "init_from" in start:
+        said += f", fine-tuned from {_started(start['init_from'])}"
+    return said
 
 
 def _count(n: int | float, noun: str) -> str:
