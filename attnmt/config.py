@@ -451,4 +451,6 @@ def validate(config: Config) -> None:
         training_corpora(d)
     source_languages(d)
     if d.format == "tsv" and "en" not in (d.src_lang, d.tgt_lang):
-        raise AttnmtError("data.format=tsv: manythings files hold English in column 1, so src_lang or tgt_lang must be 'en'")
+        cased = " (language codes are lower case: 'EN' is not 'en')" if "en" in (d.src_lang.lower(), d.tgt_lang.lower()) else ""
+        raise AttnmtError(f"data.format=tsv: manythings files hold English in column 1, so src_lang or tgt_lang must be "
+                          f"'en'{cased}")

@@ -6,6 +6,7 @@ module sits above the families while config.py, which their configs build on, si
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
 import types
 import typing
@@ -104,7 +105,9 @@ def _build(cls: type, values: dict, where: str) -> Any:
             if owners:
                 raise AttnmtError(f"{path} is a key of model.arch {' and '.join(owners)}, not of this config's "
                                   f"{values.get('arch', DEFAULT_ARCH)}; its keys: {', '.join(fields)}")
-            raise AttnmtError(f"unknown config key {path!r}; valid keys here: {', '.join(fields)}")
+            meant = difflib.get_close_matches(str(key), list(fields), n=1)
+            hint = f" (did you mean {f'{where}.' if where else ''}{meant[0]}?)" if meant else ""
+            raise AttnmtError(f"unknown config key {path!r}{hint}; valid keys here: {', '.join(fields)}")
         hint = hints[key]
         if isinstance(hint, type) and dataclasses.is_dataclass(hint):
             kwargs[key] = _build(hint, value or {}, path)

@@ -13,7 +13,7 @@ import random
 import typing
 from array import array
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterator, Optional, Protocol, Sequence
 
@@ -356,6 +356,15 @@ class CorpusFiles:
     parallel: Optional[ParallelFiles] = None  # each split's line-aligned files
 
 
+def anchored(data: DataConfig) -> DataConfig:
+    """data.path as a model file keeps it: a relative path that exists made absolute, so that a later
+    `attnmt evaluate MODEL --split test` finds it from any folder; a corpus's name stays as given."""
+    path = Path(data.path)
+    if not data.path or path.is_absolute() or not path.exists():
+        return data
+    return replace(data, path=str(path.resolve()))
+
+
 def check_source(data: DataConfig) -> CorpusFiles:
     """The raw files data.path names (a known corpus's name: its files, downloaded once), found
     before anything is read or generated; one line naming the setting to change if data.format
@@ -378,7 +387,8 @@ def _what_fits(data: DataConfig, path: Path) -> str:
     folder = data.format == "parallel"
     reads = f"data.format={data.format} reads {_format_reads(data, data.format)}"
     if not path.exists():
-        return f"{'folder' if folder else 'file'} not found; {reads}"
+        where = "" if path.is_absolute() else f" (a relative path, read from the current folder, {Path.cwd()})"
+        return f"{'folder' if folder else 'file'} not found{where}; {reads}"
     if path.is_dir():
         return f"a folder, not a regular file; {reads}; for {_format_reads(data, 'parallel')} set data.format=parallel"
     if not path.is_file():

@@ -62,6 +62,13 @@ def _save(fig: plt.Figure, path: str | Path) -> None:
 
 
 MAX_INCHES = 40  # a heatmap's largest side; past it, long sentences label every k-th token
+TITLE_LINES = 3  # a title wraps onto this many lines before it is cut
+
+
+def _wrapped(title: str, inches: float) -> str:
+    """`title` on lines that fit a figure `inches` wide (about 12 characters an inch at 9 points),
+    cut with " ..." only past TITLE_LINES lines."""
+    return "\n".join(textwrap.wrap(title, max(int(inches * 12), 20), max_lines=TITLE_LINES, placeholder=" ..."))
 
 
 def _every_kth(tokens: list[str], inches: float) -> tuple[list[int], list[str]]:
@@ -93,8 +100,8 @@ def plot_attention(weights: np.ndarray, source_tokens: list[str], output_tokens:
         ax.set_ylabel(axes[1])
         ax.xaxis.set_ticks_position("top")
         ax.xaxis.set_label_position("top")
-        if title:  # a long sentence's title is cut to the figure's width
-            ax.set_title(textwrap.shorten(title, int(width * 12), placeholder=" ..."), fontsize=9, pad=12)
+        if title:
+            ax.set_title(_wrapped(title, width), fontsize=9, pad=12)
         if gold is not None:
             for column, row in gold.possible:                               # sure links are possible too
                 sure = (column, row) in gold.sure
@@ -130,7 +137,7 @@ def plot_attention_grid(maps: np.ndarray, key_tokens: list[str], query_tokens: l
             ax.set_xlabel(f"layer {layer + 1}, head {head + 1}", fontsize=7)
         fig.supxlabel(f"{axes[0]} (across) by {axes[1]} (down)", fontsize=8)
         if title:
-            fig.suptitle(textwrap.shorten(title, int((1.0 + cell * heads) * 12), placeholder=" ..."), fontsize=9)
+            fig.suptitle(_wrapped(title, 1.0 + cell * heads), fontsize=9)
         fig.tight_layout()
         _save(fig, path)
 

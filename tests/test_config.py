@@ -219,6 +219,14 @@ def test_override_unknown_key_is_blamed_on_the_override_not_the_file(tmp_path):
     assert error_of(path, ["train.epochs=2"]).startswith(f"{path}: unknown config key 'model.atention'")
 
 
+def test_an_unknown_key_names_the_nearest_one_and_a_language_code_in_capitals_is_named(tmp_path):
+    message = error_of(write(tmp_path, "data:\n  format: dates\ntrain:\n  max_minute: 5\n"), [])
+    assert "unknown config key 'train.max_minute' (did you mean train.max_minutes?); valid keys here: " in message
+    assert "(did you mean" not in error_of(write(tmp_path, "data:\n  format: dates\ntrain:\n  zzz: 5\n"), [])
+    message = error_of(write(tmp_path, "data:\n  format: tsv\n  path: pairs.tsv\n  src_lang: EN\n  tgt_lang: fr\n"), [])
+    assert message.endswith("src_lang or tgt_lang must be 'en' (language codes are lower case: 'EN' is not 'en')")
+
+
 def test_override_without_equals(tmp_path):
     message = error_of(write(tmp_path, "data:\n  format: dates\n"), ["model.attention"])
     assert message == "override 'model.attention': expected section.key=value, e.g. model.attention=dot"

@@ -63,6 +63,13 @@ def test_a_missing_data_path_names_the_key_and_what_the_format_reads(tmp_path, f
     assert message.startswith(f"data.path: {tmp_path / 'nope'}: {what}; data.format={form} reads ")
 
 
+def test_a_missing_relative_data_path_says_where_it_was_looked_for(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    message = refusal(DataConfig(format="tsv", path="en-fr.tsv"))
+    assert message.startswith(f"data.path: en-fr.tsv: file not found (a relative path, read from the current "
+                              f"folder, {tmp_path}); data.format=tsv reads ")
+
+
 def test_missing_validation_files_name_the_setting_that_cuts_them_from_the_training_pairs(tmp_path):
     write_line_aligned(tmp_path, {"train": PAIRS, "dev": PAIRS[:5], "test": PAIRS[5:10]})
     message = refusal(DataConfig(format="parallel", path=str(tmp_path), test_prefix="test"))
@@ -109,3 +116,25 @@ def test_checking_the_dates_generates_nothing(monkeypatch):
     source = CorpusSource(data)
     with pytest.raises(AssertionError, match="generated"):
         source.heldout()
+
+
+def test_a_model_trained_from_a_relative_path_is_evaluated_from_another_folder(tmp_path, monkeypatch, capsys):
+    """The model file keeps data.path absolute: `attnmt evaluate MODEL --split test` reads the test pairs
+    from any folder, not only from the one training ran in."""
+    from conftest import tiny_dates_config, write_dates_files
+
+    from attnmt.configfile import config_from_dict
+    from attnmt.train import train
+    from attnmt.translate import Translator
+
+    write_dates_files(tmp_path / "corpus", {"train": 300, "val": 20, "test": 20})
+    values = tiny_dates_config(tmp_path / "run")
+    values["data"] = {"format": "parallel", "path": "corpus", "src_lang": "de", "tgt_lang": "en", "valid_prefix": "val",
+                      "test_prefix": "test"}
+    values["train"].update(epochs=1)
+    monkeypatch.chdir(tmp_path)
+    result = train(config_from_dict(values), log=lambda _: None)
+    assert Translator.load(result.model_path, "cpu").config.data.path == str(tmp_path / "corpus")
+    monkeypatch.chdir(tmp_path / "run")
+    assert cli.main(["evaluate", str(result.model_path), "--split", "test", "--device", "cpu"]) == 0
+    assert "bleu: " in capsys.readouterr().out

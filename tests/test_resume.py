@@ -323,3 +323,40 @@ def test_a_resumed_run_keeps_its_format_under_auto_and_warns_of_another_one_set(
     assert settled("fp32", "bf16") == ("fp32", [
         "warning: the run being resumed trained in bf16, this one in fp32: it continues in another format, not "
         "bit-exactly (train.precision=auto or bf16 resumes it exactly)"])
+
+
+def test_ctrl_c_says_what_was_kept_and_the_command_that_continues(tmp_path, monkeypatch, capsys):
+    """Ctrl-C after the first checkpoint: one line naming the checkpoint (its epoch and step), the best
+    model so far and the exact command with --resume, which then runs; before any checkpoint: nothing kept."""
+    from attnmt import cli
+    from attnmt.train import Run
+
+    config = write_config(tmp_path / "run.yaml", tmp_path / "run")
+    saved, calls = Run.save_checkpoint, []
+
+    def interrupted_after(count: int):
+        def save_checkpoint(run) -> None:
+            calls.append(1)
+            if len(calls) > count:
+                raise KeyboardInterrupt
+            saved(run)
+        return save_checkpoint
+
+    overrides = ["train.epochs=2", "train.checkpoint_every=0"]     # a checkpoint after each epoch's validation
+    monkeypatch.setattr(Run, "save_checkpoint", interrupted_after(0))
+    assert cli.main(["train", str(config), *overrides]) == 130
+    assert f"attnmt: training stopped before its first checkpoint: nothing is kept in {tmp_path / 'run'}" \
+        in capsys.readouterr().err
+    calls.clear()
+    monkeypatch.setattr(Run, "save_checkpoint", interrupted_after(1))
+    assert cli.main(["train", str(config), *overrides, "--overwrite"]) == 130
+    err = capsys.readouterr().err
+    checkpoint = tmp_path / "run" / "checkpoint.safetensors"
+    progress = load_file(checkpoint)[1]["progress"]
+    assert progress["epoch"] == 2 and progress["step"] > 0
+    assert f"attnmt: training stopped; kept: {checkpoint}, after step {progress['step']} (epoch 2 next); the best " \
+           f"model so far is {tmp_path / 'run' / 'model.safetensors'}. `attnmt train {config} {' '.join(overrides)} " \
+           f"--resume` continues" in err
+    assert err.endswith("attnmt: interrupted\n")
+    monkeypatch.setattr(Run, "save_checkpoint", saved)
+    assert cli.main(["train", str(config), *overrides, "--resume"]) == 0

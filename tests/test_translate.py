@@ -142,6 +142,20 @@ def test_plot_writes_png(dates_model, tmp_path):
         plot_attention(result.attention, result.source_tokens[:-1], result.tokens, out)
 
 
+def test_a_plots_title_wraps_whole_and_is_cut_only_past_three_lines(monkeypatch, tmp_path):
+    """A 5x5 heatmap is about 3.75 inches wide: its title once lost all but three words to '...'."""
+    from attnmt import plot
+
+    titles: list[str] = []
+    monkeypatch.setattr(plot, "_save", lambda fig, path: titles.append(fig.axes[0].get_title()))
+    tokens, weights = list("abcde"), np.full((5, 5), 0.2)
+    sentence = "Zwei junge weiße Männer sind im Freien in der Nähe vieler Büsche -> Two young men are outside"
+    plot_attention(weights, tokens, tokens, tmp_path / "a.png", title=sentence)
+    assert titles[-1].replace("\n", " ") == sentence and titles[-1].count("\n") >= 1
+    plot_attention(weights, tokens, tokens, tmp_path / "a.png", title=sentence * 4)
+    assert titles[-1].count("\n") == 2 and titles[-1].endswith(" ...")
+
+
 def assert_same_nbests(nbests: list, expected: list) -> None:
     """The same texts; log-probabilities the same up to the float sums of another batch."""
     assert [[t.text for t in nbest] for nbest in nbests] == [[t.text for t in nbest] for nbest in expected]
@@ -249,3 +263,11 @@ def test_every_engine_and_explain_keep_the_one_output_length_rule(never_ending_m
     for beam_size in ([1] if engine == "greedy" else [3] if engine == "beam" else [1, 3]):
         (translation,) = translator.translate([sentence], beam_size=beam_size)
         assert len(translation.tokens) == limit, beam_size
+
+
+def test_the_python_api_takes_a_training_runs_folder_as_the_command_line_does(dates_model):
+    """Translator.load(train.out_dir), as `attnmt translate RUN` takes it (it once said the folder held no
+    model.safetensors while the file was there)."""
+    assert dates_model.name == "model.safetensors"
+    from_folder, from_file = Translator.load(dates_model.parent, "cpu"), Translator.load(dates_model, "cpu")
+    assert from_folder.translate(["3. Oktober 1990"])[0].text == from_file.translate(["3. Oktober 1990"])[0].text

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import shlex
+import sys
 import typing
 from pathlib import Path
 
@@ -58,12 +60,31 @@ def _train(args: argparse.Namespace) -> None:
     ranks = start_ranks(config.train)
     try:
         train(config, resume=args.resume, overwrite=args.overwrite, ranks=ranks)
+    except KeyboardInterrupt:
+        if ranks.is_main:
+            print(f"attnmt: {_kept_when_stopped(config.train, [args.config, *args.overrides])}", file=sys.stderr)
+        raise
     except AttnmtError as err:
         if ranks.world_size == 1:
             raise
         raise AttnmtError(f"rank {ranks.rank} of {ranks.world_size}: {err}") from None
     finally:
         ranks.close()
+
+
+def _kept_when_stopped(tc: TrainConfig, command: list[str]) -> str:
+    """What a run stopped by Ctrl-C leaves in train.out_dir, and the command that continues it."""
+    from ..files import MODEL_FILE
+    from ..modelfile import read_metadata
+    from ..resume import CHECKPOINT_FILE
+
+    out, checkpoint = Path(tc.out_dir), Path(tc.out_dir) / CHECKPOINT_FILE
+    if not checkpoint.is_file():
+        return f"training stopped before its first checkpoint: nothing is kept in {out}"
+    progress = read_metadata(checkpoint)["progress"]
+    best = f"; the best model so far is {out / MODEL_FILE}" if (out / MODEL_FILE).is_file() else ""
+    return (f"training stopped; kept: {checkpoint}, after step {progress['step']} (epoch {progress['epoch']} next){best}. "
+            f"`attnmt train {shlex.join(command)} --resume` continues from the checkpoint, as if never stopped")
 
 
 def _use_training_threads(tc: TrainConfig, resume: bool) -> None:
