@@ -19,7 +19,8 @@ POSITIONALS = {"demo": [], "train": ["{config}"], "prepare": ["{config}"], "tran
                "evaluate": ["m.safetensors"],
                "plot": ["m.safetensors", "a sentence", "--out", "p.png"], "serve": ["m.safetensors"],
                "explain": ["m.safetensors", "a sentence"], "export": ["m.safetensors", "out", "--to", "ctranslate2"],
-               "import": ["folder", "--out", "m.safetensors"], "average": ["a.safetensors", "b.safetensors", "--out", "m.safetensors"],
+               "import": ["folder", "--out", "m.safetensors"],
+               "average": ["a.safetensors", "b.safetensors", "--out", "m.safetensors"],
                "info": ["m.safetensors"], "plot-curves": ["run", "--out", "c.png"],
                "align": ["m.safetensors", "--src", "s.txt", "--tgt", "t.txt"],
                "train-aligner": ["m.safetensors", "--src", "s.txt", "--tgt", "t.txt", "--out", "a.safetensors"]}
