@@ -53,9 +53,10 @@ def average_files(paths: list[Path], out: Path, overwrite: bool = False) -> Path
     metas = [read_metadata(path) for path in paths]
     first, *others = [describe(path, meta) for path, meta in zip(paths, metas)]
     for path, description in zip(paths[1:], others):
-        changed = [key for key, value in vars(first.config.model).items() if vars(description.config.model)[key] != value]
-        if changed or type(description.config.model) is not type(first.config.model):
-            raise AttnmtError(f"{path}: another architecture than {paths[0]} (model.{', model.'.join(changed) or 'arch'}); "
+        theirs, ours = vars(description.config.model), vars(first.config.model)
+        changed = [key for key in ours if theirs.get(key) != ours[key]] if theirs.keys() == ours.keys() else ["arch"]
+        if changed:
+            raise AttnmtError(f"{path}: another architecture than {paths[0]} (model.{', model.'.join(changed)}); "
                               f"only files of one model average")
         if description.tokenization.to_dict() != first.tokenization.to_dict():
             raise AttnmtError(f"{path}: other tokenizers or vocabularies than {paths[0]}; only files of one model average")
