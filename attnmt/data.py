@@ -179,16 +179,19 @@ def _not_a_pair(raw: bytes, columns: int) -> str:
     return f"expected 2 or 3 TAB-separated columns (English, translation, attribution), found {columns}"
 
 
-def tsv_rows(path: str | Path, bad: BadLine, limit: Optional[int] = None) -> Iterator[Row]:
+def tsv_rows(path: str | Path, bad: BadLine, limit: Optional[int] = None,
+             blank: Callable[[], None] = lambda: None) -> Iterator[Row]:
     """The one reader of manythings/Tatoeba files, `English<TAB>Other[<TAB>attribution]` (quotes are
     plain text): (line number, English, other) of each pair, undecoded, as far as `limit` pairs (None:
-    all). A line of only whitespace is skipped; one too long or with another number of columns goes
-    to `bad` and is skipped. One line if the file holds no pair."""
+    all). A line of only whitespace is skipped and told to `blank`; one too long or with another number
+    of columns goes to `bad` and is skipped. One line if the file holds no pair."""
     count = 0
     for number, raw in enumerate(raw_lines(path), 1):
         if raw is None:
             bad(f"{path}:{number}: {LONG_LINE}")
-        elif not is_blank(raw):
+        elif is_blank(raw):
+            blank()
+        else:
             columns = raw.rstrip(b"\r\n").split(b"\t")
             if 2 <= len(columns) <= 3:
                 count += 1

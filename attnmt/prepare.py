@@ -65,7 +65,7 @@ SHOWN_PROBLEMS = 5    # unreadable lines quoted in the report
 # More unreadable lines than this share of those read is taken for the wrong file, not for a few
 # bad lines among millions: preparing stops there, naming the first.
 MAX_UNREADABLE_SHARE = 0.001
-REASONS = ("unreadable", "empty", "too_long", "ratio", "duplicate")  # why a training pair is left out
+REASONS = ("blank", "unreadable", "empty", "too_long", "ratio", "duplicate")  # why a training pair is left out
 LOCKS = ".locks"   # in the store root: one lock file per store, held while a process prepares it
 # What a run that finds its corpus prepared says of it.
 REUSED = "prepared earlier from the same raw files and settings; attnmt prepare --rebuild prepares it anew"
@@ -240,7 +240,8 @@ class CorpusSource:
                     yield corpus, line, src, tgt
         elif data.format == "tsv":
             english_first = data.src_lang == "en"
-            for line, english, other in tsv_rows(self.train_files[0], bad, data.max_pairs or None):
+            for line, english, other in tsv_rows(self.train_files[0], bad, data.max_pairs or None,
+                                                 blank=partial(problems.add, "blank")):
                 yield (0, line, english, other) if english_first else (0, line, other, english)
         else:
             yield from ((0, n, s.encode(), t.encode()) for n, (s, t) in enumerate(self._dates, 1))
@@ -673,8 +674,8 @@ def _check_unreadable(problems: Problems, read: int) -> None:
 
 def _reasons(problems: Problems, data: DataConfig) -> str:
     """Why pairs were left out, with the settings that decided it."""
-    said = {"unreadable": "unreadable", "empty": "with an empty side", "too_long": f"over data.max_len={data.max_len} tokens",
-            "ratio": f"over data.max_ratio={data.max_ratio:g}", "duplicate": "repeating an earlier pair"}
+    said = {"blank": "blank lines", "unreadable": "unreadable", "empty": "with an empty side",
+            "too_long": f"over data.max_len={data.max_len} tokens", "ratio": f"over data.max_ratio={data.max_ratio:g}", "duplicate": "repeating an earlier pair"}
     return ", ".join(f"{problems.counts[reason]} {said[reason]}" for reason in REASONS if problems.counts[reason])
 
 

@@ -298,7 +298,8 @@ def test_both_paths_read_a_tsv_file_alike(tmp_path):
     path.write_text("".join(lines), encoding="utf-8")
     values = config_for(path, tmp_path, format="tsv", valid_size=20, test_size=20, seed=3, max_ratio=0)
     corpus = assert_same_as_in_memory(values)
-    assert corpus.report["left_out"]["unreadable"] == 0 and corpus.report["pairs_read"] == 160
+    assert corpus.report["left_out"]["unreadable"] == 0 and corpus.report["left_out"]["blank"] == 3
+    assert corpus.report["pairs_read"] == 163  # the blank lines counted among the lines read
     path.write_text("".join(lines[:5] + ["\u3000one column\n"] + lines[5:]), encoding="utf-8")
     with pytest.raises(AttnmtError) as streamed:
         prepare_corpus(config_from_dict(values), log=lambda _: None)
@@ -317,7 +318,8 @@ def test_filters_are_counted_by_reason(tmp_path):
     write_parallel(data, pairs[-2:], "test_2016_flickr")
     values = config_for(data, tmp_path, max_len=15, max_ratio=5, dedup=True)
     corpus = prepare_corpus(config_from_dict(values), log=lambda _: None)
-    assert corpus.report["left_out"] == {"unreadable": 0, "empty": 1, "too_long": 1, "ratio": 1, "duplicate": 2}
+    assert corpus.report["left_out"] == {"blank": 0, "unreadable": 0, "empty": 1, "too_long": 1, "ratio": 1,
+                                           "duplicate": 2}
     assert len(corpus) == 11 and corpus.report["pairs_read"] == 16
 
 
@@ -482,7 +484,7 @@ def test_a_training_run_says_where_its_corpus_is_prepared_and_when_it_reuses_it(
     assert resumed == reused
 
 
-def test_a_training_run_names_the_lines_it_could_not_read_as_prepare_does(tmp_path):
+def test_a_training_run_names_the_lines_it_could_not_read_and_counts_blank_ones_as_prepare_does(tmp_path):
     from conftest import tiny_dates_config
 
     from attnmt.train import train
@@ -490,6 +492,7 @@ def test_a_training_run_names_the_lines_it_could_not_read_as_prepare_does(tmp_pa
     path = tmp_path / "bad.tsv"
     lines = [f"date {i}\tdatum {i}\n" for i in range(3000)]
     lines[41] = "one column only\n"                   # line 42
+    lines[99] = lines[500] = " \t\n"                  # blank lines, read and left out
     path.write_text("".join(lines), encoding="utf-8")
     values = tiny_dates_config(tmp_path / "run")
     values["data"] = {"format": "tsv", "path": str(path), "valid_size": 20, "test_size": 20,
@@ -499,3 +502,7 @@ def test_a_training_run_names_the_lines_it_could_not_read_as_prepare_does(tmp_pa
     train(config_from_dict(values), log=logged.append)
     assert f"  unreadable: {path}:42: expected 2 or 3 TAB-separated columns (English, translation, attribution), " \
            "found 1" in logged, logged
+    assert [line for line in logged if line.startswith("data: ")][0].startswith(
+        "data: 2957 training pairs (2 blank, 1 unreadable left out)"), logged
+    report = prepare.report_lines(PreparedCorpus.open(next((tmp_path / "prepared").glob("*/"))))
+    assert "  training pairs: 2,957 of 2,960 read (left out: blank 2, unreadable 1)" in report, report
