@@ -675,7 +675,8 @@ def _check_unreadable(problems: Problems, read: int) -> None:
 def _reasons(problems: Problems, data: DataConfig) -> str:
     """Why pairs were left out, with the settings that decided it."""
     said = {"blank": "blank lines", "unreadable": "unreadable", "empty": "with an empty side",
-            "too_long": f"over data.max_len={data.max_len} tokens", "ratio": f"over data.max_ratio={data.max_ratio:g}", "duplicate": "repeating an earlier pair"}
+            "too_long": f"over data.max_len={data.max_len} tokens", "ratio": f"over data.max_ratio={data.max_ratio:g}",
+            "duplicate": "repeating an earlier pair"}
     return ", ".join(f"{problems.counts[reason]} {said[reason]}" for reason in REASONS if problems.counts[reason])
 
 
