@@ -20,6 +20,7 @@ import numpy as np  # noqa: E402
 from matplotlib import font_manager, ft2font  # noqa: E402
 
 from .files import atomic_write  # noqa: E402
+from .tokenize import SPACE_SYMBOL  # noqa: E402
 
 if TYPE_CHECKING:
     from .align import GoldLinks
@@ -71,11 +72,27 @@ def _wrapped(title: str, inches: float) -> str:
     return "\n".join(textwrap.wrap(title, max(int(inches * 12), 20), max_lines=TITLE_LINES, placeholder=" ..."))
 
 
+# SentencePiece's and the char tokenizer's space, "▁", is drawn as a bold "_" at a label's size: the
+# labels show the visible-space sign instead, which no tokenizer makes, and the figure says so.
+SPACE_SHOWN = "\u2423"  # "␣"
+SPACE_KEY = f"{SPACE_SHOWN}: a space ({SPACE_SYMBOL} in the text views)"
+
+
+def _labels(tokens: list[str]) -> list[str]:
+    """Tokens as tick labels: the space symbol drawn as SPACE_SHOWN."""
+    return [token.replace(SPACE_SYMBOL, SPACE_SHOWN) for token in tokens]
+
+
+def _has_spaces(*sides: list[str]) -> bool:
+    return any(SPACE_SYMBOL in token for tokens in sides for token in tokens)
+
+
 def _every_kth(tokens: list[str], inches: float) -> tuple[list[int], list[str]]:
     """Tick positions and labels that fit `inches`: every token, or every k-th of a long sentence."""
     step = max(1, math.ceil(len(tokens) * 0.16 / inches))  # a 9-point label needs about 0.16 inch
     positions = list(range(0, len(tokens), step))
-    return positions, [tokens[i] if step == 1 else f"{tokens[i]} ({i + 1})" for i in positions]
+    labels = _labels(tokens)
+    return positions, [labels[i] if step == 1 else f"{labels[i]} ({i + 1})" for i in positions]
 
 
 def plot_attention(weights: np.ndarray, source_tokens: list[str], output_tokens: list[str],
@@ -109,9 +126,10 @@ def plot_attention(weights: np.ndarray, source_tokens: list[str], output_tokens:
                                            linewidth=1.5 if sure else 1.0, linestyle="-" if sure else "--"))
         if links:
             ax.scatter([s for s, _ in links], [t for _, t in links], s=12, color="tab:orange", zorder=3)
-        if links or gold is not None:
-            key = "; ".join(filter(None, ["orange dots: the model's links" if links else "",
-                                          "red squares: gold links (dashed: possible only)" if gold is not None else ""]))
+        key = "; ".join(filter(None, ["orange dots: the model's links" if links else "",
+                                      "red squares: gold links (dashed: possible only)" if gold is not None else "",
+                                      SPACE_KEY if _has_spaces(source_tokens, output_tokens) else ""]))
+        if key:
             fig.text(0.01, 0.005, key, fontsize=7, va="bottom")
         fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02)
         fig.tight_layout()
@@ -135,7 +153,8 @@ def plot_attention_grid(maps: np.ndarray, key_tokens: list[str], query_tokens: l
             ax.set_yticks(*_every_kth(query_tokens, cell) if head == 0 else ([], []))
             ax.xaxis.set_ticks_position("top")
             ax.set_xlabel(f"layer {layer + 1}, head {head + 1}", fontsize=7)
-        fig.supxlabel(f"{axes[0]} (across) by {axes[1]} (down)", fontsize=8)
+        spaces = f"; {SPACE_KEY}" if _has_spaces(key_tokens, query_tokens) else ""
+        fig.supxlabel(f"{axes[0]} (across) by {axes[1]} (down){spaces}", fontsize=8)
         if title:
             fig.suptitle(_wrapped(title, 1.0 + cell * heads), fontsize=9)
         fig.tight_layout()

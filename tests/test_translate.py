@@ -156,6 +156,26 @@ def test_a_plots_title_wraps_whole_and_is_cut_only_past_three_lines(monkeypatch,
     assert titles[-1].count("\n") == 2 and titles[-1].endswith(" ...")
 
 
+def test_a_plot_tells_the_space_symbol_from_an_underscore(monkeypatch, tmp_path):
+    """At a label's size "▁" was drawn as a bold "_": "▁x" and "_x" looked the same."""
+    from attnmt import plot
+    from attnmt.plot import plot_attention_grid
+
+    drawn: list = []
+    monkeypatch.setattr(plot, "_save", lambda fig, path: drawn.append(fig))
+    source, output = ["\u2581Ein", "_x", "."], ["\u2581A", "x"]
+    plot_attention(np.full((2, 3), 0.3), source, output, tmp_path / "a.png")
+    ax = drawn[-1].axes[0]
+    across, down = [t.get_text() for t in ax.get_xticklabels()], [t.get_text() for t in ax.get_yticklabels()]
+    assert across == ["\u2423Ein", "_x", "."] and down == ["\u2423A", "x"]
+    assert any(text.get_text().endswith("\u2423: a space (\u2581 in the text views)") for text in drawn[-1].texts)
+    plot_attention(np.full((2, 2), 0.3), ["a", "_b"], ["c", "d"], tmp_path / "a.png")
+    assert not drawn[-1].texts  # no space, no key
+    plot_attention_grid(np.full((1, 2, 2, 3), 0.3), source, output, tmp_path / "g.png")
+    assert [t.get_text() for t in drawn[-1].axes[0].get_xticklabels()][0] == "\u2423Ein"
+    assert "\u2423: a space" in drawn[-1]._supxlabel.get_text()
+
+
 def assert_same_nbests(nbests: list, expected: list) -> None:
     """The same texts; log-probabilities the same up to the float sums of another batch."""
     assert [[t.text for t in nbest] for nbest in nbests] == [[t.text for t in nbest] for nbest in expected]
