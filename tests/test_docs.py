@@ -70,3 +70,11 @@ def test_the_license_file_is_the_license_pyproject_names():
     assert declared == "MIT" and text.startswith("MIT License"), declared
     assert "Copyright (c) the attnmt authors" in text
     assert "[LICENSE](LICENSE)" in (REPO / "README.md").read_text(encoding="utf-8")
+
+
+def test_the_readmes_first_command_installs_pytorchs_cpu_build_before_attnmt():
+    """On Linux PyPI's torch alone is the CUDA build (over 2 GB of nvidia-* libraries): the first
+    command offers PyTorch's CPU index beside it, and installs torch before attnmt."""
+    first = re.findall(r"```bash\n(.*?)\n```", (REPO / "README.md").read_text(encoding="utf-8"), re.S)[0]
+    torch_at = first.index("pip install torch==2.13.0 --extra-index-url https://download.pytorch.org/whl/cpu")
+    assert torch_at < first.index("pip install -e .") < first.index("attnmt demo")
