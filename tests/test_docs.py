@@ -1,5 +1,6 @@
 """The documentation stays true to the code: the generated config reference and the links."""
 
+import os
 import re
 import subprocess
 import sys
@@ -78,3 +79,16 @@ def test_the_readmes_first_command_installs_pytorchs_cpu_build_before_attnmt():
     first = re.findall(r"```bash\n(.*?)\n```", (REPO / "README.md").read_text(encoding="utf-8"), re.S)[0]
     torch_at = first.index("pip install torch==2.13.0 --extra-index-url https://download.pytorch.org/whl/cpu")
     assert torch_at < first.index("pip install -e .") < first.index("attnmt demo")
+
+
+def test_a_script_beside_the_checkout_imports_the_package_not_the_checkouts_folder(tmp_path):
+    """A script's own folder comes first on sys.path: beside a checkout named attnmt, Python found
+    that folder, a namespace package, before setuptools' editable finder (which runs after Python's
+    own) and `from attnmt import Translator` failed with "(unknown location)"."""
+    beside = tmp_path / "code"
+    (beside / "attnmt" / "docs").mkdir(parents=True)  # the checkout's folder: no __init__.py at its top
+    (beside / "script.py").write_text("from attnmt import Translator\nprint(Translator.__module__)\n", encoding="utf-8")
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    done = subprocess.run([sys.executable, str(beside / "script.py")], cwd=tmp_path, env=env, capture_output=True,
+                          text=True)
+    assert done.returncode == 0 and done.stdout.strip() == "attnmt.translate", done.stderr
