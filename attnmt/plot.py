@@ -1,4 +1,7 @@
-"""Attention heatmaps: source tokens across, output tokens down, weights shaded."""
+"""Attention heatmaps: source tokens across, output tokens down, weights shaded. Each drawing is a
+matplotlib Figure made without pyplot (no backend chosen, no window, nothing of the caller's
+matplotlib changed): `attention_figure` and `attention_grid_figure` return it, for a notebook to show
+or a caller to save; the plot_* functions write it to a PNG file."""
 
 from __future__ import annotations
 
@@ -10,20 +13,23 @@ import textwrap
 import unicodedata
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import Optional, Protocol
 
 import matplotlib
+import numpy as np
+from matplotlib import font_manager, ft2font
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
 
-matplotlib.use("Agg")  # files only; never needs a screen
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from matplotlib import font_manager, ft2font  # noqa: E402
+from .files import atomic_write
+from .tokenize import SPACE_SYMBOL
 
-from .files import atomic_write  # noqa: E402
-from .tokenize import SPACE_SYMBOL  # noqa: E402
 
-if TYPE_CHECKING:
-    from .align import GoldLinks
+class LinkSets(Protocol):
+    """Gold word links, (source, output) pairs from 0 (align.GoldLinks)."""
+
+    sure: set[tuple[int, int]]
+    possible: set[tuple[int, int]]
 
 # Tried in order for each glyph, so Latin, Cyrillic, Greek, Devanagari, CJK all get a face
 # where the machine has one (matplotlib falls back per glyph since 3.6).
@@ -55,11 +61,15 @@ def missing_glyphs(labels: list[str]) -> list[str]:
                    if ord(c) not in covered and not c.isspace() and unicodedata.category(c) != "Cf"})
 
 
-def _save(fig: plt.Figure, path: str | Path) -> None:
+def png_bytes(fig: Figure) -> bytes:
+    """The figure as a PNG file's bytes."""
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")
-    plt.close(fig)
-    atomic_write(path, buffer.getvalue())
+    return buffer.getvalue()
+
+
+def _save(fig: Figure, path: str | Path) -> None:
+    atomic_write(path, png_bytes(fig))
 
 
 MAX_INCHES = 40  # a heatmap's largest side; past it, long sentences label every k-th token
@@ -97,18 +107,26 @@ def _every_kth(tokens: list[str], inches: float) -> tuple[list[int], list[str]]:
 
 def plot_attention(weights: np.ndarray, source_tokens: list[str], output_tokens: list[str],
                    path: str | Path, title: str = "", axes: tuple[str, str] = ("source", "output"),
-                   links: Optional[list[tuple[int, int]]] = None, gold: Optional[GoldLinks] = None) -> None:
-    """Write a PNG heatmap of `weights` [len(output_tokens), len(source_tokens)] to `path`; `axes`
-    names the keys (across) and the queries (down). Word alignments, (source, output) pairs from 0,
-    are drawn over it: `links` as dots, `gold` as squares (sure) and dashed squares (possible only)."""
+                   links: Optional[list[tuple[int, int]]] = None, gold: Optional[LinkSets] = None) -> None:
+    """Write attention_figure's heatmap to the PNG file `path`."""
+    _save(attention_figure(weights, source_tokens, output_tokens, title, axes, links, gold), path)
+
+
+def attention_figure(weights: np.ndarray, source_tokens: list[str], output_tokens: list[str], title: str = "",
+                     axes: tuple[str, str] = ("source", "output"), links: Optional[list[tuple[int, int]]] = None,
+                     gold: Optional[LinkSets] = None) -> Figure:
+    """A heatmap of `weights` [len(output_tokens), len(source_tokens)]; `axes` names the keys
+    (across) and the queries (down). Word alignments, (source, output) pairs from 0, are drawn over
+    it: `links` as dots, `gold` as squares (sure) and dashed squares (possible only)."""
     weights = np.asarray(weights, dtype=np.float32)
     if weights.shape != (len(output_tokens), len(source_tokens)):
         raise ValueError(f"weights {weights.shape} do not match {len(output_tokens)} x {len(source_tokens)} tokens")
     width = min(2.0 + 0.35 * len(source_tokens), MAX_INCHES)
     height = min(1.5 + 0.35 * len(output_tokens), MAX_INCHES)
-    with plt.rc_context({"font.family": available_fonts()}), warnings.catch_warnings():
+    with matplotlib.rc_context({"font.family": available_fonts()}), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "Glyph missing from font" where no face has a character
-        fig, ax = plt.subplots(figsize=(width, height), dpi=110)
+        fig = Figure(figsize=(width, height), dpi=110)
+        ax = fig.subplots()
         image = ax.imshow(weights, cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
         long_labels = any(len(t) > 2 for t in source_tokens)
         ax.set_xticks(*_every_kth(source_tokens, width), rotation=90 if long_labels else 0)
@@ -122,7 +140,7 @@ def plot_attention(weights: np.ndarray, source_tokens: list[str], output_tokens:
         if gold is not None:
             for column, row in gold.possible:                               # sure links are possible too
                 sure = (column, row) in gold.sure
-                ax.add_patch(plt.Rectangle((column - 0.45, row - 0.45), 0.9, 0.9, fill=False, edgecolor="tab:red",
+                ax.add_patch(Rectangle((column - 0.45, row - 0.45), 0.9, 0.9, fill=False, edgecolor="tab:red",
                                            linewidth=1.5 if sure else 1.0, linestyle="-" if sure else "--"))
         if links:
             ax.scatter([s for s, _ in links], [t for _, t in links], s=12, color="tab:orange", zorder=3)
@@ -133,20 +151,26 @@ def plot_attention(weights: np.ndarray, source_tokens: list[str], output_tokens:
             fig.text(0.01, 0.005, key, fontsize=7, va="bottom")
         fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02)
         fig.tight_layout()
-        _save(fig, path)
+    return fig
 
 
 def plot_attention_grid(maps: np.ndarray, key_tokens: list[str], query_tokens: list[str], path: str | Path,
                         title: str = "", axes: tuple[str, str] = ("source", "output")) -> None:
-    """Write a PNG of every layer's and head's map, maps [layers, heads, len(query_tokens),
-    len(key_tokens)]: one row of heatmaps per layer, one column per head."""
+    """Write attention_grid_figure's maps to the PNG file `path`."""
+    _save(attention_grid_figure(maps, key_tokens, query_tokens, title, axes), path)
+
+
+def attention_grid_figure(maps: np.ndarray, key_tokens: list[str], query_tokens: list[str], title: str = "",
+                          axes: tuple[str, str] = ("source", "output")) -> Figure:
+    """Every layer's and head's map, maps [layers, heads, len(query_tokens), len(key_tokens)]: one
+    row of heatmaps per layer, one column per head."""
     maps = np.asarray(maps, dtype=np.float32)
     layers, heads = maps.shape[:2]
     cell = min(0.6 + 0.2 * max(len(key_tokens), len(query_tokens)), MAX_INCHES / max(layers, heads))
-    with plt.rc_context({"font.family": available_fonts(), "font.size": 7}), warnings.catch_warnings():
+    with matplotlib.rc_context({"font.family": available_fonts(), "font.size": 7}), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        fig, grid = plt.subplots(layers, heads, figsize=(1.0 + cell * heads, 1.0 + cell * layers), dpi=110,
-                                 squeeze=False)
+        fig = Figure(figsize=(1.0 + cell * heads, 1.0 + cell * layers), dpi=110)
+        grid = fig.subplots(layers, heads, squeeze=False)
         for (layer, head), ax in np.ndenumerate(grid):
             ax.imshow(maps[layer, head], cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
             ax.set_xticks(*_every_kth(key_tokens, cell) if layer == 0 else ([], []), rotation=90)
@@ -158,7 +182,7 @@ def plot_attention_grid(maps: np.ndarray, key_tokens: list[str], query_tokens: l
         if title:
             fig.suptitle(_wrapped(title, 1.0 + cell * heads), fontsize=9)
         fig.tight_layout()
-        _save(fig, path)
+    return fig
 
 
 def plot_bleu_by_length(buckets: list[str], bleu: dict[str, list[Optional[float]]], sentences: list[int],
@@ -167,8 +191,9 @@ def plot_bleu_by_length(buckets: list[str], bleu: dict[str, list[Optional[float]
 
     `sentences` gives each bucket's size, shown under its label; empty buckets leave gaps.
     """
-    with plt.rc_context({"font.family": available_fonts()}):
-        fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
+    with matplotlib.rc_context({"font.family": available_fonts()}):
+        fig = Figure(figsize=(6.4, 4.2), dpi=110)
+        ax = fig.subplots()
         positions = np.arange(len(buckets))
         for (name, scores), marker in zip(bleu.items(), itertools.cycle("osD^v<>")):
             values = np.array([np.nan if s is None else s for s in scores], dtype=np.float64)
@@ -190,9 +215,11 @@ def plot_curves(runs: dict[str, list[dict]], path: str | Path) -> None:
     (dashed; its label gives the label smoothing a run's records name) and validation loss on the
     left, validation BLEU (perplexity if no run has BLEU) on the right."""
     right = "valid_bleu" if any("valid_bleu" in r for records in runs.values() for r in records) else "valid_ppl"
-    with plt.rc_context({"font.family": available_fonts()}):
-        fig, (loss_ax, score_ax) = plt.subplots(1, 2, figsize=(9.6, 3.8), dpi=110)
-        for (name, records), colour in zip(runs.items(), itertools.cycle(plt.rcParams["axes.prop_cycle"].by_key()["color"])):
+    with matplotlib.rc_context({"font.family": available_fonts()}):
+        fig = Figure(figsize=(9.6, 3.8), dpi=110)
+        loss_ax, score_ax = fig.subplots(1, 2)
+        colours = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
+        for (name, records), colour in zip(runs.items(), itertools.cycle(colours)):
             def series(key: str) -> tuple[list[int], list[float]]:
                 points = [(r["step"], r[key]) for r in records if isinstance(r.get(key), (int, float))]
                 return [s for s, _ in points], [v for _, v in points]
