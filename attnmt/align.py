@@ -65,6 +65,20 @@ class WordAlignment:
                                             # aligner's posterior (method aligner)
     links: list[Link]                       # sorted
 
+    def __repr__(self) -> str:
+        return (f"WordAlignment({len(self.links)} links between {len(self.source_words)} source and "
+                f"{len(self.target_words)} target words: {' '.join(f'{s}-{t}' for s, t in self.links)})")
+
+    def _repr_png_(self) -> Optional[bytes]:
+        """Jupyter's picture of the alignment: the word attention (or the aligner's posterior), the
+        links as dots."""
+        if not self.source_words or not self.target_words:
+            return None
+        from .plot import attention_figure, png_bytes
+
+        return png_bytes(attention_figure(self.attention, self.source_words, self.target_words,
+                                          axes=("source words", "target words"), links=self.links))
+
 
 @dataclass
 class GoldLinks:

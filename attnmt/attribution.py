@@ -55,6 +55,7 @@ from .errors import AttnmtError
 from .explain import FLAGS, Explanation, Naming, check_step_number, explain, kept_step, opening_steps
 from .families import reference_copy
 from .seam import AttentionView, Model, forced_logits, gives, require
+from .tables import table
 from .translate import AttentionMaps, TextTranslator, Translator
 
 
@@ -107,6 +108,29 @@ class Attribution:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def __repr__(self) -> str:
+        return (f"Attribution({self.method}, {len(self.steps)} steps over {len(self.source_words)} source words: "
+                f"{' '.join(self.source_words)!r} -> {' '.join(self.target_tokens)!r})")
+
+    def _repr_html_(self) -> str:
+        """Jupyter's view: each step's attribution over the source words (blue for, red against),
+        then its attention over them where the model has one."""
+        tables = [table(self.source_words, [(f"{s.step} {s.token}", s.source, _completeness(s)) for s in self.steps],
+                        f"{self.method} attribution of each step's output over the source words", signed=True,
+                        corner="step")]
+        if all(step.attention is not None for step in self.steps):
+            rows = [(f"{s.step} {s.token}", s.attention or [], "") for s in self.steps]
+            tables.append(table(self.source_words, rows, "attention over the source words", corner="step"))
+        return "\n".join(tables)
+
+
+def _completeness(step: AttributedStep) -> str:
+    """The note beside a step's row: its output f, and integrated gradients' check."""
+    note = f"f {step.output:.4f}"
+    if step.completeness is not None:
+        note += f"; Σ {step.completeness.total:.4f} of {step.completeness.change:.4f}"
+    return note
 
 
 @dataclass

@@ -1,8 +1,9 @@
-"""The named choices of the flags whose code needs torch: how attention becomes word alignments
-(align.py) and the aligner's epochs and jump weight (aligner.py, align.py), the attribution methods (attribution.py),
-what `attnmt export` writes and CTranslate2's quantizations (export.py, marian.py). They live here, beside
-no tensor, so that the `attnmt` command builds its flags, and answers `--help` or a wrong choice, without loading torch; those
-modules check against the same names."""
+"""The named choices of the flags whose code needs torch: which attention map (translate.py), how
+attention becomes word alignments (align.py) and the aligner's epochs and jump weight (aligner.py,
+align.py), the attribution methods (attribution.py), what `attnmt export` writes and CTranslate2's
+quantizations (export.py, marian.py). They live here, beside no tensor, so that the `attnmt` command
+builds its flags, and answers `--help` or a wrong choice, without loading torch; those modules check
+against the same names."""
 
 # How attention becomes links, or the aligner's posteriors do, and how the links of two directions combine
 # (align.py's docstring).
@@ -21,6 +22,11 @@ ALIGNER_MAX_EPOCHS = 3
 # The most a reading of the aligner's links may weigh its learned jumps (align.AlignerLinks.jump_weight; 1 reads
 # them as trained, 0 leaves where the last word went out of it).
 MAX_JUMP_WEIGHT = 2.0
+
+# The attention maps a translation can show (TextTranslator.attention_maps), each with what its keys
+# (across) and queries (down) are, as its heatmap names its axes.
+MAP_AXES = {"cross": ("source", "output"), "encoder": ("source", "source"),
+            "decoder": ("output so far (<sos> first)", "output")}
 
 # attribution.py's methods beside attention, and integrated gradients' steps by default.
 METHODS = ("grad", "ig", "occlusion")

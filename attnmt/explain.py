@@ -14,6 +14,7 @@ output is its greedy translation.
 
 from __future__ import annotations
 
+import html
 from dataclasses import asdict, dataclass
 from typing import Optional, Protocol, Sequence, TypeVar
 
@@ -22,6 +23,7 @@ import torch
 from .errors import AttnmtError
 from .families import reference_copy
 from .seam import AttentionView, Probe, require
+from .tables import table
 from .translate import TextTranslator, Translator, map_shapes
 
 TOP = 5
@@ -76,6 +78,20 @@ class ExplainedStep:
     next_uniform: list[tuple[str, float]]     # the same with uniform attention over the source
     factors: Optional[list[float]] = None     # local-p: α_j = softmax(e)_j × factor_j
 
+    def __repr__(self) -> str:
+        likeliest = ", ".join(f"{token} {p:.3f}" for token, p in self.next[:3])
+        return f"ExplainedStep(step {self.step} writes {self.token!r} over {len(self.keys)} keys; next: {likeliest})"
+
+    def _repr_html_(self) -> str:
+        """Jupyter's view of the step: each key's score, weight and share of the context, and what
+        the model predicts next, with its attention and with uniform attention."""
+        rows = [(key, [weight, share], "" if score is None else f"score {score:.4f}")
+                for key, score, weight, share in zip(self.keys, self.scores, self.weights, self.shares)]
+        caption = f"step {self.step} writes {self.token}"
+        return "\n".join([table(["weight", "share"], rows, caption, corner="key"),
+                          f"<p>next: {html.escape(_likeliest(self.next))}<br>with uniform attention: "
+                          f"{html.escape(_likeliest(self.next_uniform))}</p>"])
+
 
 @dataclass
 class Explanation:
@@ -89,6 +105,24 @@ class Explanation:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def __repr__(self) -> str:
+        where = f", layer {self.layer} head {self.head}" if self.layer is not None else ""
+        return (f"Explanation({self.attention} attention{where}, {len(self.steps)} steps: "
+                f"{' '.join(self.source_tokens)!r} -> {' '.join(self.output_tokens)!r})")
+
+    def _repr_html_(self) -> str:
+        """Jupyter's view: each step's attention weights over its keys (a row per step), with the
+        likeliest next tokens; a step itself (explanation.steps[i]) shows every number of it."""
+        columns = max((step.keys for step in self.steps), key=len, default=[])
+        rows = [(f"{step.step} {step.token}", [*step.weights, *[None] * (len(columns) - len(step.weights))],
+                 f"next: {_likeliest(step.next[:3])}") for step in self.steps]
+        where = f", layer {self.layer}, head {self.head}" if self.layer is not None else ""
+        return table(columns, rows, f"{self.attention} attention ({self.score_function}{where})", corner="step")
+
+
+def _likeliest(tokens: list[tuple[str, float]]) -> str:
+    return " | ".join(f"{token} {p:.4f}" for token, p in tokens)
 
 
 def opening_steps(translator: TextTranslator) -> Translator:

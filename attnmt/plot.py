@@ -68,7 +68,7 @@ def png_bytes(fig: Figure) -> bytes:
     return buffer.getvalue()
 
 
-def _save(fig: Figure, path: str | Path) -> None:
+def write_png(fig: Figure, path: str | Path) -> None:
     atomic_write(path, png_bytes(fig))
 
 
@@ -109,7 +109,7 @@ def plot_attention(weights: np.ndarray, source_tokens: list[str], output_tokens:
                    path: str | Path, title: str = "", axes: tuple[str, str] = ("source", "output"),
                    links: Optional[list[tuple[int, int]]] = None, gold: Optional[LinkSets] = None) -> None:
     """Write attention_figure's heatmap to the PNG file `path`."""
-    _save(attention_figure(weights, source_tokens, output_tokens, title, axes, links, gold), path)
+    write_png(attention_figure(weights, source_tokens, output_tokens, title, axes, links, gold), path)
 
 
 def attention_figure(weights: np.ndarray, source_tokens: list[str], output_tokens: list[str], title: str = "",
@@ -157,7 +157,7 @@ def attention_figure(weights: np.ndarray, source_tokens: list[str], output_token
 def plot_attention_grid(maps: np.ndarray, key_tokens: list[str], query_tokens: list[str], path: str | Path,
                         title: str = "", axes: tuple[str, str] = ("source", "output")) -> None:
     """Write attention_grid_figure's maps to the PNG file `path`."""
-    _save(attention_grid_figure(maps, key_tokens, query_tokens, title, axes), path)
+    write_png(attention_grid_figure(maps, key_tokens, query_tokens, title, axes), path)
 
 
 def attention_grid_figure(maps: np.ndarray, key_tokens: list[str], query_tokens: list[str], title: str = "",
@@ -207,7 +207,7 @@ def plot_bleu_by_length(buckets: list[str], bleu: dict[str, list[Optional[float]
         if title:
             ax.set_title(title, fontsize=10)
         fig.tight_layout()
-        _save(fig, path)
+        write_png(fig, path)
 
 
 def plot_curves(runs: dict[str, list[dict]], path: str | Path) -> None:
@@ -239,4 +239,4 @@ def plot_curves(runs: dict[str, list[dict]], path: str | Path) -> None:
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
         fig.tight_layout()
-        _save(fig, path)
+        write_png(fig, path)

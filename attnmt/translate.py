@@ -7,12 +7,13 @@ import copy
 import itertools
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, Optional, Protocol, cast
+from typing import TYPE_CHECKING, Iterable, Iterator, Optional, Protocol, cast
 
 import numpy as np
 import torch
 
 from .batch import pad
+from .choices import MAP_AXES
 from .config import Config, override_decode_precision, source_languages
 from .errors import AttnmtError, first_line
 from .families import build_holding, build_model
@@ -26,6 +27,9 @@ from .seam import Model, gives, require
 from .search import Hypothesis, Step, Symbols, beam_search, greedy, top_k
 from .tokenize import Tokenizer
 from .vocab import SOS, Tokenization
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 CHUNK = 64  # batches of sentences read, handed to one search call and yielded at a time
 
@@ -67,6 +71,20 @@ class Translation:
     source_tokens: list[str]        # the tokens the model read
     attention: Optional[np.ndarray]  # [len(tokens), len(source_tokens)]; None for attention `none`
     log_prob: float                 # log-probability the model gives this output (EOS included)
+
+    def __repr__(self) -> str:
+        shape = "none" if self.attention is None else "x".join(map(str, self.attention.shape))
+        return (f"Translation({self.text!r}, {len(self.tokens)} tokens from {len(self.source_tokens)}, "
+                f"log_prob={self.log_prob:.4f}, attention {shape})")
+
+    def _repr_png_(self) -> Optional[bytes]:
+        """Jupyter's picture of the translation: its attention heatmap (TextTranslator.figure draws
+        any layer, head or kind)."""
+        if self.attention is None or not self.tokens or not self.source_tokens:
+            return None
+        from .plot import attention_figure, png_bytes
+
+        return png_bytes(attention_figure(self.attention, self.source_tokens, self.tokens, title=self.text))
 
 
 class TextTranslator(abc.ABC):
@@ -177,6 +195,30 @@ class TextTranslator(abc.ABC):
     @abc.abstractmethod
     def engine_info(self) -> EngineInfo:
         """What decodes here, as a server reports it (/model)."""
+
+    def figure(self, translation: Translation, attention: str = "cross", layer: Optional[int] = None,
+               head: Optional[int] = None, grid: bool = False, title: Optional[str] = None) -> Figure:
+        """A matplotlib Figure of one translation's attention, as `attnmt plot` draws it: the map
+        `attention` (cross, or a Transformer's encoder or decoder self-attention) of layer `layer` (from 1;
+        None: the last) averaged over the heads, or head `head` alone; with `grid`, every layer and head.
+        `title`: the figure's (None: the translation's text)."""
+        from .plot import attention_figure, attention_grid_figure
+        from .seam import AttentionView
+
+        maps = self.attention_maps(translation)
+        if attention not in maps:
+            raise AttnmtError(f"attention {attention}: this model has no such attention; it has {', '.join(maps)}")
+        AttentionView(attention, layer, head).check({name: m.shape[:2] for name, m in maps.items()})
+        chosen = maps[attention]                                            # [layers, heads, queries, keys]
+        keys = translation.source_tokens if attention != "decoder" else [self.start_token, *translation.tokens[:-1]]
+        queries = translation.tokens if attention != "encoder" else translation.source_tokens
+        title = translation.text if title is None else title
+        if grid:
+            return attention_grid_figure(chosen, keys, queries, title=f"{attention} attention: {title}",
+                                         axes=MAP_AXES[attention])
+        maps_of_layer = chosen[(layer or chosen.shape[0]) - 1]              # [heads, queries, keys]
+        weights = maps_of_layer.mean(0) if head is None else maps_of_layer[head - 1]
+        return attention_figure(weights, keys, queries, title=title, axes=MAP_AXES[attention])
 
 
 @dataclass

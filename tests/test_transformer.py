@@ -332,7 +332,7 @@ def test_plot_of_an_rnn_model_has_no_self_attention(dates_model, tmp_path, capsy
 
     assert cli.main(["plot", str(dates_model), "May 5, 2001", "--out", str(tmp_path / "x.png"),
                      "--attention", "encoder"]) == 2
-    assert "--attention encoder: this model has no such attention; it has cross" in capsys.readouterr().err
+    assert "attention encoder: this model has no such attention; it has cross" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("arch", ["transformer", "rnn"])

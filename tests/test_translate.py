@@ -147,7 +147,7 @@ def test_a_plots_title_wraps_whole_and_is_cut_only_past_three_lines(monkeypatch,
     from attnmt import plot
 
     titles: list[str] = []
-    monkeypatch.setattr(plot, "_save", lambda fig, path: titles.append(fig.axes[0].get_title()))
+    monkeypatch.setattr(plot, "write_png", lambda fig, path: titles.append(fig.axes[0].get_title()))
     tokens, weights = list("abcde"), np.full((5, 5), 0.2)
     sentence = "Zwei junge weiße Männer sind im Freien in der Nähe vieler Büsche -> Two young men are outside"
     plot_attention(weights, tokens, tokens, tmp_path / "a.png", title=sentence)
@@ -162,7 +162,7 @@ def test_a_plot_tells_the_space_symbol_from_an_underscore(monkeypatch, tmp_path)
     from attnmt.plot import plot_attention_grid
 
     drawn: list = []
-    monkeypatch.setattr(plot, "_save", lambda fig, path: drawn.append(fig))
+    monkeypatch.setattr(plot, "write_png", lambda fig, path: drawn.append(fig))
     source, output = ["\u2581Ein", "_x", "."], ["\u2581A", "x"]
     plot_attention(np.full((2, 3), 0.3), source, output, tmp_path / "a.png")
     ax = drawn[-1].axes[0]

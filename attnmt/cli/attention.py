@@ -15,6 +15,7 @@ from ..choices import (
     AVERAGE,
     IG_STEPS,
     LINK_THRESHOLD,
+    MAP_AXES,
     MAX_JUMP_WEIGHT,
     METHODS,
     SYMMETRIZATIONS,
@@ -40,8 +41,6 @@ if typing.TYPE_CHECKING:
 
 STEP_HELP = ("which step's attention aligns a target word: output, the step that writes it (Luong's, the default); "
              "input, the next step, which reads it (Chen et al. 2020's shift-att)")
-MAP_AXES = {"cross": ("source", "output"), "encoder": ("source", "source"),
-            "decoder": ("output so far (<sos> first)", "output")}
 # --layer and --head, from 1; the bounds of the model at hand are AttentionView.check's.
 FROM_1 = Number(int, Range("[1, 1024]"))
 # `attnmt align`'s flags that one kind of method reads (by dest): the --method each is for, and why the other
@@ -80,8 +79,7 @@ def add_plot(commands: Commands) -> None:
 
 
 def _plot(args: argparse.Namespace) -> None:
-    from ..plot import missing_glyphs, plot_attention, plot_attention_grid
-    from ..seam import AttentionView
+    from ..plot import missing_glyphs, write_png
 
     check_parent_dir(args.out)
     if args.target is not None and engine_of(args, args.model) == "ctranslate2":
@@ -97,27 +95,14 @@ def _plot(args: argparse.Namespace) -> None:
         raise AttnmtError(f"{args.model}: this model has no attention (model.attention=none); nothing to plot")
     if not result.tokens or not result.source_tokens:
         raise AttnmtError("nothing to plot: the sentence or its translation is empty")
-    maps = translator.attention_maps(result)
-    if args.attention not in maps:
-        raise AttnmtError(f"--attention {args.attention}: this model has no such attention; it has "
-                          f"{', '.join(maps)}")
-    head = None if args.head == "mean" else args.head
-    AttentionView(args.attention, args.layer, head).check({name: m.shape[:2] for name, m in maps.items()})
-    chosen = maps[args.attention]                                           # [layers, heads, queries, keys]
-    keys = result.source_tokens if args.attention != "decoder" else [translator.start_token, *result.tokens[:-1]]
-    queries = result.tokens if args.attention != "encoder" else result.source_tokens
     title = f"{args.sentence} -> {result.text}"
     missing = missing_glyphs(result.source_tokens + result.tokens + [title])
     if missing:
         print(f"attnmt: warning: no installed font draws {''.join(missing[:10])!r}; they will show as boxes. "
               "Install a font for this script (Debian: fonts-noto-core)", file=sys.stderr)
-    if args.grid:
-        plot_attention_grid(chosen, keys, queries, args.out, title=f"{args.attention} attention: {title}",
-                            axes=MAP_AXES[args.attention])
-    else:
-        layer = chosen[(args.layer or chosen.shape[0]) - 1]                 # [heads, queries, keys]
-        weights = layer.mean(0) if head is None else layer[head - 1]
-        plot_attention(weights, keys, queries, args.out, title=title, axes=MAP_AXES[args.attention])
+    figure = translator.figure(result, args.attention, args.layer, None if args.head == "mean" else args.head,
+                               grid=args.grid, title=title)
+    write_png(figure, args.out)
     print(f"{result.text}\nheatmap written to {args.out}")
     say_precision(args, translator.precision_note())
 
