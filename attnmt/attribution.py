@@ -56,6 +56,7 @@ from .explain import FLAGS, Explanation, Naming, check_step_number, explain, kep
 from .families import reference_copy
 from .seam import AttentionView, Model, forced_logits, gives, require
 from .tables import table
+from .tokenize import punctuation_apart, without_span
 from .translate import AttentionMaps, TextTranslator, Translator
 
 
@@ -196,27 +197,34 @@ def reference_network(translator: Translator) -> Attributable:
     return attributable
 
 
-def make_pair(translator: Translator, words: list[str], target: list[int], occluding: bool = False) -> Pair:
+def make_pair(translator: Translator, words: list[str], target: list[int], occluding: bool = False,
+              punctuation: bool = False) -> Pair:
     """The source words (split at whitespace) and the target ids (without <sos> and <eos>) as the
-    forced decoding reads them; with `occluding`, the source without each word too."""
+    forced decoding reads them; with `occluding`, the source without each word too. With
+    `punctuation`, a word's leading and trailing punctuation are words of their own
+    (tokenize.punctuation_apart), as a reader sees them."""
     limit = translator.config.decode.max_src_len
 
     def source(kept: list[str]) -> tuple[list[int], list[int]]:
         pieces, owners = translator.source_word_tokens(kept, limit)
         return translator.tokenization.src_vocab.encode(pieces), owners
 
-    ids, owners = source(words)
+    pieces, owners = translator.source_word_tokens(words, limit)
+    shown, spans = words, [(index, 0, len(word)) for index, word in enumerate(words)]
+    if punctuation:
+        shown, owners, spans = punctuation_apart(words, pieces, owners)
+    ids = translator.tokenization.src_vocab.encode(pieces)
     if not ids:
         raise AttnmtError("nothing to attribute: the sentence is empty")
     without = []
     if occluding:
-        if len(words) < 2:
+        if len(shown) < 2:
             raise AttnmtError("occlusion drops one source word at a time, and a sentence of one word would leave "
                               "nothing to translate: attribute it with grad or ig")
-        without = [source(words[:w] + words[w + 1:])[0] for w in range(len(words))]
+        without = [source(without_span(words, span))[0] for span in spans]
     device = translator.device
     vocab = translator.tokenization.tgt_vocab
-    return Pair(words, torch.tensor([ids], device=device), owners, torch.tensor([[vocab.sos_id] + target], device=device),
+    return Pair(shown, torch.tensor([ids], device=device), owners, torch.tensor([[vocab.sos_id] + target], device=device),
                 target + [vocab.eos_id], without)
 
 
@@ -385,7 +393,7 @@ def attribute(translator: Translator, sentence: str, method: str = "ig", step: O
         if not tokens:
             raise AttnmtError(f"{naming('target')} is empty: give the translation to attribute, or leave it out to "
                               f"attribute the model's own")
-    pair = make_pair(translator, words, vocab.encode(tokens), method == "occlusion")
+    pair = make_pair(translator, words, vocab.encode(tokens), method == "occlusion", punctuation=True)
     if step is not None:
         check_step_number(step, len(pair.outputs), naming)
         if other == pair.outputs[step - 1]:
@@ -400,7 +408,7 @@ def attribute(translator: Translator, sentence: str, method: str = "ig", step: O
         afford(Work(method, len(positions), passes, pair.src.shape[1]))
     steps = attribute_steps(reference_network(translator), pair, outputs, method, vocab.itos, ig_steps, layer, head,
                             progress)
-    return Attribution(method, words, tokens, vocab.sos, ig_steps if method == "ig" else None, layer, head, steps)
+    return Attribution(method, pair.words, tokens, vocab.sos, ig_steps if method == "ig" else None, layer, head, steps)
 
 
 def explain_or_attribute(translator: TextTranslator, sentence: str, view: AttentionView = AttentionView(),

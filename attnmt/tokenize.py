@@ -102,6 +102,49 @@ class BaseTokenizer(ABC):
         return tokens, owners
 
 
+def _is_punctuation(token: str) -> bool:
+    text = token.replace(SPACE_SYMBOL, "")
+    return bool(text) and all(unicodedata.category(c).startswith("P") for c in text)
+
+
+# A word of a reader's view as characters [start, end) of the whitespace word `word` it is cut from.
+Span = tuple[int, int, int]
+
+
+def punctuation_apart(words: list[str], tokens: list[str], owners: list[int]) -> tuple[list[str], list[int], list[Span]]:
+    """Words as a reader sees them: the punctuation tokens at the start or the end of a whitespace word
+    become a word of their own ("today." -> "today", "."), where their text is the word's ends (a
+    word of punctuation alone, or a mark inside a word, stays as it is). `tokens` and `owners` are
+    tokenize_words'; gives the new words, each token's new owner (-1 stays -1) and each new word's Span."""
+    new_words: list[str] = []
+    new_owners, spans = list(owners), []
+    for index, word in enumerate(words):
+        mine = [j for j, owner in enumerate(owners) if owner == index]
+        texts = [tokens[j].replace(SPACE_SYMBOL, "") for j in mine]
+        marks = [_is_punctuation(text) for text in texts]
+        lead = next((k for k, mark in enumerate(marks) if not mark), 0)            # all marks: no cut
+        trail = next((k for k, mark in enumerate(reversed(marks)) if not mark), 0)
+        head, tail = "".join(texts[:lead]), "".join(texts[len(texts) - trail:])
+        if not word.startswith(head) or not word.endswith(tail) or len(head) + len(tail) >= len(word):
+            lead, trail, head, tail = 0, 0, "", ""                                   # normalized away: no cut
+        cuts = [(mine[:lead], 0, len(head)), (mine[lead:len(mine) - trail], len(head), len(word) - len(tail)),
+                (mine[len(mine) - trail:], len(word) - len(tail), len(word))]
+        for its_tokens, start, end in cuts:
+            if start < end:
+                for j in its_tokens:
+                    new_owners[j] = len(new_words)
+                new_words.append(word[start:end])
+                spans.append((index, start, end))
+    return new_words, new_owners, spans
+
+
+def without_span(words: list[str], span: Span) -> list[str]:
+    """The whitespace words without one word of punctuation_apart's (a word left empty goes)."""
+    index, start, end = span
+    kept = words[:index] + [words[index][:start] + words[index][end:]] + words[index + 1:]
+    return [word for word in kept if word]
+
+
 def _day_and_year(mark: str, before: str, after: str) -> bool:
     """A day of one or two digits, a comma and a year of four, as in "May 3, 2021". (A thousands
     separator is followed by three digits, a decimal comma rarely by exactly four.)"""

@@ -28,6 +28,7 @@ from attnmt.seam import forced_logits
 from attnmt.vocab import EOS_ID, PAD_ID, SOS_ID
 
 WORDS = SENTENCE.split()      # Samstag, den 14. März 2026
+READER = ["Samstag", ",", "den", "14", ".", "März", "2026"]  # the words attribution shows: punctuation apart
 
 
 class LinearToy(nn.Module):
@@ -134,16 +135,20 @@ def test_occlusion_is_the_probability_drop_of_running_without_the_word(family, r
     target = [SOS_ID] + translator.tokenization.tgt_vocab.encode(attribution.target_tokens)
     written = translator.tokenization.tgt_vocab.stoi[step.token]
 
-    def probability(words: list[str]) -> float:
-        ids = translator.tokenization.src_vocab.encode(translator.src_tokenizer.tokenize(" ".join(words)))
+    def probability(sentence: str) -> float:
+        ids = translator.tokenization.src_vocab.encode(translator.src_tokenizer.tokenize(sentence))
         with torch.no_grad():
             logits = forced_logits(translator.model, torch.tensor([ids]), torch.tensor([len(ids)]), torch.tensor([target]))
         return float(torch.softmax(logits[0, 5], -1)[written])
 
-    full = probability(WORDS)
+    full = probability(SENTENCE)
     assert math.exp(step.output) == pytest.approx(full, abs=1e-5)
-    for w in range(len(WORDS)):
-        dropped = probability(WORDS[:w] + WORDS[w + 1:])
+    # Punctuation is a word of its own, and dropping it keeps the rest of its whitespace word.
+    assert attribution.source_words == ["Samstag", ",", "den", "14", ".", "März", "2026"]
+    without = [", den 14. März 2026", "Samstag den 14. März 2026", "Samstag, 14. März 2026", "Samstag, den . März 2026",
+               "Samstag, den 14 März 2026", "Samstag, den 14. 2026", "Samstag, den 14. März"]
+    for w, sentence in enumerate(without):
+        dropped = probability(sentence)
         assert math.exp(step.without[w]) == pytest.approx(dropped, abs=1e-5)
         assert step.source[w] == pytest.approx(math.log(full) - math.log(dropped), abs=1e-4)
 
@@ -154,7 +159,7 @@ def test_a_contrast_is_the_difference_of_the_two_single_attributions(rnn, method
     other = "5" if written.token != "5" else "6"
     contrast = attribute(rnn, SENTENCE, method, step=7, contrast=other, ig_steps=20).steps[0]
     pair = make_pair(rnn, WORDS, rnn.tokenization.tgt_vocab.encode(rnn.translate([SENTENCE], beam_size=1)[0].tokens),
-                     method == "occlusion")
+                     method == "occlusion", punctuation=True)
     (alone,) = attribute_steps(reference_network(rnn), pair, Outputs(torch.tensor([6]), torch.tensor(
         [rnn.tokenization.tgt_vocab.stoi[other]])), method, rnn.tokenization.tgt_vocab.itos, 20)
     assert contrast.contrast == other and contrast.output == pytest.approx(written.output - alone.output, abs=1e-5)
@@ -165,14 +170,17 @@ def test_a_contrast_is_the_difference_of_the_two_single_attributions(rnn, method
 
 def test_pieces_are_merged_into_words_as_tokenize_words_splits_them(rnn):
     attribution = attribute(rnn, SENTENCE, "grad")
-    pieces, owners = rnn.src_tokenizer.tokenize_words(WORDS)
-    pair = make_pair(rnn, WORDS, rnn.tokenization.tgt_vocab.encode(attribution.target_tokens))
-    assert pair.owners == owners and pair.src[0].tolist() == rnn.tokenization.src_vocab.encode(pieces)
+    pieces, _ = rnn.src_tokenizer.tokenize_words(WORDS)
+    pair = make_pair(rnn, WORDS, rnn.tokenization.tgt_vocab.encode(attribution.target_tokens), punctuation=True)
+    owners = pair.owners
+    assert pair.src[0].tolist() == rnn.tokenization.src_vocab.encode(pieces) and attribution.source_words == READER
+    for w, word in enumerate(READER):  # each word owns exactly its own characters' pieces
+        assert "".join(p for p, owner in zip(pieces, owners) if owner == w) == word
     rows = len(attribution.steps)
     by_piece, _, _ = gradient_x_input(reference_network(rnn), pair, Outputs(torch.arange(rows), torch.tensor(pair.outputs)))
     (translation,) = rnn.translate([SENTENCE], beam_size=1)
     for r, step in enumerate(attribution.steps):
-        for w in range(len(WORDS)):
+        for w in range(len(READER)):
             mine = [j for j, owner in enumerate(owners) if owner == w]
             assert step.source[w] == pytest.approx(float(by_piece[r, mine].sum()), abs=1e-5)
             if r < len(translation.tokens):   # the attention row: the translation's, summed the same way
@@ -187,7 +195,7 @@ def test_every_rnn_attention_kind_is_attributed(tmp_path, kind):
     moves with the input: f jumps on the way, which no step count closes (the check says so)."""
     translator = trained_translator(tmp_path, **kind)
     attribution = attribute(translator, SENTENCE, "ig", ig_steps=100)
-    assert all(len(s.source) == len(s.attention) == len(WORDS) for s in attribution.steps)
+    assert all(len(s.source) == len(s.attention) == len(READER) for s in attribution.steps)
     assert all(s.completeness.holds for s in attribution.steps) or kind["attention"] == "local_p"
 
 
@@ -196,8 +204,8 @@ def test_transformer_layers_heads_and_the_model_without_attention(transformer, n
         attribute(transformer, SENTENCE, "grad", head=9)
     maps = transformer.attention_maps(transformer.translate([SENTENCE], beam_size=1)[0])["cross"]
     step = attribute(transformer, SENTENCE, "grad", step=1, layer=2, head=3).steps[0]
-    _, owners = transformer.src_tokenizer.tokenize_words(WORDS)
-    assert step.attention[1] == pytest.approx(float(maps[1, 2, 0, np.equal(owners, 1)].sum()), abs=1e-4)
+    _, owners = transformer.src_tokenizer.tokenize_words(WORDS)  # "den", whitespace word 1, is READER's word 2
+    assert step.attention[2] == pytest.approx(float(maps[1, 2, 0, np.equal(owners, 1)].sum()), abs=1e-4)
     baseline = Translator.load(no_attention_model, "cpu", precision="fp32")
     attribution = attribute(baseline, SENTENCE, "ig", step=2, ig_steps=100)
     assert attribution.steps[0].attention is None and attribution.steps[0].completeness.holds
@@ -226,8 +234,8 @@ def test_cli_text_and_json(dates_model, capsys):
     assert "step 2: why '0' rather than '5'" in table and "completeness" in table and "translation:  2 0 1 6" in table
     assert main(["explain", str(dates_model), SENTENCE, "--attribution", "occlusion", "--step", "1", "--json"]) == 0
     document = json.loads(capsys.readouterr().out)
-    assert document["method"] == "occlusion" and document["source_words"] == WORDS
-    assert len(document["steps"]) == 1 and len(document["steps"][0]["without"]) == len(WORDS)
+    assert document["method"] == "occlusion" and document["source_words"] == READER
+    assert len(document["steps"]) == 1 and len(document["steps"][0]["without"]) == len(READER)
 
 
 def test_pieces_of_no_word_are_attributed_apart():
@@ -258,7 +266,7 @@ def test_the_shares_shown_add_up_to_the_completeness_total(dates_model, capsys):
     assert main(["explain", str(dates_model), SENTENCE, "--attribution", "ig", "--ig-steps", "8", "--step", "2"]) == 0
     lines = capsys.readouterr().out.splitlines()
     header = next(i for i, line in enumerate(lines) if line.split()[:3] == ["word", "attention", "attribution"])
-    rows = lines[header + 1: header + 1 + len(WORDS) + 1]                 # each word, then the spaces between them
+    rows = lines[header + 1: header + 1 + len(READER) + 1]                 # each word, then the spaces between them
     assert rows[-1].split() == ["(between", "words)", f"{steps[1]['between_words']:.4f}"]
     prefix = next(line for line in lines if "the translation so far" in line).split(": ", 1)[1].split(" | ")
     shown = sum(float(row.split()[-1]) for row in rows) + sum(float(p.split()[-1]) for p in prefix)
@@ -293,3 +301,22 @@ def test_bad_sentences_are_one_line(dates_model, args, refusal, capsys):
     assert main(["explain", str(dates_model), *args]) == 2
     err = capsys.readouterr().err
     assert refusal in err and err.count("\n") == 1, err
+
+
+def test_punctuation_is_a_word_of_its_own_in_the_attribution(transformer):
+    """The word view glued punctuation to words: in "I am very tired today." the period's attention
+    went to "today."; now each mark at a word's start or end is a word, a mark inside a word stays."""
+    from attnmt.tokenize import WordTokenizer, punctuation_apart, without_span
+
+    attribution = attribute(transformer, "I am very tired today.", "grad")
+    assert attribution.source_words == ["I", "am", "very", "tired", "today", "."]
+    words = ['("Hi,', "don't", "...", "x"]
+    tokens, owners = WordTokenizer().tokenize_words(words)
+    shown, new_owners, spans = punctuation_apart(words, tokens, owners)
+    assert shown == ['("', "Hi", ",", "don't", "...", "x"]
+    assert new_owners == [0, 0, 1, 2, 3, 3, 3, 4, 4, 4, 5]  # ( " | Hi | , | don ' t | . . . | x
+    assert without_span(words, spans[1]) == ['(",', "don't", "...", "x"]
+    assert without_span(words, spans[4]) == ['("Hi,', "don't", "x"]
+    lowered, _, _ = punctuation_apart(["Today."], ["today", "."], [0, 0])   # a lowercasing tokenizer
+    assert lowered == ["Today", "."]
+    assert punctuation_apart(["a\u2026"], ["a", "..."], [0, 0])[0] == ["a\u2026"]  # normalized: not cut

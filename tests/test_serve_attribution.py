@@ -20,6 +20,7 @@ from attnmt.translate import Translator
 
 TEXT = "3. Oktober 1990"
 WORDS = TEXT.split()
+READER = ["3", ".", "Oktober", "1990"]  # the words attribution shows: punctuation apart
 TARGET = "1990-10-03"          # a translation to force: its steps are known without decoding
 LIMITS = ServeConfig(max_chars=40, max_tokens=30, max_sentences=4, timeout_s=60)
 
@@ -61,20 +62,27 @@ def test_a_steps_attribution_sits_beside_that_steps_attention(client, translator
     """The step asked for is the explanation's step of that number: the same token, and the same
     attention summed over each word's pieces; without `attribution`, `step` keeps that step alone."""
     explanation = explain(client)
-    _, owners = translator.src_tokenizer.tokenize_words(WORDS)
+    pieces, spaced = translator.src_tokenizer.tokenize_words(WORDS)
+    # The words attribution shows: "3", ".", "Oktober", "1990" (punctuation apart).
+    def reader(piece: str, owner: int) -> int:
+        if owner == 0:
+            return 1 if piece.strip("\u2581") == "." else 0
+        return owner + 1 if owner > 0 else owner
+
+    owners = [reader(piece, owner) for piece, owner in zip(pieces, spaced)]
     for number in 1, 3:
         step = explanation["steps"][number - 1]
         assert explain(client, step=number)["steps"] == [step]
         (attributed,) = explain(client, attribution="grad", step=number)["steps"]
         assert (attributed["step"], attributed["token"]) == (number, step["token"])
-        by_word = [sum(w for w, owner in zip(step["weights"], owners) if owner == word) for word in range(len(WORDS))]
+        by_word = [sum(w for w, owner in zip(step["weights"], owners) if owner == word) for word in range(len(READER))]
         np.testing.assert_allclose(attributed["attention"], by_word, atol=1e-4)
 
 
 @pytest.mark.parametrize("method, fields, passes", [
     ("grad", {}, "1 pass"),
     ("ig", {"ig_steps": 3}, "5 passes (ig_steps, the input and the baseline)"),
-    ("occlusion", {}, f"{len(WORDS) + 1} passes (the sentence, and without each word)"),
+    ("occlusion", {}, f"{len(READER) + 1} passes (the sentence, and without each word)"),
 ], ids=["grad", "ig", "occlusion"])
 def test_the_work_one_request_asks_for_is_bounded(translator, method, fields, passes):
     steps = len(translator.tgt_tokenizer.tokenize(TARGET)) + 1
