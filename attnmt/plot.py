@@ -61,6 +61,13 @@ def missing_glyphs(labels: list[str]) -> list[str]:
                    if ord(c) not in covered and not c.isspace() and unicodedata.category(c) != "Cf"})
 
 
+class ShownFigure(Figure):
+    """A Figure that a notebook shows as its picture, whether or not pyplot set up inline plots."""
+
+    def _repr_png_(self) -> bytes:
+        return png_bytes(self)
+
+
 def png_bytes(fig: Figure) -> bytes:
     """The figure as a PNG file's bytes."""
     buffer = io.BytesIO()
@@ -125,7 +132,7 @@ def attention_figure(weights: np.ndarray, source_tokens: list[str], output_token
     height = min(1.5 + 0.35 * len(output_tokens), MAX_INCHES)
     with matplotlib.rc_context({"font.family": available_fonts()}), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "Glyph missing from font" where no face has a character
-        fig = Figure(figsize=(width, height), dpi=110)
+        fig = ShownFigure(figsize=(width, height), dpi=110)
         ax = fig.subplots()
         image = ax.imshow(weights, cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
         long_labels = any(len(t) > 2 for t in source_tokens)
@@ -169,7 +176,7 @@ def attention_grid_figure(maps: np.ndarray, key_tokens: list[str], query_tokens:
     cell = min(0.6 + 0.2 * max(len(key_tokens), len(query_tokens)), MAX_INCHES / max(layers, heads))
     with matplotlib.rc_context({"font.family": available_fonts(), "font.size": 7}), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        fig = Figure(figsize=(1.0 + cell * heads, 1.0 + cell * layers), dpi=110)
+        fig = ShownFigure(figsize=(1.0 + cell * heads, 1.0 + cell * layers), dpi=110)
         grid = fig.subplots(layers, heads, squeeze=False)
         for (layer, head), ax in np.ndenumerate(grid):
             ax.imshow(maps[layer, head], cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")

@@ -42,7 +42,7 @@ def test_figure_draws_one_map_or_every_layer_and_head(transformer):
     result = transformer.translate(["March 14, 2026"])[0]
     layers, heads = transformer.engine_info().maps["cross"]
     one = transformer.figure(result)
-    assert len(one.axes) == 2  # the map and its colour bar
+    assert len(one.axes) == 2 and one._repr_png_().startswith(PNG)  # the map and its colour bar; a notebook shows it
     assert [t.get_text() for t in one.axes[0].get_yticklabels()] == [t.replace("\u2581", "\u2423") for t in result.tokens]
     grid = transformer.figure(result, grid=True)
     assert len(grid.axes) == layers * heads
@@ -81,3 +81,29 @@ def test_an_alignment_shows_its_links_and_its_map(transformer):
     (alignment,) = align_by_attention(transformer, ["March 14 , 2026"], ["2026 - 03 - 14"], AttentionLinks())
     assert " ".join(f"{s}-{t}" for s, t in alignment.links) in repr(alignment)
     assert alignment._repr_png_().startswith(PNG)
+
+
+@pytest.mark.slow
+def test_the_learning_notebook_runs_and_draws(tmp_path, capsys):
+    """docs/learn.ipynb, stored without outputs, executed in a Jupyter kernel as a student runs it:
+    no cell fails, the heatmaps come out as pictures and the numbers as tables. Its text outputs go
+    to the log, so that CI's log shows the notebook run."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    notebook = nbformat.read(Path(__file__).parents[1] / "docs" / "learn.ipynb", as_version=4)
+    assert all(not cell.get("outputs") and cell.get("execution_count") is None
+               for cell in notebook.cells if cell.cell_type == "code"), "stored with outputs"
+    NotebookClient(notebook, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    outputs = [output for cell in notebook.cells if cell.cell_type == "code" for output in cell.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    pictures = [o for o in outputs if "image/png" in o.get("data", {})]
+    tables = [o for o in outputs if "<table" in o.get("data", {}).get("text/html", "")]
+    assert len(pictures) == 3 and len(tables) == 4, [list(o.get("data", {})) for o in outputs]
+    with capsys.disabled():
+        print("\ndocs/learn.ipynb, executed:")
+        for number, cell in enumerate((c for c in notebook.cells if c.cell_type == "code"), 1):
+            texts = [o.get("text", "") or o.get("data", {}).get("text/plain", "") for o in cell.outputs]
+            kinds = sorted({kind for o in cell.outputs for kind in o.get("data", {}) if kind != "text/plain"})
+            print(f"[{number}] {cell.source.splitlines()[0]}\n{''.join(texts).rstrip()[-600:]}"
+                  + (f"\n    (shown as {', '.join(kinds)})" if kinds else ""))
