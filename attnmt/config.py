@@ -259,6 +259,12 @@ class TrainConfig:
     # torchrun: how long a rank waits for the others (rank 0 validating included) before the job
     # ends with an error naming the rank that failed; a rank that dies ends it at once.
     rank_timeout_min: float = ranged(30.0, "(0, 10080]")
+    # Attention as it forms: the first this many validation sentences (0 = none), translated with
+    # their cross-attention at updates 1, 2, 4, 8, ... of the first epoch and at every validation,
+    # into out_dir/timeline.jsonl (attnmt plot RUN --timeline draws it).
+    watch: int = ranged(3, "[0, 100]")
+    # Instead: the sentences of this file, one per line.
+    watch_file: str = ""
     # Stop early once validation exact match reaches this fraction (0 = never).
     target_exact_match: float = ranged(0.0, "[0, 1]")
     # Unused; kept so that model files that carry it still load.

@@ -192,6 +192,46 @@ def attention_grid_figure(maps: np.ndarray, key_tokens: list[str], query_tokens:
     return fig
 
 
+def write_animation(frames: list[Figure], path: str | Path, frame_ms: int = 900) -> None:
+    """Write the figures as an animated GIF (Pillow, which matplotlib brings), each frame padded
+    with white to the largest; the last frame stays three times as long."""
+    from PIL import Image
+
+    images = [Image.open(io.BytesIO(png_bytes(fig))).convert("RGB") for fig in frames]
+    width, height = max(i.width for i in images), max(i.height for i in images)
+    padded = []
+    for image in images:
+        canvas = Image.new("RGB", (width, height), "white")
+        canvas.paste(image, (0, 0))
+        padded.append(canvas.quantize(colors=256))
+    buffer = io.BytesIO()
+    padded[0].save(buffer, format="GIF", save_all=True, append_images=padded[1:], loop=0,
+                   duration=[frame_ms] * (len(padded) - 1) + [3 * frame_ms])
+    atomic_write(path, buffer.getvalue())
+
+
+def contact_sheet(maps: list[np.ndarray], titles: list[str], title: str = "", columns: int = 4) -> Figure:
+    """Small heatmaps side by side, `columns` a row, each map [queries, keys] with its title (a
+    timeline's points: the keys, the source, are the same in all)."""
+    rows = math.ceil(len(maps) / columns)
+    with matplotlib.rc_context({"font.family": available_fonts(), "font.size": 7}), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fig = ShownFigure(figsize=(2.4 * min(columns, len(maps)), 0.6 + 2.2 * rows), dpi=110)
+        grid = fig.subplots(rows, min(columns, len(maps)), squeeze=False)
+        for ax in grid.flat:
+            ax.set_axis_off()
+        for ax, weights, label in zip(grid.flat, maps, titles):
+            ax.set_axis_on()
+            ax.imshow(weights, cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
+            ax.set_xticks([])
+            ax.set_yticks([])
+            ax.set_title(_wrapped(label, 2.4), fontsize=7)
+        if title:
+            fig.suptitle(_wrapped(title, 2.4 * min(columns, len(maps))), fontsize=9)
+        fig.tight_layout()
+    return fig
+
+
 def plot_bleu_by_length(buckets: list[str], bleu: dict[str, list[Optional[float]]], sentences: list[int],
                         path: str | Path, title: str = "") -> None:
     """Write a PNG line chart of BLEU per source-length bucket, one line per model in `bleu`.

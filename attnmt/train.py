@@ -27,6 +27,7 @@ from .precision import BF16_AT_MOST, faster_precision, has_lstm, native_bf16, pr
 from .resume import CHECKPOINT_FILE, Progress, check_continuation, find_start, prepare_out_dir, settled_precision, started_from
 from .step import TeacherForced, evaluate_loss, make_optimizer, part_loss, train_step
 from .store import PreparedCorpus
+from .timeline import EARLY_STEPS, Timeline
 from .training_data import Part, TrainingData, epoch_batches
 from .translate import Translator
 
@@ -108,11 +109,7 @@ def train(config: Config, resume: bool = False, overwrite: bool = False,
     config = start.config  # a fine-tuning run's completed from its model file (train.init_from)
     data = TrainingData.of(PreparedCorpus.open(start.corpus), config.data.max_len, config.model.source_eos)
     corpus, text = data.corpus, data.corpus.tokenization
-    left_out = ", ".join(f"{n} {reason.replace('_', ' ')}" for reason, n in corpus.report["left_out"].items() if n)
-    log(f"data: {len(corpus)} training pairs ({left_out or 'none'} left out), {len(data.valid)} valid, "
-        f"{len(corpus.test_pairs)} test; vocab {len(text.src_vocab)} source, {len(text.tgt_vocab)} target")
-    for line in corpus.unreadable_lines():
-        log(line)
+    _log_data(data, log)
     model = build_model(config.model, len(text.src_vocab), len(text.tgt_vocab), tc.fast_paths).to(device)
     log(f"fast paths: {', '.join(fast_paths_in(model)) or 'none'}" if tc.fast_paths
         else "fast paths: none (train.fast_paths false: the reference modules alone)")
@@ -133,8 +130,10 @@ def train(config: Config, resume: bool = False, overwrite: bool = False,
         + (f"; resuming at epoch {progress.epoch}, step {progress.step}{budget}" if resume else ""))
     check_continuation(start, progress, tc, ranks.world_size * tc.accumulate, log)
     metrics = MetricsWriter(out_dir, progress.step if resume else None, tc.tensorboard) if ranks.is_main else None
+    timeline = (Timeline.start(tc, [s for s, _ in corpus.valid_pairs], out_dir, progress.step if resume else None)
+                if ranks.is_main else None)
     run = Run(config, data, Translator(model, config, text), ranks.wrap(network), optimizer, progress, device, ranks,
-              metrics, time.monotonic() - progress.elapsed_s, log)
+              metrics, timeline, time.monotonic() - progress.elapsed_s, log)
     try:
         log(f"{run.train_epochs()}; stopping")
         if metrics and tc.average_last > 1 and len(progress.epoch_files) > 1:
@@ -143,6 +142,16 @@ def train(config: Config, resume: bool = False, overwrite: bool = False,
         if metrics:
             metrics.close()
     return run.result()
+
+
+def _log_data(data: TrainingData, log: Callable[[str], None]) -> None:
+    """What the run trains on: its pairs, those left out (the first unreadable lines named), its vocabularies."""
+    corpus, text = data.corpus, data.corpus.tokenization
+    left_out = ", ".join(f"{n} {reason.replace('_', ' ')}" for reason, n in corpus.report["left_out"].items() if n)
+    log(f"data: {len(corpus)} training pairs ({left_out or 'none'} left out), {len(data.valid)} valid, "
+        f"{len(corpus.test_pairs)} test; vocab {len(text.src_vocab)} source, {len(text.tgt_vocab)} target")
+    for line in corpus.unreadable_lines():
+        log(line)
 
 
 def _training_precision(config: Config, progress: Progress, network: TeacherForced, data: TrainingData,
@@ -196,6 +205,7 @@ class Run:
     device: torch.device
     ranks: Ranks
     metrics: Optional[MetricsWriter]  # rank 0's
+    timeline: Optional[Timeline]      # rank 0's, where it watches sentences
     started: float                    # time.monotonic() at the start, earlier sessions' time taken off
     log: Callable[[str], None]
 
@@ -219,6 +229,8 @@ class Run:
             if self.metrics:  # rank 0
                 tokens_per_s = segment_tokens / max(time.monotonic() - segment_started, 1e-9)
                 record = self.validate()
+                if self.timeline:
+                    self.timeline.record(self.translator, progress.step, progress.epoch, record["valid_loss"])
                 progress.history.append(record)
                 self.log(" | ".join(f"{k} {v}" for k, v in record.items()))
                 # label_smoothing: what train_loss includes and valid_loss does not (curves.png says so).
@@ -260,6 +272,8 @@ class Run:
             progress.epoch_loss += loss
             progress.epoch_tokens += tokens
             trained += tokens
+            if self.timeline and progress.epoch == 1 and progress.step in EARLY_STEPS:
+                self.timeline.record(self.translator, progress.step, progress.epoch)
             bar.update()
             bar.set_postfix(loss=f"{progress.epoch_loss / progress.epoch_tokens:.3f}")
             if bar.disable and tc.log_every and progress.step % tc.log_every == 0:  # no terminal: log lines instead

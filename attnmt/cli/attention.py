@@ -57,8 +57,13 @@ def add_plot(commands: Commands) -> None:
     plot = commands.add_parser("plot", help="draw the attention of one translation as a heatmap")
     add_model(plot)
     add_engine(plot)
-    plot.add_argument("sentence", help="the sentence to translate")
-    plot.add_argument("--out", required=True, help="PNG file to write")
+    plot.add_argument("sentence", nargs="?", help="the sentence to translate (not with --timeline)")
+    plot.add_argument("--out", required=True, help="PNG file to write (with --timeline: the GIF; the contact sheet "
+                                                   "goes beside it as .png)")
+    plot.add_argument("--timeline", action="store_true",
+                      help="MODEL is a run folder: draw how the attention of a sentence it watched formed during "
+                           "training (train.watch), as an animation and a contact sheet")
+    plot.add_argument("--watched", type=FROM_1, default=1, help="with --timeline: which watched sentence, from 1")
     plot.add_argument("--attention", choices=list(MAP_AXES), default="cross",
                       help="which attention: cross (output over source, the default), or the Transformer's "
                            "encoder or decoder self-attention")
@@ -82,6 +87,10 @@ def _plot(args: argparse.Namespace) -> None:
     from ..plot import missing_glyphs, write_png
 
     check_parent_dir(args.out)
+    if args.timeline:
+        return _plot_timeline(args)
+    if args.sentence is None:
+        raise AttnmtError("plot needs a sentence to translate (or --timeline, with a run folder)")
     if args.target is not None and engine_of(args, args.model) == "ctranslate2":
         raise AttnmtError("--target reads attention by teacher forcing, which attnmt's own engine does: give the "
                           "attnmt model file instead of the CTranslate2 directory")
@@ -105,6 +114,35 @@ def _plot(args: argparse.Namespace) -> None:
     write_png(figure, args.out)
     print(f"{result.text}\nheatmap written to {args.out}")
     say_precision(args, translator.precision_note())
+
+
+def _plot_timeline(args: argparse.Namespace) -> None:
+    """`plot RUN --timeline`: a watched sentence's translation and attention (the last layer, its heads'
+    mean) at each point the run recorded, as a GIF and, beside it, a contact sheet."""
+    from pathlib import Path
+
+    import numpy as np
+
+    from ..plot import attention_figure, contact_sheet, write_animation, write_png
+    from ..timeline import read_timeline
+
+    if args.sentence is not None or args.target is not None or args.grid:
+        raise AttnmtError("--timeline draws the sentences the run watched: leave out the sentence, --target and --grid")
+    points = read_timeline(Path(args.model))
+    if args.watched > len(points[-1].sentences):
+        raise AttnmtError(f"--watched {args.watched}: the run watched {len(points[-1].sentences)} sentences")
+    index, source = args.watched - 1, points[-1].sentences[args.watched - 1]
+    maps = [p.sentences[index].maps[-1].mean(0) if p.sentences[index].tokens else np.zeros((1, len(
+        source.source_tokens))) for p in points]
+    titles = [f"step {p.step}" + (f" (valid loss {p.valid_loss:.3f})" if p.valid_loss is not None else "")
+              + f": {p.sentences[index].text}" for p in points]
+    frames = [attention_figure(m, source.source_tokens, p.sentences[index].tokens or ["(nothing)"], title=t)
+              for m, p, t in zip(maps, points, titles)]
+    write_animation(frames, args.out)
+    sheet = Path(args.out).with_suffix(".png")
+    write_png(contact_sheet(maps, titles, title=source.source), sheet)
+    print(f"{len(points)} points of training, steps {points[0].step} to {points[-1].step}: {source.source}\n"
+          f"animation written to {args.out}\ncontact sheet written to {sheet}")
 
 
 def _plot_alignment(args: argparse.Namespace, translator: Translator) -> None:

@@ -1,0 +1,153 @@
+"""Attention as it forms: a training run records, for a few watched sentences, the greedy
+translation and every layer's and head's cross-attention at a few early updates (1, 2, 4, 8, ...
+before the first validation) and at every validation, into its folder; `attnmt plot RUN --timeline`
+draws them as an animation and a contact sheet.
+
+The file is JSON lines, one point of training per line, appended and flushed as it is recorded:
+a run killed mid-write leaves its earlier lines readable (a cut last line is skipped), and a resumed
+run first drops the points recorded after its checkpoint, so that the timeline reads as one run.
+Weights are kept as bytes (0-255 for 0-1, base64): a map of 20 x 20 tokens in 8 heads of 6 layers
+is 19 KB a sentence and a point.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Optional
+
+import numpy as np
+
+from .config import TrainConfig
+from .data import read_lines
+from .errors import AttnmtError
+from .translate import Translator
+
+TIMELINE_FILE = "timeline.jsonl"
+
+
+@dataclass
+class Watched:
+    """One watched sentence at one point of training."""
+
+    source: str
+    source_tokens: list[str]
+    tokens: list[str]                # the greedy translation's tokens, without <eos>
+    text: str
+    maps: np.ndarray                 # [layers, heads, len(tokens), len(source_tokens)]: cross-attention
+
+    def to_dict(self) -> dict:
+        quantized = np.rint(np.clip(self.maps, 0.0, 1.0) * 255).astype(np.uint8)
+        return {"source": self.source, "source_tokens": self.source_tokens, "tokens": self.tokens, "text": self.text,
+                "shape": list(quantized.shape), "maps": base64.b64encode(quantized.tobytes()).decode("ascii")}
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "Watched":
+        flat = np.frombuffer(base64.b64decode(values["maps"]), dtype=np.uint8)
+        maps = flat.reshape(values["shape"]).astype(np.float32) / 255
+        return cls(values["source"], values["source_tokens"], values["tokens"], values["text"], maps)
+
+
+@dataclass
+class Point:
+    """The watched sentences at one update of training."""
+
+    step: int
+    epoch: int
+    valid_loss: Optional[float]      # at a validation; None at an early update
+    sentences: list[Watched]
+
+
+def watch(translator: Translator, sources: list[str]) -> list[Watched]:
+    """The greedy translation of each source and its cross-attention, every layer and head, as the
+    model is now."""
+    translator.model.eval()
+    watched = []
+    for source, result in zip(sources, translator.translate(sources, beam_size=1)):
+        maps = (translator.attention_maps(result)["cross"] if result.tokens and result.source_tokens
+                else np.zeros((1, 1, len(result.tokens), len(result.source_tokens)), dtype=np.float32))
+        watched.append(Watched(source, result.source_tokens, result.tokens, result.text, maps))
+    return watched
+
+
+class TimelineWriter:
+    """Appends points to a run's timeline file (rank 0 alone)."""
+
+    def __init__(self, out_dir: Path, resumed_at: Optional[int]) -> None:
+        self.path = out_dir / TIMELINE_FILE
+        if resumed_at is None:
+            self.path.unlink(missing_ok=True)
+        elif self.path.exists():  # points past the checkpoint were trained again: drop the first ones
+            kept = [p for p in _lines(self.path) if json.loads(p)["step"] <= resumed_at]
+            self.path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+
+    def write(self, point: Point) -> None:
+        line = json.dumps({"step": point.step, "epoch": point.epoch, "valid_loss": point.valid_loss,
+                           "sentences": [s.to_dict() for s in point.sentences]}, ensure_ascii=False)
+        with self.path.open("a", encoding="utf-8") as out:
+            out.write(line + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+
+
+def _lines(path: Path) -> Iterator[str]:
+    """The file's complete lines (a last line cut by a kill is left out)."""
+    for raw in path.read_bytes().splitlines():
+        try:
+            line = raw.decode("utf-8")
+            json.loads(line)
+        except ValueError:
+            continue
+        yield line
+
+
+def read_timeline(run: Path) -> list[Point]:
+    """The points a run folder's timeline holds (`run`: the folder, or a model file in it), in training
+    order; one line if there is none."""
+    folder = run if run.is_dir() else run.parent
+    path = folder / TIMELINE_FILE
+    if not path.is_file():
+        raise AttnmtError(f"{folder}: no {TIMELINE_FILE}: a training run records one in its folder while train.watch "
+                          f"is above 0 (runs of earlier attnmt versions have none)")
+    points = []
+    for line in _lines(path):
+        values = json.loads(line)
+        points.append(Point(values["step"], values["epoch"], values["valid_loss"],
+                            [Watched.from_dict(s) for s in values["sentences"]]))
+    if not points:
+        raise AttnmtError(f"{path}: no point recorded yet")
+    return sorted(points, key=lambda p: p.step)
+
+
+# The updates of the first epoch, before the first validation, at which the timeline records.
+EARLY_STEPS = frozenset(2 ** k for k in range(40))
+
+
+class Timeline:
+    """What a training run watches (rank 0's): the sentences, and the file they go to."""
+
+    def __init__(self, sources: list[str], writer: TimelineWriter) -> None:
+        self.sources, self.writer = sources, writer
+
+    @classmethod
+    def start(cls, tc: TrainConfig, valid_sources: list[str], out_dir: Path,
+              resumed_at: Optional[int]) -> Optional["Timeline"]:
+        """The run's timeline: train.watch_file's sentences, else the first train.watch validation
+        sentences; None where it watches none."""
+        if tc.watch_file:
+            sources = [line.strip() for line in read_lines(tc.watch_file) if line.strip()]
+            if not sources:
+                raise AttnmtError(f"train.watch_file {tc.watch_file}: no sentence in it")
+        else:
+            sources = valid_sources[: tc.watch]
+        return cls(sources, TimelineWriter(out_dir, resumed_at)) if sources else None
+
+    def record(self, translator: Translator, step: int, epoch: int, valid_loss: Optional[float] = None) -> None:
+        """Watch the sentences now, mid-training (a fresh engine: a decoding copy, bf16 or int8, is made from
+        the weights as they are now); the model goes back to training after."""
+        now = Translator(translator.model, translator.config, translator.tokenization)
+        self.writer.write(Point(step, epoch, valid_loss, watch(now, self.sources)))
+        translator.model.train()
