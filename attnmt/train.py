@@ -29,7 +29,7 @@ from .step import TeacherForced, evaluate_loss, make_optimizer, part_loss, train
 from .store import PreparedCorpus
 from .timeline import EARLY_STEPS, Timeline
 from .training_data import Part, TrainingData, epoch_batches
-from .translate import Translator
+from .translate import Translator, map_shapes
 
 T = TypeVar("T")
 
@@ -131,7 +131,7 @@ def train(config: Config, resume: bool = False, overwrite: bool = False,
     check_continuation(start, progress, tc, ranks.world_size * tc.accumulate, log)
     metrics = MetricsWriter(out_dir, progress.step if resume else None, tc.tensorboard) if ranks.is_main else None
     timeline = (Timeline.start(tc, [s for s, _ in corpus.valid_pairs], out_dir, progress.step if resume else None)
-                if ranks.is_main else None)
+                if ranks.is_main and "cross" in map_shapes(model) else None)   # a model without attention: nothing to watch
     run = Run(config, data, Translator(model, config, text), ranks.wrap(network), optimizer, progress, device, ranks,
               metrics, timeline, time.monotonic() - progress.elapsed_s, log)
     try:

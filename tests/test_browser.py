@@ -424,3 +424,29 @@ def test_an_imported_marian_model_in_the_explorer(browser, tmp_path):
         page.click('#heatmap .tok.out[data-row="0"]')
         page.wait_for_function("document.querySelector('#explain').dataset.step === '1'")
         screenshot(page, "explorer_imported_marian.png")
+
+
+def test_the_timeline_slider_shows_attention_as_it_formed(browser, server):
+    """A model in the folder of a run that watched sentences: /model says so, and the page shows a
+    slider over the recorded updates, each with its translation, its map and a marker on the curve."""
+    timeline = httpx.get(server + "timeline").json()
+    points = timeline["points"]
+    assert httpx.get(server + "model").json()["timeline"] is True and len(points) >= 3
+    with browsing(browser, server) as page:
+        page.wait_for_selector("#timeline:not([hidden])")
+        shots, markers = [], []
+        for index in (0, len(points) // 2, len(points) - 1):
+            page.locator("#timeline-slider").fill(str(index))
+            point, watched = points[index], points[index]["sentences"][0]
+            page.wait_for_function("text => document.querySelector('#timeline-label').textContent.startsWith(text)",
+                                   arg=f"update {point['step']} (epoch {point['epoch']}")
+            assert page.inner_text("#timeline-label").endswith(watched["text"])
+            cells = page.locator("#timeline-map .cell")
+            assert cells.count() == len(watched["tokens"]) * len(timeline["source_tokens"][0])
+            markers.append(float(page.get_attribute("#timeline-curve .marker", "x1")))
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / f"explorer_timeline_{len(shots)}.png"), full_page=True)
+            shots.append(index)
+        assert markers == sorted(markers) and markers[0] < markers[-1]   # the marker moves along the curve
+        page.select_option("#timeline-sentence", "1")
+        assert page.inner_text("#timeline-label").endswith(points[-1]["sentences"][1]["text"])

@@ -82,3 +82,30 @@ def test_plot_draws_the_timeline_as_an_animation_and_a_contact_sheet(tmp_path, c
     assert "--watched 4: the run watched 3 sentences" in capsys.readouterr().err
     assert main(["plot", str(tmp_path / "run"), "--out", str(out)]) == 2
     assert "plot needs a sentence to translate (or --timeline" in capsys.readouterr().err
+
+
+def test_the_server_answers_a_runs_timeline_and_says_which_models_have_one(tmp_path):
+    from fastapi.testclient import TestClient
+
+    from attnmt.serve import create_app
+    from attnmt.serve.models import ModelSet, ServedModel
+
+    run(tmp_path, "run", epochs=1)
+    model = tmp_path / "run" / "model.safetensors"
+    elsewhere = tmp_path / "copy.safetensors"
+    elsewhere.write_bytes(model.read_bytes())
+    served = ModelSet([ServedModel(name, str(path), Translator.load(path)) for name, path in
+                       (("run", model), ("copy", elsewhere))])
+    with TestClient(create_app(served)) as client:
+        answer = client.get("/timeline", params={"name": "run"}).json()
+        points = read_timeline(tmp_path / "run")
+        assert [p["step"] for p in answer["points"]] == [p.step for p in points]
+        assert answer["sources"] == [s.source for s in points[-1].sentences]
+        last = answer["points"][-1]["sentences"][0]
+        assert last["tokens"] == points[-1].sentences[0].tokens
+        np.testing.assert_allclose(last["attention"], points[-1].sentences[0].maps[-1].mean(0), atol=1e-4)
+        assert [c["step"] for c in answer["curve"]] == [p.step for p in points if p.valid_loss is not None]
+        assert client.get("/model", params={"name": "run"}).json()["timeline"] is True
+        assert client.get("/model", params={"name": "copy"}).json()["timeline"] is False
+        missing = client.get("/timeline", params={"name": "copy"})
+        assert missing.status_code == 404 and "no timeline.jsonl" in missing.json()["error"]

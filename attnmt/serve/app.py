@@ -20,7 +20,9 @@ from ..attribution import IG_STEPS, Work, explain_or_attribute
 from ..config import ServeConfig, source_languages, validate_serve
 from ..errors import AttnmtError
 from ..explain import FIELDS
+from ..metrics import METRICS_FILE, read_metrics
 from ..seam import AttentionView
+from ..timeline import TIMELINE_FILE, read_timeline
 from ..tokenize import Tokenizer
 from ..translate import TextTranslator, Translation, Translator, check_n_best, lines_of, texts_of
 from .batching import Batcher, model_thread
@@ -31,12 +33,14 @@ from .models import ModelChain, ModelSet, ServedModel
 from .schemas import (
     EXPLAIN_RESPONSES,
     MODEL_RESPONSES,
+    TIMELINE_RESPONSES,
     TRANSLATE_RESPONSES,
     AttributionResponse,
     ExplainRequest,
     ExplainResponse,
     Health,
     ModelInfo,
+    TimelineResponse,
     TranslateRequest,
     TranslateResponse,
 )
@@ -78,6 +82,8 @@ def create_app(models: TextTranslator | ModelSet, limits: Optional[ServeConfig] 
     app.add_api_route("/health", endpoints.health, methods=["GET"], response_model=Health)
     app.add_api_route("/model", endpoints.model, methods=["GET"], response_model=ModelInfo, responses=MODEL_RESPONSES)
     app.add_api_route("/models", endpoints.all_models, methods=["GET"], response_model=list[ModelInfo])
+    app.add_api_route("/timeline", endpoints.timeline, methods=["GET"], response_model=TimelineResponse,
+                      responses=TIMELINE_RESPONSES)
     app.add_api_route("/", explorer, methods=["GET"], include_in_schema=False)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     name_the_models(app, list(endpoints.models.models))
@@ -118,8 +124,10 @@ class ModelService:
         self.max_tokens = min(limits.max_tokens, translator.config.decode.max_src_len)
         # Read once, at start: what `alignments: true` links words with, and /model says.
         self.aligner = model_aligner(translator)
+        self.run_folder = Path(served.path).parent        # where a training run kept its timeline, if it did
         self.info = {**model_info(translator, limits, self.max_tokens, alignment_method(translator, self.aligner)),
                      "name": served.name, "models": names,
+                     "timeline": (self.run_folder / TIMELINE_FILE).is_file(),
                      "load_s": None if served.load_s is None else round(served.load_s, 3),
                      "rss_mb": None if served.rss_mb is None else round(served.rss_mb, 1)}
 
@@ -302,6 +310,24 @@ class Endpoints:
     async def all_models(self) -> list[dict[str, Any]]:
         """What /model says of each model, in the order they were given."""
         return [service.info for service in self.services.values()]
+
+    async def timeline(self, name: Optional[str] = None) -> dict[str, Any]:
+        """How the attention of the sentences its training run watched formed (the model `name`, else the
+        first): read at each request, so that a run still training adds its new points."""
+        service = self.service(name) if name is not None else self.services[self.models.first.name]
+        try:
+            points = await asyncio.to_thread(read_timeline, service.run_folder)
+        except AttnmtError as err:
+            raise ServeError(404, str(err)) from None
+        metrics = service.run_folder / METRICS_FILE
+        curve = [{"step": r["step"], "valid_loss": r["valid_loss"]} for r in (read_metrics(metrics) if metrics.is_file()
+                                                                              else []) if "valid_loss" in r]
+        last = points[-1].sentences
+        return {"name": service.info["name"], "sources": [s.source for s in last],
+                "source_tokens": [s.source_tokens for s in last], "curve": curve,
+                "points": [{"step": p.step, "epoch": p.epoch, "valid_loss": p.valid_loss,
+                            "sentences": [{"tokens": s.tokens, "text": s.text, "attention": _rounded(s.maps[-1].mean(0))}
+                                          for s in p.sentences]} for p in points]}
 
 
 def leg_search(service: ModelService, chain: ModelChain, leg: int, n_best: int) -> tuple[int, int]:

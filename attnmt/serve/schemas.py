@@ -220,10 +220,41 @@ class ModelInfo(BaseModel):
     maps: dict[str, list[int]] = Field(description="the attention maps `maps: true` returns, name -> "
                                                    "[layers, heads]; none without attention")
     limits: dict[str, int | float] = Field(description="the server's limits (ServeConfig), max_tokens as enforced")
+    timeline: bool = Field(description="whether GET /timeline answers for it: its file lies in the folder of a "
+                                       "training run that watched sentences (train.watch)")
+
+
+class WatchedSentence(BaseModel):
+    tokens: list[str] = Field(description="the greedy translation's tokens at this point, without <eos>")
+    text: str
+    attention: list[list[float]] = Field(description="the last layer's cross-attention, its heads' mean: "
+                                                     "rows the tokens, columns the sentence's source_tokens")
+
+
+class TimelinePoint(BaseModel):
+    step: int = Field(description="the update after which it was recorded")
+    epoch: int
+    valid_loss: Optional[float] = Field(description="at a validation; null at an early update (1, 2, 4, 8, ...)")
+    sentences: list[WatchedSentence]
+
+
+class ValidationPoint(BaseModel):
+    step: int
+    valid_loss: float
+
+
+class TimelineResponse(BaseModel):
+    name: str = Field(description="the model's name")
+    sources: list[str] = Field(description="the sentences the run watched")
+    source_tokens: list[list[str]] = Field(description="each watched sentence's tokens as the model reads them")
+    points: list[TimelinePoint] = Field(description="in training order; a run under way adds to them")
+    curve: list[ValidationPoint] = Field(description="every validation's loss (metrics.jsonl)")
 
 
 MODEL_RESPONSES: dict[int | str, dict[str, Any]] = {
     422: {"model": ErrorResponse, "description": "`name` is not one of the server's models"}}
+TIMELINE_RESPONSES: dict[int | str, dict[str, Any]] = {
+    **MODEL_RESPONSES, 404: {"model": ErrorResponse, "description": "the model's folder holds no timeline"}}
 
 # What BodyLimit answers before a route reads the body: any route a body is sent to may answer it.
 BODY_LIMIT_RESPONSES: dict[int | str, dict[str, Any]] = {

@@ -104,6 +104,8 @@
     igStepsInput.max = info.limits.max_ig_steps;
     source.maxLength = info.limits.max_chars;
     $("explain-hint").hidden = !info.explains;
+    $("timeline").hidden = true;
+    if (info.timeline) loadTimeline(info.name);
     // Set for every model, not only the first: the last model's pickers must not outlive it.
     $("map-controls").hidden = !mapChoices();
     if (mapChoices()) {
@@ -291,18 +293,24 @@
     grid.replaceChildren();
     $("no-attention").hidden = Boolean(weights);
     if (!weights || !sourceTokens.length || !outputTokens.length) return;
-    grid.classList.toggle("vertical", sourceTokens.some((t) => [...t].length > 2));
-    grid.style.gridTemplateColumns = `auto repeat(${sourceTokens.length}, minmax(1.6rem, auto))`;
-    grid.append(element("div", "corner"));
+    fillGrid(grid, sourceTokens, outputTokens, weights);
+  }
+
+  // A heatmap in `container`: the source tokens across, the output tokens down, a cell per weight.
+  function fillGrid(container, sourceTokens, outputTokens, weights) {
+    container.replaceChildren();
+    container.classList.toggle("vertical", sourceTokens.some((t) => [...t].length > 2));
+    container.style.gridTemplateColumns = `auto repeat(${sourceTokens.length}, minmax(1.6rem, auto))`;
+    container.append(element("div", "corner"));
     sourceTokens.forEach((token, col) => {
       const node = element("div", "tok src" + (token === SPACE ? " space" : ""), token);
       node.dataset.col = col;
-      grid.append(node);
+      container.append(node);
     });
     outputTokens.forEach((token, row) => {
       const head = element("div", "tok out" + (token === SPACE ? " space" : ""), token);
       head.dataset.row = row;
-      grid.append(head);
+      container.append(head);
       sourceTokens.forEach((sourceToken, col) => {
         const cell = element("div", "cell");
         const weight = weights[row][col];
@@ -310,7 +318,7 @@
         cell.dataset.col = col;
         cell.style.backgroundColor = shade(weight);
         cell.title = `${token} \u2190 ${sourceToken}: ${weight.toFixed(3)}`;
-        grid.append(cell);
+        container.append(cell);
       });
     });
   }
@@ -578,6 +586,60 @@
     if (methodSelect.value !== "off") params.set("attribution", methodSelect.value);
     history.replaceState(null, "", `?${params}`);
   }
+
+  // Attention as it formed during training (GET /timeline): a slider over the points the run recorded,
+  // the watched sentence's translation and map at each, and the validation curve with the point marked.
+  let timeline = null;
+  const timelineSlider = $("timeline-slider"), timelineSentence = $("timeline-sentence");
+
+  async function loadTimeline(name) {
+    const response = await fetch(`/timeline?name=${encodeURIComponent(name)}`);
+    if (!response.ok || model.name !== name) return;
+    timeline = await response.json();
+    fillOptions(timelineSentence, timeline.sources.map((_, i) => String(i)), "0");
+    [...timelineSentence.options].forEach((option, i) => { option.textContent = timeline.sources[i]; });
+    timelineSlider.max = timeline.points.length - 1;
+    timelineSlider.value = timeline.points.length - 1;
+    $("timeline").hidden = false;
+    showTimelinePoint();
+  }
+
+  function showTimelinePoint() {
+    const point = timeline.points[Number(timelineSlider.value)], index = Number(timelineSentence.value);
+    const watched = point.sentences[index];
+    const loss = point.valid_loss === null ? "" : `, validation loss ${point.valid_loss}`;
+    $("timeline-label").textContent = `update ${point.step} (epoch ${point.epoch}${loss}): ${watched.text}`;
+    if (watched.tokens.length) fillGrid($("timeline-map"), timeline.source_tokens[index], watched.tokens, watched.attention);
+    else $("timeline-map").replaceChildren();
+    drawCurve(point.step);
+  }
+
+  // The validation loss against the update, and a line at `step`.
+  function drawCurve(step) {
+    const svg = $("timeline-curve"), width = 360, height = 120, pad = 6, ns = svg.namespaceURI;  // the page's own SVG
+    const curve = timeline.curve, last = timeline.points[timeline.points.length - 1].step;
+    const losses = curve.map((p) => p.valid_loss), low = Math.min(...losses), high = Math.max(...losses);
+    const x = (s) => pad + (width - 2 * pad) * s / Math.max(last, 1);
+    const y = (v) => height - pad - (height - 2 * pad) * (high > low ? (v - low) / (high - low) : 0.5);
+    const line = document.createElementNS(ns, "polyline");
+    line.setAttribute("points", curve.map((p) => `${x(p.step)},${y(p.valid_loss)}`).join(" "));
+    line.setAttribute("class", "curve");
+    const marker = document.createElementNS(ns, "line");
+    for (const [key, value] of Object.entries({ x1: x(step), x2: x(step), y1: 0, y2: height })) marker.setAttribute(key, value);
+    marker.setAttribute("class", "marker");
+    const label = (text, left, top, anchor) => {
+      const node = document.createElementNS(ns, "text");
+      for (const [key, value] of Object.entries({ x: left, y: top, "text-anchor": anchor })) node.setAttribute(key, value);
+      node.textContent = text;
+      return node;
+    };
+    svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
+    svg.replaceChildren(line, marker, label(`validation loss ${high}`, pad, 14, "start"),
+                        label(`${low}`, pad, height - 14, "start"), label(`update ${last}`, width - pad, height - 2, "end"));
+  }
+
+  timelineSlider.addEventListener("input", showTimelinePoint);
+  timelineSentence.addEventListener("change", showTimelinePoint);
 
   // The step a link names, pinned and explained as a click on its output token would.
   function openLinkedStep() {
