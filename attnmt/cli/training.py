@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 import typing
@@ -70,6 +71,19 @@ def _train(args: argparse.Namespace) -> None:
         raise AttnmtError(f"rank {ranks.rank} of {ranks.world_size}: {err}") from None
     finally:
         ranks.close()
+    if ranks.world_size > 1:
+        _end_rank()
+
+
+def _end_rank() -> typing.NoReturn:
+    """End a rank of a finished multi-process run at once, its output flushed. torch's
+    DistributedDataParallel keeps the gloo process group alive past destroy_process_group (its three
+    threads still run: gloo_tcp_loop and two pt_gloo_runloop), and the interpreter's teardown around
+    running C++ threads is where a rank of a run that succeeded can abort (SIGABRT, "terminate called
+    without an active exception"): there is nothing left to tear down that a rank's exit needs."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _kept_when_stopped(tc: TrainConfig, command: list[str]) -> str:
