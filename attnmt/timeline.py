@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 import numpy as np
+from matplotlib.figure import Figure
 
 from .config import TrainConfig
 from .data import read_lines
@@ -104,9 +105,10 @@ def _lines(path: Path) -> Iterator[str]:
         yield line
 
 
-def read_timeline(run: Path) -> list[Point]:
+def read_timeline(run: str | Path) -> list[Point]:
     """The points a run folder's timeline holds (`run`: the folder, or a model file in it), in training
     order; one line if there is none."""
+    run = Path(run)
     folder = run if run.is_dir() else run.parent
     path = folder / TIMELINE_FILE
     if not path.is_file():
@@ -151,3 +153,21 @@ class Timeline:
         now = Translator(translator.model, translator.config, translator.tokenization)
         self.writer.write(Point(step, epoch, valid_loss, watch(now, self.sources)))
         translator.model.train()
+
+
+def timeline_figures(points: list[Point], watched: int = 1) -> tuple[list[Figure], Figure]:
+    """The watched sentence number `watched` (from 1) through the points: a heatmap of each (its last
+    layer's cross-attention, the heads' mean, titled by the update and the translation then) and a
+    contact sheet of them all. `attnmt plot RUN --timeline` writes them; a notebook shows them."""
+    from .plot import attention_figure, contact_sheet
+
+    if not 1 <= watched <= len(points[-1].sentences):
+        raise AttnmtError(f"watched sentence {watched}: the run watched {len(points[-1].sentences)} sentences (from 1)")
+    index, source = watched - 1, points[-1].sentences[watched - 1]
+    maps = [p.sentences[index].maps[-1].mean(0) if p.sentences[index].tokens
+            else np.zeros((1, len(source.source_tokens)), dtype=np.float32) for p in points]
+    titles = [f"step {p.step}" + (f" (valid loss {p.valid_loss:.3f})" if p.valid_loss is not None else "")
+              + f": {p.sentences[index].text}" for p in points]
+    frames = [attention_figure(m, source.source_tokens, p.sentences[index].tokens or ["(nothing)"], title=t)
+              for m, p, t in zip(maps, points, titles)]
+    return frames, contact_sheet(maps, titles, title=source.source)

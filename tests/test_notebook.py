@@ -99,7 +99,7 @@ def test_the_learning_notebook_runs_and_draws(tmp_path, capsys):
     assert not [o for o in outputs if o.output_type == "error"]
     pictures = [o for o in outputs if "image/png" in o.get("data", {})]
     tables = [o for o in outputs if "<table" in o.get("data", {}).get("text/html", "")]
-    assert len(pictures) == 3 and len(tables) == 4, [list(o.get("data", {})) for o in outputs]
+    assert len(pictures) == 4 and len(tables) == 4, [list(o.get("data", {})) for o in outputs]
     with capsys.disabled():
         print("\ndocs/learn.ipynb, executed:")
         for number, cell in enumerate((c for c in notebook.cells if c.cell_type == "code"), 1):

@@ -79,7 +79,7 @@ def test_plot_draws_the_timeline_as_an_animation_and_a_contact_sheet(tmp_path, c
     assert out.read_bytes().startswith(GIF) and Image.open(out).n_frames == 6
     assert out.with_suffix(".png").read_bytes().startswith(PNG)
     assert main(["plot", str(tmp_path / "run"), "--timeline", "--watched", "4", "--out", str(out)]) == 2
-    assert "--watched 4: the run watched 3 sentences" in capsys.readouterr().err
+    assert "watched sentence 4: the run watched 3 sentences (from 1)" in capsys.readouterr().err
     assert main(["plot", str(tmp_path / "run"), "--out", str(out)]) == 2
     assert "plot needs a sentence to translate (or --timeline" in capsys.readouterr().err
 

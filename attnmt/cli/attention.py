@@ -121,28 +121,19 @@ def _plot_timeline(args: argparse.Namespace) -> None:
     mean) at each point the run recorded, as a GIF and, beside it, a contact sheet."""
     from pathlib import Path
 
-    import numpy as np
-
-    from ..plot import attention_figure, contact_sheet, write_animation, write_png
-    from ..timeline import read_timeline
+    from ..plot import write_animation, write_png
+    from ..timeline import read_timeline, timeline_figures
 
     if args.sentence is not None or args.target is not None or args.grid:
         raise AttnmtError("--timeline draws the sentences the run watched: leave out the sentence, --target and --grid")
     points = read_timeline(Path(args.model))
-    if args.watched > len(points[-1].sentences):
-        raise AttnmtError(f"--watched {args.watched}: the run watched {len(points[-1].sentences)} sentences")
-    index, source = args.watched - 1, points[-1].sentences[args.watched - 1]
-    maps = [p.sentences[index].maps[-1].mean(0) if p.sentences[index].tokens else np.zeros((1, len(
-        source.source_tokens))) for p in points]
-    titles = [f"step {p.step}" + (f" (valid loss {p.valid_loss:.3f})" if p.valid_loss is not None else "")
-              + f": {p.sentences[index].text}" for p in points]
-    frames = [attention_figure(m, source.source_tokens, p.sentences[index].tokens or ["(nothing)"], title=t)
-              for m, p, t in zip(maps, points, titles)]
+    frames, sheet = timeline_figures(points, args.watched)
     write_animation(frames, args.out)
-    sheet = Path(args.out).with_suffix(".png")
-    write_png(contact_sheet(maps, titles, title=source.source), sheet)
-    print(f"{len(points)} points of training, steps {points[0].step} to {points[-1].step}: {source.source}\n"
-          f"animation written to {args.out}\ncontact sheet written to {sheet}")
+    sheet_path = Path(args.out).with_suffix(".png")
+    write_png(sheet, sheet_path)
+    print(f"{len(points)} points of training, steps {points[0].step} to {points[-1].step}: "
+          f"{points[-1].sentences[args.watched - 1].source}\nanimation written to {args.out}\n"
+          f"contact sheet written to {sheet_path}")
 
 
 def _plot_alignment(args: argparse.Namespace, translator: Translator) -> None:
