@@ -23,7 +23,7 @@ from .fast.int8 import int8_decoding_copy
 from .modelfile import ModelDescription, describe, load_file, network_weights, read_model, save_model
 from .precision import has_lstm, precision_note, resolve_device
 from .precision import resolve as resolve_precision
-from .seam import Model, gives, require
+from .seam import AttentionView, Model, gives, require
 from .search import Hypothesis, Step, Symbols, beam_search, greedy, top_k
 from .tokenize import Tokenizer
 from .vocab import SOS, Tokenization
@@ -203,7 +203,6 @@ class TextTranslator(abc.ABC):
         None: the last) averaged over the heads, or head `head` alone; with `grid`, every layer and head.
         `title`: the figure's (None: the translation's text)."""
         from .plot import attention_figure, attention_grid_figure
-        from .seam import AttentionView
 
         maps = self.attention_maps(translation)
         if attention not in maps:
