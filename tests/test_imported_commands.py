@@ -95,7 +95,8 @@ def test_attribution_names_the_source_words_and_the_targets_steps(imported, tran
     sentence = SOURCES[1]
     greedy = translator.translate([sentence], beam_size=1)[0]
     attribution = attribute(translator, sentence, method="grad")
-    assert attribution.source_words == sentence.split()                 # words: </s> is no word of the source
+    # Words as a reader sees them (the period apart); </s> is no word of the source.
+    assert attribution.source_words == ["am", "7", ".", "Februar", "2067"] and sentence == "am 7. Februar 2067"
     assert attribution.target_tokens == greedy.tokens
     assert len(attribution.steps) in (len(greedy.tokens), len(greedy.tokens) + 1)
     assert attribution.start_token == "<pad>"                            # Marian's decoder starts from <pad>

@@ -91,7 +91,7 @@ def create_app(models: TextTranslator | ModelSet, limits: Optional[ServeConfig] 
 
 
 def name_the_models(app: FastAPI, names: list[str]) -> None:
-    """/openapi.json with this server's model names as the values `model` (and /model's `name`) may
+    """/openapi.json with this server's model names as the values `model` (and /model's and /timeline's `name`) may
     take, so that a client generated from it, or a fuzzer, sends names the server has."""
     describe = app.openapi
 
@@ -100,7 +100,8 @@ def name_the_models(app: FastAPI, names: list[str]) -> None:
             schema = describe()
             fields = [schema["components"]["schemas"][request]["properties"]["model"]
                       for request in ("TranslateRequest", "ExplainRequest")]
-            fields += [parameter["schema"] for parameter in schema["paths"]["/model"]["get"]["parameters"]]
+            fields += [parameter["schema"] for path in ("/model", "/timeline") for parameter in
+                       schema["paths"][path]["get"]["parameters"]]
             for field in fields:                             # Optional[str]: anyOf a string or null
                 next(kind for kind in field["anyOf"] if kind.get("type") == "string")["enum"] = names
         return describe()
