@@ -263,8 +263,11 @@ class TrainConfig:
     # their cross-attention at updates 1, 2, 4, 8, ... of the first epoch and at every validation,
     # into out_dir/timeline.jsonl (attnmt plot RUN --timeline draws it).
     watch: int = ranged(3, "[0, 100]")
-    # Instead: the sentences of this file, one per line.
+    # Instead: the sentences of this file, one per line; a line `sentence<TAB>reference<TAB>gold links`
+    # (i-j sure, ipj possible, words numbered from watch_gold_base) also records, at each point, the
+    # alignment error (AER) of the attention's links (argmax) on the reference against the gold ones.
     watch_file: str = ""
+    watch_gold_base: int = ranged(0, "[0, 1]")
     # Stop early once validation exact match reaches this fraction (0 = never).
     target_exact_match: float = ranged(0.0, "[0, 1]")
     # Unused; kept so that model files that carry it still load.

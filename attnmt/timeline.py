@@ -22,6 +22,7 @@ from typing import Iterator, Optional
 import numpy as np
 from matplotlib.figure import Figure
 
+from .align import AttentionLinks, GoldLinks, align_by_attention, parse_links, score
 from .config import TrainConfig
 from .data import read_lines
 from .errors import AttnmtError
@@ -40,17 +41,29 @@ class Watched:
     tokens: list[str]                # the greedy translation's tokens, without <eos>
     text: str
     maps: np.ndarray                 # [layers, heads, len(tokens), len(source_tokens)]: cross-attention
+    aer: Optional[float] = None      # with a gold alignment: the AER of the attention's links on the reference
 
     def to_dict(self) -> dict:
         quantized = np.rint(np.clip(self.maps, 0.0, 1.0) * 255).astype(np.uint8)
         return {"source": self.source, "source_tokens": self.source_tokens, "tokens": self.tokens, "text": self.text,
-                "shape": list(quantized.shape), "maps": base64.b64encode(quantized.tobytes()).decode("ascii")}
+                "shape": list(quantized.shape), "maps": base64.b64encode(quantized.tobytes()).decode("ascii"),
+                "aer": self.aer}
 
     @classmethod
     def from_dict(cls, values: dict) -> "Watched":
         flat = np.frombuffer(base64.b64decode(values["maps"]), dtype=np.uint8)
         maps = flat.reshape(values["shape"]).astype(np.float32) / 255
-        return cls(values["source"], values["source_tokens"], values["tokens"], values["text"], maps)
+        return cls(values["source"], values["source_tokens"], values["tokens"], values["text"], maps, values.get("aer"))
+
+
+@dataclass
+class Sentence:
+    """A sentence a run watches, with the reference translation and gold links to score its attention's
+    alignment against, where given."""
+
+    source: str
+    reference: Optional[str] = None
+    gold: Optional[GoldLinks] = None
 
 
 @dataclass
@@ -63,16 +76,41 @@ class Point:
     sentences: list[Watched]
 
 
-def watch(translator: Translator, sources: list[str]) -> list[Watched]:
-    """The greedy translation of each source and its cross-attention, every layer and head, as the
-    model is now."""
+def watch(translator: Translator, sentences: list[Sentence]) -> list[Watched]:
+    """The greedy translation of each sentence and its cross-attention, every layer and head, as the
+    model is now; with a gold alignment, the AER of the attention's links on the reference."""
     translator.model.eval()
     watched = []
-    for source, result in zip(sources, translator.translate(sources, beam_size=1)):
+    for sentence, result in zip(sentences, translator.translate([s.source for s in sentences], beam_size=1)):
         maps = (translator.attention_maps(result)["cross"] if result.tokens and result.source_tokens
                 else np.zeros((1, 1, len(result.tokens), len(result.source_tokens)), dtype=np.float32))
-        watched.append(Watched(source, result.source_tokens, result.tokens, result.text, maps))
+        aer = None
+        if sentence.reference is not None and sentence.gold is not None:
+            (alignment,) = align_by_attention(translator, [sentence.source], [sentence.reference], AttentionLinks())
+            aer = round(score([alignment.links], [sentence.gold]).aer, 4)
+        watched.append(Watched(sentence.source, result.source_tokens, result.tokens, result.text, maps, aer))
     return watched
+
+
+def watched_sentences(path: str, gold_base: int) -> list[Sentence]:
+    """train.watch_file's sentences: a sentence a line, or `sentence<TAB>reference<TAB>gold links`."""
+    sentences = []
+    for number, line in enumerate(read_lines(path), 1):
+        if not line.strip():
+            continue
+        source, *rest = line.split("\t")
+        if not rest:
+            sentences.append(Sentence(source.strip()))
+            continue
+        if len(rest) != 2:
+            raise AttnmtError(f"{path}:{number}: expected a sentence, or a sentence, its reference and its gold links "
+                              f"separated by TABs; found {len(rest) + 1} columns")
+        lengths = (len(source.split()), len(rest[0].split()))
+        sentences.append(Sentence(source.strip(), rest[0].strip(), parse_links(rest[1], gold_base, f"{path}:{number}",
+                                                                              lengths)))
+    if not sentences:
+        raise AttnmtError(f"train.watch_file {path}: no sentence in it")
+    return sentences
 
 
 class TimelineWriter:
@@ -132,27 +170,23 @@ EARLY_STEPS = frozenset(2 ** k for k in range(40))
 class Timeline:
     """What a training run watches (rank 0's): the sentences, and the file they go to."""
 
-    def __init__(self, sources: list[str], writer: TimelineWriter) -> None:
-        self.sources, self.writer = sources, writer
+    def __init__(self, sentences: list[Sentence], writer: TimelineWriter) -> None:
+        self.sentences, self.writer = sentences, writer
 
     @classmethod
     def start(cls, tc: TrainConfig, valid_sources: list[str], out_dir: Path,
               resumed_at: Optional[int]) -> Optional["Timeline"]:
         """The run's timeline: train.watch_file's sentences, else the first train.watch validation
         sentences; None where it watches none."""
-        if tc.watch_file:
-            sources = [line.strip() for line in read_lines(tc.watch_file) if line.strip()]
-            if not sources:
-                raise AttnmtError(f"train.watch_file {tc.watch_file}: no sentence in it")
-        else:
-            sources = valid_sources[: tc.watch]
-        return cls(sources, TimelineWriter(out_dir, resumed_at)) if sources else None
+        sentences = (watched_sentences(tc.watch_file, tc.watch_gold_base) if tc.watch_file
+                     else [Sentence(source) for source in valid_sources[: tc.watch]])
+        return cls(sentences, TimelineWriter(out_dir, resumed_at)) if sentences else None
 
     def record(self, translator: Translator, step: int, epoch: int, valid_loss: Optional[float] = None) -> None:
         """Watch the sentences now, mid-training (a fresh engine: a decoding copy, bf16 or int8, is made from
         the weights as they are now); the model goes back to training after."""
         now = Translator(translator.model, translator.config, translator.tokenization)
-        self.writer.write(Point(step, epoch, valid_loss, watch(now, self.sources)))
+        self.writer.write(Point(step, epoch, valid_loss, watch(now, self.sentences)))
         translator.model.train()
 
 
@@ -168,6 +202,7 @@ def timeline_figures(points: list[Point], watched: int = 1) -> tuple[list[Figure
     maps = [p.sentences[index].maps[-1].mean(0) if p.sentences[index].tokens
             else np.zeros((1, len(source.source_tokens)), dtype=np.float32) for p in points]
     titles = [f"step {p.step}" + (f" (valid loss {p.valid_loss:.3f})" if p.valid_loss is not None else "")
+              + (f", AER {p.sentences[index].aer:.2f}" if p.sentences[index].aer is not None else "")
               + f": {p.sentences[index].text}" for p in points]
     frames = [attention_figure(m, source.source_tokens, p.sentences[index].tokens or ["(nothing)"], title=t)
               for m, p, t in zip(maps, points, titles)]

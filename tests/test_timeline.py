@@ -69,6 +69,27 @@ def test_watching_is_chosen_by_the_config(tmp_path):
     assert [s.source for s in read_timeline(tmp_path / "file")[0].sentences] == ["March 14, 2026", "3. Oktober 1990"]
 
 
+def test_a_watched_sentence_with_gold_links_records_the_alignment_error_at_each_point(tmp_path, capsys):
+    from attnmt.align import AttentionLinks, align_by_attention, parse_links, score
+
+    sentences = tmp_path / "watch.tsv"
+    sentences.write_text("3 . Oktober 1990\t1990 - 10 - 03\t0-4 2-2 3-0\nMarch 14, 2026\n", encoding="utf-8")
+    run(tmp_path, "gold", watch_file=str(sentences), epochs=1)
+    points = read_timeline(tmp_path / "gold")
+    assert all(p.sentences[0].aer is not None and 0 <= p.sentences[0].aer <= 1 for p in points)
+    assert all(p.sentences[1].aer is None for p in points)
+    final = Translator.load(tmp_path / "gold" / "checkpoint.safetensors")   # the last point's weights
+    (alignment,) = align_by_attention(final, ["3 . Oktober 1990"], ["1990 - 10 - 03"], AttentionLinks())
+    gold = parse_links("0-4 2-2 3-0", 0, "gold")
+    assert points[-1].sentences[0].aer == round(score([alignment.links], [gold]).aer, 4)
+    sentences.write_text("a\tb\n", encoding="utf-8")
+    values = tiny_dates_config(tmp_path / "bad")
+    values["train"]["watch_file"] = str(sentences)
+    with pytest.raises(AttnmtError, match=r"watch.tsv:1: expected a sentence, or a sentence, its reference and its "
+                                          r"gold links separated by TABs; found 2 columns"):
+        train(config_from_dict(values), log=lambda _: None)
+
+
 def test_plot_draws_the_timeline_as_an_animation_and_a_contact_sheet(tmp_path, capsys):
     from PIL import Image
 

@@ -327,8 +327,8 @@ class Endpoints:
         return {"name": service.info["name"], "sources": [s.source for s in last],
                 "source_tokens": [s.source_tokens for s in last], "curve": curve,
                 "points": [{"step": p.step, "epoch": p.epoch, "valid_loss": p.valid_loss,
-                            "sentences": [{"tokens": s.tokens, "text": s.text, "attention": _rounded(s.maps[-1].mean(0))}
-                                          for s in p.sentences]} for p in points]}
+                            "sentences": [{"tokens": s.tokens, "text": s.text, "attention": _rounded(s.maps[-1].mean(0)),
+                                           "aer": s.aer} for s in p.sentences]} for p in points]}
 
 
 def leg_search(service: ModelService, chain: ModelChain, leg: int, n_best: int) -> tuple[int, int]:

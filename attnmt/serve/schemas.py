@@ -229,6 +229,8 @@ class WatchedSentence(BaseModel):
     text: str
     attention: list[list[float]] = Field(description="the last layer's cross-attention, its heads' mean: "
                                                      "rows the tokens, columns the sentence's source_tokens")
+    aer: Optional[float] = Field(description="where the run was given the sentence's reference and gold links "
+                                             "(train.watch_file): the alignment error of the attention's links then")
 
 
 class TimelinePoint(BaseModel):

@@ -608,7 +608,8 @@
     const point = timeline.points[Number(timelineSlider.value)], index = Number(timelineSentence.value);
     const watched = point.sentences[index];
     const loss = point.valid_loss === null ? "" : `, validation loss ${point.valid_loss}`;
-    $("timeline-label").textContent = `update ${point.step} (epoch ${point.epoch}${loss}): ${watched.text}`;
+    const aer = watched.aer === null ? "" : `, alignment error ${watched.aer}`;
+    $("timeline-label").textContent = `update ${point.step} (epoch ${point.epoch}${loss}${aer}): ${watched.text}`;
     if (watched.tokens.length) fillGrid($("timeline-map"), timeline.source_tokens[index], watched.tokens, watched.attention);
     else $("timeline-map").replaceChildren();
     drawCurve(point.step);
