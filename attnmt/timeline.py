@@ -27,7 +27,7 @@ from .config import TrainConfig
 from .data import read_lines
 from .errors import AttnmtError
 from .files import atomic_write
-from .translate import Translator
+from .translate import Translator, map_shapes
 
 TIMELINE_FILE = "timeline.jsonl"
 
@@ -80,10 +80,15 @@ def watch(translator: Translator, sentences: list[Sentence]) -> list[Watched]:
     """The greedy translation of each sentence and its cross-attention, every layer and head, as the
     model is now; with a gold alignment, the AER of the attention's links on the reference."""
     translator.model.eval()
+    one_map = map_shapes(translator.model).get("cross") == (1, 1)   # an RNN: decoding gave its one map already
     watched = []
     for sentence, result in zip(sentences, translator.translate([s.source for s in sentences], beam_size=1)):
-        maps = (translator.attention_maps(result)["cross"] if result.tokens and result.source_tokens
-                else np.zeros((1, 1, len(result.tokens), len(result.source_tokens)), dtype=np.float32))
+        if not result.tokens or not result.source_tokens:
+            maps = np.zeros((1, 1, len(result.tokens), len(result.source_tokens)), dtype=np.float32)
+        elif one_map and result.attention is not None:
+            maps = result.attention[None, None]
+        else:
+            maps = translator.attention_maps(result)["cross"]
         aer = None
         if sentence.reference is not None and sentence.gold is not None:
             (alignment,) = align_by_attention(translator, [sentence.source], [sentence.reference], AttentionLinks())
