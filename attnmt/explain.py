@@ -122,6 +122,7 @@ class Explanation:
 
 
 def _likeliest(tokens: list[tuple[str, float]]) -> str:
+    """Tokens with their probabilities, as the CLI's step table and the notebook's tables show them."""
     return " | ".join(f"{token} {p:.4f}" for token, p in tokens)
 
 
@@ -241,6 +242,6 @@ def render(explanation: Explanation, step: Optional[int] = None) -> str:
         shown = f"{score:10.4f}" if score is not None else f"{'masked':>10}"
         factor = f"  {s.factors[j]:10.4f}" if s.factors else ""
         lines.append(f"  {key:<{width}}  {shown}{factor}  {weight:10.4f}  {share:13.4f}")
-    lines.append("  next token, as the model predicts it:   " + " | ".join(f"{t} {p:.4f}" for t, p in s.next))
-    lines.append("  with uniform attention (counterfactual): " + " | ".join(f"{t} {p:.4f}" for t, p in s.next_uniform))
+    lines.append("  next token, as the model predicts it:   " + _likeliest(s.next))
+    lines.append("  with uniform attention (counterfactual): " + _likeliest(s.next_uniform))
     return "\n".join(lines)
