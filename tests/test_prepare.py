@@ -504,5 +504,6 @@ def test_a_training_run_names_the_lines_it_could_not_read_and_counts_blank_ones_
            "found 1" in logged, logged
     assert [line for line in logged if line.startswith("data: ")][0].startswith(
         "data: 2957 training pairs (2 blank, 1 unreadable left out)"), logged
-    report = prepare.report_lines(PreparedCorpus.open(next((tmp_path / "prepared").glob("*/"))))
+    (store,) = [d for d in (tmp_path / "prepared").iterdir() if (d / "meta.json").is_file()]  # not .locks
+    report = prepare.report_lines(PreparedCorpus.open(store))
     assert "  training pairs: 2,957 of 2,960 read (left out: blank 2, unreadable 1)" in report, report
