@@ -291,8 +291,10 @@ class DecodeConfig:
     # ((5 + |Y|) / 6)^alpha, keeps the first beam_size finished and stops once no live hypothesis
     # can still enter the n-best; huggingface is transformers' generate: log P / |Y|^alpha (|Y| with
     # the end token), the best beam_size finished kept, and its stopping heuristic (an imported
-    # model's default, so that it translates as transformers does). Greedy decoding is the same.
-    beam_scoring: Literal["gnmt", "huggingface"] = "gnmt"
+    # model's default, so that it translates as transformers does); huggingface_early is generate
+    # with early_stopping true: scored alike, but done once beam_size hypotheses have finished
+    # (fewer steps; CTranslate2 stops so too). Greedy decoding is the same.
+    beam_scoring: Literal["gnmt", "huggingface", "huggingface_early"] = "gnmt"
     # Tokens never written: their log-probability is -inf at every step (Hugging Face's bad_words_ids
     # of single tokens; an imported Marian model bans its <pad>, e.g. never_generate: ["<pad>"]).
     never_generate: list[str] = field(default_factory=list)

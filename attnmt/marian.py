@@ -15,7 +15,8 @@ How a Marian model is attnmt's Transformer (transformers' modeling_marian.py):
 - the output layer is the target embeddings (tied) with final_logits_bias as its bias;
   share_encoder_decoder_embeddings is model.share_embeddings with one vocabulary (vocab.joint);
 - decoding starts from decoder_start_token_id (Marian's <pad>) and ends at eos_token_id; generate's
-  settings become decode's: num_beams, length_penalty (alpha, with beam_scoring huggingface),
+  settings become decode's: num_beams, length_penalty (alpha, with beam_scoring huggingface, or
+  huggingface_early where early_stopping is true),
   bad_words_ids (never_generate), max_length (which counts the start token; forced_eos_token_id ends
   the longest outputs one token earlier with </s>).
 Marian puts <pad> last, attnmt at id 0 in every vocabulary (each embedding's padding row): the
@@ -69,9 +70,11 @@ REPRESENTABLE = {
 }
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "silu", "silu": "silu"}
 # Settings of generate that change which translation comes out, with the value attnmt's search matches.
-GENERATION_DEFAULTS = {"early_stopping": False, "do_sample": False, "num_beam_groups": 1, "diversity_penalty": 0.0,
+GENERATION_DEFAULTS = {"do_sample": False, "num_beam_groups": 1, "diversity_penalty": 0.0,
                        "repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "encoder_no_repeat_ngram_size": 0,
                        "min_length": 0, "min_new_tokens": None, "forced_bos_token_id": None}
+# The beam scorings that are generate's, with its early_stopping of each.
+HUGGINGFACE_EARLY_STOPPING = {"huggingface": False, "huggingface_early": True}
 HF_MAX_LENGTH = 20   # generate's max_length where neither file gives one
 # MarianConfig's defaults of the keys read here: what transformers takes where config.json is silent.
 MARIAN_DEFAULTS = {"d_model": 1024, "encoder_layers": 12, "decoder_layers": 12, "encoder_attention_heads": 16,
@@ -158,6 +161,10 @@ def _check_representable(folder: MarianFolder) -> None:
         if value is not None and value != default:                       # None: unset, the default
             raise _refuse(folder, key, value, f"attnmt's search decodes as generate does with {key} "
                                               f"{json.dumps(default)}", file)
+    early_stopping = folder.generation.get("early_stopping")
+    if early_stopping not in (None, False, True):                        # "never": the exact, slowest rule
+        raise _refuse(folder, "early_stopping", early_stopping, "attnmt's search stops as generate does with "
+                                                                "early_stopping false or true", file)
     forced_eos = folder.setting("forced_eos_token_id")
     if forced_eos not in (None, config["eos_token_id"]):
         raise _refuse(folder, "forced_eos_token_id", forced_eos, "only the end token eos_token_id may be forced", file)
@@ -316,7 +323,8 @@ def marian_config(folder: MarianFolder, tokenization: Tokenization) -> Config:
                   "tie_embeddings": c["tie_word_embeddings"], "share_embeddings": c["share_encoder_decoder_embeddings"],
                   "source_eos": True},
         "decode": {"beam_size": folder.setting("num_beams", 1), "alpha": folder.setting("length_penalty", 1.0),
-                   "beam_scoring": "huggingface", "never_generate": _never_generate(folder, vocab),
+                   "beam_scoring": "huggingface_early" if folder.generation.get("early_stopping") else "huggingface",
+                   "never_generate": _never_generate(folder, vocab),
                    # The source's </s> takes a position. max_length counts the start token: the
                    # output has max_length - 1 tokens at most, the last a forced </s> if forced_eos_token_id.
                    "max_src_len": c["max_position_embeddings"] - 1,
@@ -517,7 +525,7 @@ def export_notes(config: Config, max_length: int) -> list[str]:
     """What transformers will do otherwise than attnmt with an exported model, one line each."""
     decode, level = config.decode, config.tokenizer.level
     notes = []
-    if decode.beam_scoring != "huggingface":
+    if decode.beam_scoring not in HUGGINGFACE_EARLY_STOPPING:
         notes.append(f"decode.beam_scoring {decode.beam_scoring}: transformers' generate scores beams its own way "
                      f"(log P / |Y|^alpha, which decode.beam_scoring huggingface matches), so its beam search may choose "
                      f"other translations than attnmt's; greedy decoding is the same")
@@ -585,7 +593,8 @@ def generation_json(config: Config, target: Vocabulary, max_length: int, forced_
     decode = config.decode
     never = [[target.stoi[token]] for token in decode.never_generate]
     return {**_token_ids(target, forced_eos), "max_length": max_length, "num_beams": decode.beam_size,
-            "length_penalty": decode.alpha, **({"bad_words_ids": never} if never else {})}
+            "length_penalty": decode.alpha, **({"bad_words_ids": never} if never else {}),
+            **({"early_stopping": True} if HUGGINGFACE_EARLY_STOPPING.get(decode.beam_scoring) else {})}
 
 
 def _special_tokens(text: Tokenization) -> dict[str, Any]:

@@ -143,7 +143,19 @@ class HuggingFaceScoring:
         return not best_live / max(produced, 1) ** alpha > min(h.score for h in finished)
 
 
-SCORINGS: dict[str, type[GNMTScoring] | type[HuggingFaceScoring]] = {"gnmt": GNMTScoring, "huggingface": HuggingFaceScoring}
+class HuggingFaceEarlyScoring(HuggingFaceScoring):
+    """generate's beam search with early_stopping True (decode.beam_scoring huggingface_early): scored and
+    kept as HuggingFaceScoring, but a sentence is done as soon as beam_size hypotheses have finished,
+    however good the live ones still are (CTranslate2's rule too, with its patience 1): fewer steps."""
+
+    @staticmethod
+    def settled(finished: list[Hypothesis], beam_size: int, n_best: int, best_live: float, produced: int,
+                max_length: int, alpha: float) -> bool:
+        return len(finished) >= beam_size
+
+
+SCORINGS: dict[str, type[GNMTScoring] | type[HuggingFaceScoring]] = {
+    "gnmt": GNMTScoring, "huggingface": HuggingFaceScoring, "huggingface_early": HuggingFaceEarlyScoring}
 
 
 def rows_to_keep(live: torch.Tensor) -> Optional[torch.Tensor]:

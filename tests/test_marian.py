@@ -65,6 +65,18 @@ def test_the_config_says_what_a_marian_model_is(imported, folder):
     assert (config.data.src_lang, config.data.tgt_lang) == ("de", "en")
 
 
+def test_early_stopping_is_the_search_that_stops_once_num_beams_have_finished(tmp_path):
+    """generate's early_stopping true becomes decode.beam_scoring huggingface_early, and is written back."""
+    folder = write_marian_folder(tmp_path / "folder")
+    config_change(early_stopping=True)(folder)
+    model = import_marian(folder, tmp_path / "model.safetensors")
+    assert read_model(model)[0].config.decode.beam_scoring == "huggingface_early"
+    assert cli.main(["export", str(model), str(tmp_path / "back"), "--to", "marian"]) == 0
+    assert json.loads((tmp_path / "back" / "generation_config.json").read_text(encoding="utf-8"))["early_stopping"]
+    assert read_model(import_marian(tmp_path / "back", tmp_path / "again.safetensors"))[0].config.decode.beam_scoring == (
+        "huggingface_early")
+
+
 def test_the_vocabulary_has_pad_at_zero_and_the_models_own_ids(imported, folder):
     marian = marian_vocab(folder)
     text = read_model(imported)[0].tokenization
@@ -275,7 +287,7 @@ BAD_INPUTS = {
     "heads": (config_change(decoder_attention_heads=2), ["decoder_attention_heads 2", "encoder_attention_heads 4"]),
     "ffn": (config_change(decoder_ffn_dim=64), ["decoder_ffn_dim 64"]),
     "bad words": (config_change(bad_words_ids=[[3, 4]]), ["bad_words_ids [3, 4]"]),
-    "early stopping": (config_change(early_stopping=True), ["early_stopping true"]),
+    "early stopping": (config_change(early_stopping="never"), ['early_stopping "never"', "false or true"]),
     "sampling": (config_change(do_sample=True), ["do_sample true"]),
     "forced eos": (config_change(forced_eos_token_id=5), ["forced_eos_token_id 5"]),
     "pad id": (config_change(pad_token_id=100000), ["pad_token_id 100000 is not an id of vocab.json"]),

@@ -244,21 +244,22 @@ def content(sequence: list[int], eos: int) -> list[int]:
     return sequence[1:sequence.index(eos, 1)] if eos in sequence[1:] else sequence[1:]
 
 
-def generated(reference, tokenizer, sources: list[str], beam: int) -> list[list[int]]:
+def generated(reference, tokenizer, sources: list[str], beam: int, early_stopping: bool = False) -> list[list[int]]:
     """generate's outputs (its own settings from the folder, `beam` hypotheses), as `content`."""
     outputs = []
     for start in range(0, len(sources), 50):
         batch = tokenizer(sources[start:start + 50], return_tensors="pt", padding=True)
         with torch.no_grad():
-            sequences = reference.generate(**batch, num_beams=beam)
+            sequences = reference.generate(**batch, num_beams=beam, early_stopping=early_stopping)
         outputs += [content(sequence, reference.config.eos_token_id) for sequence in sequences.tolist()]
     return outputs
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("beam", [1, 5])
-def test_greedy_and_beam_outputs_are_generates(pair, beam):
-    """The same output ids and text as generate on 200 sentences, with its length penalty and max_length.
+@pytest.mark.parametrize("beam, early_stopping", [(1, False), (5, False), (5, True)])
+def test_greedy_and_beam_outputs_are_generates(pair, beam, early_stopping):
+    """The same output ids and text as generate on 200 sentences, with its length penalty and max_length,
+    and with early_stopping as decode.beam_scoring huggingface_early.
 
     Except, in beam search, an output that reaches max_length: generate scores a hypothesis it cuts
     there by its tokens alone (with forced_eos_token_id, by a </s> of log-probability 0), attnmt's
@@ -268,9 +269,11 @@ def test_greedy_and_beam_outputs_are_generates(pair, beam):
     reference = transformers.MarianMTModel.from_pretrained(str(folder)).eval()
     tokenizer = marian_tokenizer(folder)
     translator = Translator.load(model_file, device="cpu")
+    if early_stopping:
+        translator.config.decode.beam_scoring = "huggingface_early"
     swap = marian_ids(folder)
     sources = [source for source, _ in sentence_pairs(name, 200)]
-    expected = generated(reference, tokenizer, sources, beam)
+    expected = generated(reference, tokenizer, sources, beam, early_stopping)
     lengths = [len(ids) for ids in expected]
     assert len(set(lengths)) >= 6 and sum(n >= MAX_LENGTH - 2 for n in lengths) <= 10, sorted(lengths)   # varied
     translations = translator.translate(sources, beam_size=beam)

@@ -18,7 +18,7 @@ from attnmt.explain import explain
 from attnmt.families import build_model
 from attnmt.families.transformer.network import FeedForward, sinusoids
 from attnmt.seam import forced_logits
-from attnmt.search import GNMTScoring, HuggingFaceScoring, Hypothesis, Symbols, beam_search, greedy
+from attnmt.search import GNMTScoring, HuggingFaceEarlyScoring, HuggingFaceScoring, Hypothesis, Symbols, beam_search, greedy
 from attnmt.tokenize import make_tokenizer
 from attnmt.translate import Translator
 from attnmt.vocab import EOS_ID, SOS_ID, UNK_ID, Tokenization, Vocabulary
@@ -173,6 +173,9 @@ def test_hugging_faces_rules_keep_the_best_finished_and_stop_by_its_heuristic():
     assert not HuggingFaceScoring.settled(kept[:2], 3, 1, -10.0, 5, 100, 1.0)
     assert HuggingFaceScoring.settled(kept, 3, 1, -10.0, 5, 100, 1.0)          # -10 / 5 = -2.0: not better
     assert not HuggingFaceScoring.settled(kept, 3, 1, -9.0, 5, 100, 1.0)       # -1.8 beats -2.0
+    # with generate's early_stopping: done once beam_size have finished, however good the live one is
+    assert HuggingFaceEarlyScoring.settled(kept, 3, 1, -0.1, 5, 100, 1.0)
+    assert not HuggingFaceEarlyScoring.settled(kept[:2], 3, 1, -100.0, 5, 100, 1.0)
 
 
 def test_beam_search_under_hugging_faces_rules_ranks_by_log_probability_over_length():
