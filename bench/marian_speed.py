@@ -2,7 +2,7 @@
 greedy and beam-5 speed, one run side by side.
 
     python bench/marian_speed.py ../shared/models/opus-mt-en-mg --sources FILE --work DIR
-        [--count 500] [--threads 2] [--batch-size 32] [--max-length 256] [--busy]
+        [--count 500] [--threads 2] [--batch-size 32] [--max-length 256] [--fixed-length 30] [--busy]
 
 The folder holds a real OPUS-MT model's config.json, tokenizers and vocabulary without its weights:
 random weights of the real shapes are made once by transformers (MarianMTModel(config), seeded) and
@@ -18,7 +18,16 @@ Then, each in a process of its own (so that one's memory and threads never reach
   warm-up batch; the same batch size and threads everywhere; transformers' batches sorted by length
   as attnmt's and CTranslate2's are): attnmt fp32, bf16 and int8 (where the CPU has the instructions),
   transformers' generate fp32, and CTranslate2 int8 converted by its own converter from the same folder
-  (ctranslate2.converters.TransformersConverter); with how many outputs equal attnmt fp32's.
+  (ctranslate2.converters.TransformersConverter); with how many outputs equal attnmt fp32's and the
+  mean output length in pieces;
+- beam 5 twice: by the model's own rule (generate's early_stopping false, which the import sets: a beam
+  stays open while an unfinished hypothesis could still win) and with early stopping, done once 5
+  hypotheses have finished (attnmt decode.beam_scoring huggingface_early, generate early_stopping=True,
+  and CTranslate2, whose beam search always stops so): engines that stop by different rules do different
+  work, so only the second compares CTranslate2 with the others on the same search;
+- the same work: beam 5 on a copy of the model whose </s> bias is -10^4 (DIR/hf-fixed, imported and
+  converted as the first), so that every engine writes --fixed-length pieces for every sentence
+  (CTranslate2: min_decoding_length): the arithmetic alone, at a real sentence's length.
 --busy runs a busy loop on one core beside every measurement (a user's machine is rarely idle).
 Prints one table and writes it, with the command, the date and the CPU's flags, to DIR/results.md.
 Run it on an otherwise idle machine.
@@ -38,7 +47,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-BEAMS = (1, 5)
+# What each decoding measures: (beam size, early stopping).
+SEARCHES = {"greedy": (1, False), "beam5": (5, False), "beam5-early": (5, True)}
 
 
 def memory_kb() -> dict[str, int]:
@@ -92,6 +102,15 @@ def run_worker(kind: str, *arguments: str) -> dict:
 
 
 # What each worker process does; each prints one JSON line.
+
+def set_eos_bias_copy(folder: Path, out: Path, bias: float) -> Path:
+    """A copy of `folder` whose </s> bias is `bias`."""
+    if out.is_dir():
+        shutil.rmtree(out)
+    shutil.copytree(folder, out)
+    set_eos_bias(out, bias)
+    return out
+
 
 def attnmt_translator(path: str, precision: str, max_length: int):
     """attnmt's Translator of `path`, its outputs capped as generate's max_length caps them."""
@@ -151,55 +170,69 @@ def worker_load(engine: str, path: str, threads: str) -> dict:
 
 
 def worker_decode(engine: str, path: str, folder: str, sources_file: str, threads: str, batch: str,
-                  max_length: str) -> dict:
-    """Sentences per second greedy and with beam 5, and the outputs (ids' texts) for comparison."""
+                  max_length: str, searches: str) -> dict:
+    """Sentences per second of each of `searches` (names of SEARCHES, comma-separated), the outputs' texts
+    for comparison and their mean length in pieces."""
     import torch
 
     torch.set_num_threads(int(threads))
     sources = json.loads(Path(sources_file).read_text())
     translate = decoder(engine, path, folder, int(threads), int(batch), int(max_length))
-    translate(sources[: int(batch)], 1)                                        # warm-up
+    translate(sources[: int(batch)], 1, False)                                 # warm-up
     results = {}
-    for beam in BEAMS:
+    for search in searches.split(","):
         started = time.perf_counter()
-        outputs = translate(sources, beam)
-        results[f"beam{beam}"] = {"per_second": len(sources) / (time.perf_counter() - started), "outputs": outputs}
+        outputs = translate(sources, *SEARCHES[search])
+        results[search] = {"per_second": len(sources) / (time.perf_counter() - started),
+                           "outputs": [text for text, _ in outputs],
+                           "length": sum(length for _, length in outputs) / len(outputs)}
     return results
 
 
 def decoder(engine: str, path: str, folder: str, threads: int, batch: int, max_length: int):
-    """A function (sentences, beam) -> output texts for `engine`: attnmt-fp32/-bf16/-int8, hf, ct2-int8."""
+    """A function (sentences, beam, early stopping) -> (output text, its length in pieces) per sentence, for
+    `engine`: attnmt-fp32/-bf16/-int8, hf, ct2-int8. A model whose folder is hf-fixed decodes to the limit."""
+    fixed = Path(folder).name == "hf-fixed"
     if engine.startswith("attnmt"):
         translator = attnmt_translator(path, engine.split("-")[1], max_length)
-        return lambda sources, beam: [o.text for o in translator.translate(sources, beam_size=beam, batch_size=batch)]
+        rule = translator.config.decode.beam_scoring
+
+        def attnmt(sources: list[str], beam: int, early: bool) -> list[tuple[str, int]]:
+            translator.config.decode.beam_scoring = "huggingface_early" if early else rule
+            return [(o.text, len(o.tokens)) for o in translator.translate(sources, beam_size=beam, batch_size=batch)]
+        return attnmt
     if engine == "hf":
         import torch
         import transformers
         tokenizer = transformers.MarianTokenizer.from_pretrained(folder)
         model = transformers.MarianMTModel.from_pretrained(folder).eval()
 
-        def hf(sources: list[str], beam: int) -> list[str]:
+        def hf(sources: list[str], beam: int, early: bool) -> list[tuple[str, int]]:
             order = sorted(range(len(sources)), key=lambda i: -len(sources[i]))
-            texts: dict[int, str] = {}
+            found: dict[int, tuple[str, int]] = {}
+            special = set(tokenizer.all_special_ids)
             for start in range(0, len(order), batch):
                 rows = order[start:start + batch]
                 inputs = tokenizer([sources[i] for i in rows], return_tensors="pt", padding=True)
                 with torch.inference_mode():
-                    out = model.generate(**inputs, num_beams=beam, max_length=max_length)
-                texts.update(zip(rows, tokenizer.batch_decode(out, skip_special_tokens=True)))
-            return [texts[i] for i in range(len(sources))]
+                    out = model.generate(**inputs, num_beams=beam, max_length=max_length, early_stopping=early)
+                found.update(zip(rows, [(text, sum(i not in special for i in ids)) for text, ids in
+                                        zip(tokenizer.batch_decode(out, skip_special_tokens=True), out.tolist())]))
+            return [found[i] for i in range(len(sources))]
         return hf
     import ctranslate2
     import transformers
     tokenizer = transformers.MarianTokenizer.from_pretrained(folder)
     translator = ctranslate2.Translator(path, device="cpu", compute_type="int8", intra_threads=threads)
 
-    def ct2(sources: list[str], beam: int) -> list[str]:
+    def ct2(sources: list[str], beam: int, early: bool) -> list[tuple[str, int]]:
+        # CTranslate2's beam search always stops once beam_size hypotheses have finished (patience 1).
         tokens = [tokenizer.convert_ids_to_tokens(tokenizer.encode(s)) for s in sources]
         found = translator.translate_batch(tokens, beam_size=beam, max_batch_size=batch, length_penalty=1.0,
-                                           max_decoding_length=max_length - 1)
-        return [tokenizer.decode(tokenizer.convert_tokens_to_ids(r.hypotheses[0]), skip_special_tokens=True)
-                for r in found]
+                                           max_decoding_length=max_length - 2 if fixed else max_length - 1,
+                                           min_decoding_length=max_length - 2 if fixed else 1)
+        return [(tokenizer.decode(tokenizer.convert_tokens_to_ids(r.hypotheses[0]), skip_special_tokens=True),
+                 len(r.hypotheses[0])) for r in found]
     return ct2
 
 
@@ -211,6 +244,24 @@ def busy_loop() -> None:
 def cpu_flags() -> str:
     flags = set(Path("/proc/cpuinfo").read_text().split())
     return " ".join(sorted(flags & {"avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8"}))
+
+
+def convert_ct2(folder: Path, out: Path) -> Path:
+    """CTranslate2 int8 of `folder`, by CTranslate2's own converter."""
+    import ctranslate2.converters
+    ctranslate2.converters.TransformersConverter(str(folder)).convert(str(out), quantization="int8", force=True)
+    return out
+
+
+def decode_all(args: argparse.Namespace, engines: dict[str, Path], folder: Path, searches: str,
+               max_length: int) -> dict[str, dict]:
+    """Each engine's worker_decode of `searches`, one process each, one after another."""
+    decoded = {}
+    for engine, path in engines.items():
+        decoded[engine] = run_worker("decode", engine, str(path), str(folder), str(Path(args.work) / "sources.json"),
+                                     str(args.threads), str(args.batch_size), str(max_length), searches)
+        print(engine, {search: round(r["per_second"], 2) for search, r in decoded[engine].items()}, flush=True)
+    return decoded
 
 
 def measure(args: argparse.Namespace) -> list[str]:
@@ -225,11 +276,7 @@ def measure(args: argparse.Namespace) -> list[str]:
     bias = calibrate(folder, sources[:32], args.threads)
     set_eos_bias(folder, bias)
     imported = run_worker("import", str(folder), str(work / "model.safetensors"))
-    ct2_dir = work / "ct2-int8"
-    if not ct2_dir.is_dir():
-        import ctranslate2.converters
-        ctranslate2.converters.TransformersConverter(str(folder)).convert(str(ct2_dir), quantization="int8",
-                                                                          force=True)
+    ct2_dir = convert_ct2(folder, work / "ct2-int8")
     lines = [f"import: {imported['seconds']:.1f} s", "", "| load | seconds | memory added (MB) | peak (MB) | "
              "weights fp32 (MB) | added / weights |", "|---|---:|---:|---:|---:|---:|"]
     for engine, path in (("attnmt", work / "model.safetensors"), ("transformers", folder)):
@@ -237,28 +284,44 @@ def measure(args: argparse.Namespace) -> list[str]:
         lines.append(f"| {engine} | {loaded['seconds']:.2f} | {loaded['added_mb']:.0f} | {loaded['peak_mb']:.0f} | "
                      f"{loaded['weights_mb']:.0f} | {loaded['added_mb'] / loaded['weights_mb']:.2f} |")
         print(lines[-1], flush=True)
-    engines = [("attnmt-fp32", work / "model.safetensors"), ("attnmt-bf16", work / "model.safetensors"),
-               ("attnmt-int8", work / "model.safetensors"), ("hf", folder), ("ct2-int8", ct2_dir)]
-    decoded = {}
-    for engine, path in engines:
-        decoded[engine] = run_worker("decode", engine, str(path), str(folder), str(work / "sources.json"),
-                                     str(args.threads), str(args.batch_size), str(args.max_length))
-        print(engine, {b: round(r["per_second"], 2) for b, r in decoded[engine].items()}, flush=True)
-    lines += ["", f"| decoding {len(sources)} sentences | greedy sent/s | beam 5 sent/s | greedy outputs = attnmt fp32's "
-              "| beam 5 outputs = attnmt fp32's |", "|---|---:|---:|---:|---:|"]
-    reference = decoded["attnmt-fp32"]
+    engines = {"attnmt-fp32": work / "model.safetensors", "attnmt-bf16": work / "model.safetensors",
+               "attnmt-int8": work / "model.safetensors", "hf": folder, "ct2-int8": ct2_dir}
+    decoded = decode_all(args, engines, folder, "greedy,beam5,beam5-early", args.max_length)
+    lines += ["", f"| decoding {len(sources)} sentences, sentences per second (mean output length in pieces) | greedy | "
+              "beam 5 | beam 5, early stopping |", "|---|---:|---:|---:|"]
     for engine, result in decoded.items():
-        same = [sum(a == b for a, b in zip(result[f"beam{beam}"]["outputs"], reference[f"beam{beam}"]["outputs"]))
-                for beam in BEAMS]
-        lines.append(f"| {engine} | {result['beam1']['per_second']:.2f} | {result['beam5']['per_second']:.2f} | "
-                     f"{same[0]} | {same[1]} |")
-    def speed(engine: str, beam: int) -> float:
-        return decoded[engine][f"beam{beam}"]["per_second"]
+        lines.append(f"| {engine} | " + " | ".join(f"{r['per_second']:.2f} ({r['length']:.1f})" for r in result.values())
+                     + " |")
+    lines += ["", "| outputs equal to attnmt fp32's | greedy | beam 5 | beam 5, early stopping |", "|---|---:|---:|---:|"]
+    for engine, result in decoded.items():
+        lines.append(f"| {engine} | " + " | ".join(
+            str(sum(a == b for a, b in zip(r["outputs"], decoded["attnmt-fp32"][search]["outputs"])))
+            for search, r in result.items()) + " |")
 
-    for beam in BEAMS:
-        for engine in ("attnmt-fp32", "attnmt-bf16", "attnmt-int8"):
-            lines.append(f"{engine}, beam {beam}: {speed(engine, beam) / speed('hf', beam):.2f}x transformers', "
-                         f"{speed(engine, beam) / speed('ct2-int8', beam):.2f}x CTranslate2 int8's")
+    fixed_folder = set_eos_bias_copy(folder, work / "hf-fixed", -1e4)
+    run_worker("import", str(fixed_folder), str(work / "fixed.safetensors"))
+    convert_ct2(fixed_folder, work / "ct2-int8-fixed")
+    fixed = decode_all(args, {**{e: work / "fixed.safetensors" for e in engines if e.startswith("attnmt")},
+                              "hf": fixed_folder, "ct2-int8": work / "ct2-int8-fixed"},
+                       fixed_folder, "beam5", args.fixed_length + 2)
+    lines += ["", f"| the same work: beam 5, every output {args.fixed_length} pieces | sentences per second | "
+              "pieces per second | mean output length |", "|---|---:|---:|---:|"]
+    for engine, result in fixed.items():
+        r = result["beam5"]
+        lines.append(f"| {engine} | {r['per_second']:.2f} | {r['per_second'] * r['length']:.0f} | {r['length']:.1f} |")
+
+    def ratio(table: dict, engine: str, search: str, other: str) -> float:
+        return table[engine][search]["per_second"] / table[other][search]["per_second"]
+
+    lines.append("")
+    for engine in ("attnmt-fp32", "attnmt-bf16", "attnmt-int8"):
+        lines.append(f"{engine}: greedy {ratio(decoded, engine, 'greedy', 'hf'):.2f}x transformers', "
+                     f"{ratio(decoded, engine, 'greedy', 'ct2-int8'):.2f}x CTranslate2 int8's; beam 5 "
+                     f"{ratio(decoded, engine, 'beam5', 'hf'):.2f}x transformers'; beam 5 with early stopping "
+                     f"{ratio(decoded, engine, 'beam5-early', 'hf'):.2f}x transformers', "
+                     f"{ratio(decoded, engine, 'beam5-early', 'ct2-int8'):.2f}x CTranslate2 int8's; the same work "
+                     f"{ratio(fixed, engine, 'beam5', 'hf'):.2f}x transformers', "
+                     f"{ratio(fixed, engine, 'beam5', 'ct2-int8'):.2f}x CTranslate2 int8's")
     lines.append(f"</s> bias (calibrated): {bias:.3f}")
     return lines
 
@@ -275,6 +338,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--max-length", type=int, default=256, help="generate's max_length, the same for every engine")
+    parser.add_argument("--fixed-length", type=int, default=30,
+                        help="the pieces every output has in the same-work measurement (about a news sentence's)")
     parser.add_argument("--busy", action="store_true", help="a busy loop on one core beside every measurement")
     args = parser.parse_args()
     busy = multiprocessing.Process(target=busy_loop, daemon=True) if args.busy else None
