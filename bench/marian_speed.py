@@ -28,6 +28,8 @@ Then, each in a process of its own (so that one's memory and threads never reach
 - the same work: beam 5 on a copy of the model whose </s> bias is -10^4 (DIR/hf-fixed, imported and
   converted as the first), so that every engine writes --fixed-length pieces for every sentence
   (CTranslate2: min_decoding_length): the arithmetic alone, at a real sentence's length.
+Every decoding process keeps freed memory blocks for reuse as attnmt's translating commands do
+(fast/process.py set_up_decoding_process), the other engines' too.
 --busy runs a busy loop on one core beside every measurement (a user's machine is rarely idle).
 Prints one table and writes it, with the command, the date and the CPU's flags, to DIR/results.md.
 Run it on an otherwise idle machine.
@@ -175,6 +177,11 @@ def worker_decode(engine: str, path: str, folder: str, sources_file: str, thread
     for comparison and their mean length in pieces."""
     import torch
 
+    from attnmt.fast.process import set_up_decoding_process
+
+    # attnmt's translating commands keep freed blocks for reuse (its logits are tens of MB a step):
+    # every engine's process alike, so that none pays page faults that another is spared.
+    set_up_decoding_process()
     torch.set_num_threads(int(threads))
     sources = json.loads(Path(sources_file).read_text())
     translate = decoder(engine, path, folder, int(threads), int(batch), int(max_length))

@@ -1,12 +1,12 @@
-"""int8 decoding on CPUs: every matrix product of a decoding step in int8 (decode.precision int8;
-replaces the bfloat16 products of those layers).
+"""int8 decoding on CPUs: the matrix products of decoding in int8 (decode.precision int8; replaces
+the bfloat16 products of those layers).
 
-A decoding step multiplies the batch's vectors by weight matrices: for the RNN its decoder RNN's
-input and recurrent weights, the attention's query projection, the combine layer and the output
-layer; for the Transformer each decoder layer's projections and feed-forward pair, and the output
-layer (a family that supports int8 lists them: `Int8Layers`). The int8 copy runs those in int8; what runs once
-per sentence (the encoder, the bridge, the source's keys and values) and the attention's own
-arithmetic stay bfloat16.
+Each family lists the layers it runs in int8 (`Int8Layers`). The Transformer runs every product in
+int8 but the embeddings': each encoder and decoder layer's attention projections and feed-forward
+pair, and the output layer (as CTranslate2 does). The RNN runs the products of a decoding step in
+int8 (its decoder RNN's input and recurrent weights, the attention's query projection, the combine
+layer and the output layer); its bidirectional encoder, the bridge and the source's keys stay
+bfloat16. The attention's own arithmetic (scores, softmax, weighted sums) stays bfloat16 in both.
 """
 
 from __future__ import annotations
@@ -132,13 +132,13 @@ class Int8Layers(Protocol):
     """What int8 decoding asks of a family's network (seam.py: a capability, not every family's)."""
 
     def int8_layers(self) -> list[tuple[nn.Module, torch.dtype]]:
-        """The nn.Linear, nn.GRU and nn.LSTM layers of a decoding step, each with the dtype its output keeps."""
+        """The nn.Linear, nn.GRU and nn.LSTM layers to run in int8, each with the dtype its output keeps."""
         ...
 
 
 def int8_decoding_copy(model: Model) -> Model:
-    """A bfloat16 copy of `model` for decoding on a CPU, the products of each decoding step in int8
-    (module docstring): the layers Int8Layers.int8_layers names, quantized from their float32 weights."""
+    """A bfloat16 copy of `model` for decoding on a CPU, the layers Int8Layers.int8_layers names in int8
+    (module docstring), quantized from their float32 weights."""
     device = next(model.parameters()).device
     if device.type != "cpu":
         raise AttnmtError(f"decode precision int8 runs on CPUs only; use bf16 on {device}")

@@ -382,17 +382,17 @@ class Transformer(nn.Module):
         return self.src_embedding, self.tgt_embedding
 
     def int8_layers(self) -> list[tuple[nn.Module, torch.dtype]]:
-        """fast.int8.Int8Layers: the layers whose products run at every decoding step: in each decoder
-        layer the self-attention's four projections, the cross-attention's query and output projections
-        and the feed-forward pair; then the classifier (float32 logits). The cross-attention's key
-        and value projections read the source once per sentence and stay bfloat16."""
+        """fast.int8.Int8Layers: every matrix product but the embeddings': in each encoder layer the
+        self-attention's four projections and the feed-forward pair; in each decoder layer the same and
+        the cross-attention's four projections; then the classifier (float32 logits)."""
         layers: list[tuple[nn.Module, torch.dtype]] = []
-        for layer in self.decoder_stack():
+        for layer in [*self.encoder_layers, *self.decoder_stack()]:
             # A probed copy (HeadsProbe around the attention) is never quantized.
-            own, cross = (cast(MultiHeadAttention, a) for a in (layer.self_attention, layer.cross_attention))
-            for linear in (own.query_proj, own.key_proj, own.value_proj, own.out_proj, cross.query_proj,
-                           cross.out_proj, layer.feed_forward[0], layer.feed_forward[3]):
-                layers.append((linear, torch.bfloat16))
+            attentions = [layer.self_attention] + ([layer.cross_attention] if isinstance(layer, DecoderLayer) else [])
+            for attention in cast(list[MultiHeadAttention], attentions):
+                for linear in (attention.query_proj, attention.key_proj, attention.value_proj, attention.out_proj):
+                    layers.append((linear, torch.bfloat16))
+            layers += [(layer.feed_forward[0], torch.bfloat16), (layer.feed_forward[3], torch.bfloat16)]
         return [*layers, (self.classifier, torch.float32)]
 
     def fit_probe(self, view: AttentionView) -> tuple[Probe, AttentionView]:
