@@ -382,18 +382,11 @@ class Transformer(nn.Module):
         return self.src_embedding, self.tgt_embedding
 
     def int8_layers(self) -> list[tuple[nn.Module, torch.dtype]]:
-        """fast.int8.Int8Layers: every matrix product but the embeddings': in each encoder layer the
-        self-attention's four projections and the feed-forward pair; in each decoder layer the same and
-        the cross-attention's four projections; then the classifier (float32 logits)."""
-        layers: list[tuple[nn.Module, torch.dtype]] = []
-        for layer in [*self.encoder_layers, *self.decoder_stack()]:
-            # A probed copy (HeadsProbe around the attention) is never quantized.
-            attentions = [layer.self_attention] + ([layer.cross_attention] if isinstance(layer, DecoderLayer) else [])
-            for attention in cast(list[MultiHeadAttention], attentions):
-                for linear in (attention.query_proj, attention.key_proj, attention.value_proj, attention.out_proj):
-                    layers.append((linear, torch.bfloat16))
-            layers += [(layer.feed_forward[0], torch.bfloat16), (layer.feed_forward[3], torch.bfloat16)]
-        return [*layers, (self.classifier, torch.float32)]
+        """fast.int8.Int8Layers: every nn.Linear, i.e. every matrix product but the embeddings': each
+        layer's attention projections and feed-forward pair (bfloat16 out), and the classifier
+        (float32 logits)."""
+        return [(module, torch.float32 if module is self.classifier else torch.bfloat16)
+                for module in self.modules() if isinstance(module, nn.Linear)]
 
     def fit_probe(self, view: AttentionView) -> tuple[Probe, AttentionView]:
         """explain.Explainable: this network (a reference copy made for the purpose) with every layer's
