@@ -1,12 +1,12 @@
 """The named choices of the flags whose code needs torch: which attention map (translate.py), how
-attention becomes word alignments (align.py) and the aligner's epochs and jump weight (aligner.py,
-align.py), the attribution methods (attribution.py), what `attnmt export` writes and CTranslate2's
-quantizations (export.py, marian.py). They live here, beside no tensor, so that the `attnmt` command
+attention becomes word alignments (analysis/align.py) and the aligner's epochs and jump weight (analysis/aligner.py,
+analysis/align.py), the attribution methods (analysis/attribution.py), what `attnmt export` writes and CTranslate2's
+quantizations (formats/ctranslate2.py, formats/marian.py). They live here, beside no tensor, so that the `attnmt` command
 builds its flags, and answers `--help` or a wrong choice, without loading torch; those modules check
 against the same names."""
 
 # How attention becomes links, or the aligner's posteriors do, and how the links of two directions combine
-# (align.py's docstring).
+# (analysis/align.py's docstring).
 ATTENTION_METHODS = ("argmax", "threshold")
 ALIGNER = "aligner"
 ALIGN_METHODS = (*ATTENTION_METHODS, ALIGNER)
@@ -28,11 +28,12 @@ MAX_JUMP_WEIGHT = 2.0
 MAP_AXES = {"cross": ("source", "output"), "encoder": ("source", "source"),
             "decoder": ("output so far (<sos> first)", "output")}
 
-# attribution.py's methods beside attention, and integrated gradients' steps by default.
+# analysis/attribution.py's methods beside attention, and integrated gradients' steps by default.
 METHODS = ("grad", "ig", "occlusion")
 IG_STEPS = 50
 
-# What `attnmt export --to` writes: a CTranslate2 model (export.py) or a Hugging Face Marian folder (marian.py).
+# What `attnmt export --to` writes: a CTranslate2 model (formats/ctranslate2.py) or a Hugging Face Marian folder
+# (formats/marian.py).
 EXPORT_FORMATS = ("ctranslate2", "marian")
 # How an exported CTranslate2 model's weights may be stored (CTranslate2's quantization names; None: float32).
 CTRANSLATE2_QUANTIZATIONS = ("int8", "int8_float32", "int16", "float16", "bfloat16")

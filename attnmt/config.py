@@ -338,7 +338,7 @@ class ServeConfig:
     # Requests arriving within this window with the same options share one model call.
     batch_window_ms: float = ranged(5.0, "[0, 10000]", help="milliseconds to gather requests into a batch")
     max_batch: int = ranged(64, "[1, 100000]", help="sentences per model call")
-    # Per API key, or per client address without keys (access.py); 0 = no limit, as a server for
+    # Per API key, or per client address without keys (serve/access.py); 0 = no limit, as a server for
     # one user on 127.0.0.1 needs none.
     requests_per_minute: int = ranged(0, "[0, 1000000]", help="translating requests per minute per key or "
                                                               "client address (0 = no limit)")

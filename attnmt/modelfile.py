@@ -78,7 +78,7 @@ def save_file(path: str | Path, tensors: dict[str, torch.Tensor], meta: dict[str
     atomic_write(path, save_safetensors_bytes(kept, metadata={MAGIC: json.dumps(meta)}))
 
 
-# Beside CTranslate2's files in a directory `attnmt export --to ctranslate2` writes (export.py).
+# Beside CTranslate2's files in a directory `attnmt export --to ctranslate2` writes (formats/ctranslate2.py).
 CTRANSLATE2_ENGINE_FILE = "attnmt.json"
 
 

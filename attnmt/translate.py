@@ -96,7 +96,7 @@ class TextTranslator(abc.ABC):
     config: Config
     src_tokenizer: Tokenizer
     tgt_tokenizer: Tokenizer
-    explains: bool = False   # explain.py can open each decoding step (attnmt's own engine)
+    explains: bool = False   # analysis/explain.py can open each decoding step (attnmt's own engine)
     source_end: Optional[str] = None   # the token every source ends with, if the model reads one (model.source_eos)
     start_token: str = SOS             # the token the decoder starts from: the first key of its self-attention
 
@@ -122,7 +122,7 @@ class TextTranslator(abc.ABC):
 
     def max_output_tokens(self, source_length: int) -> int:
         """The most tokens a translation of `source_length` tokens may have, every engine's and
-        explain.py's one rule: decode.max_len_ratio x source_length + decode.max_len_extra.
+        analysis/explain.py's one rule: decode.max_len_ratio x source_length + decode.max_len_extra.
 
         The end of sentence is not counted: the rule bounds what the reader gets, and an output cut
         at the limit has no <eos> to count (greedy and beam search then force one, so their limit
@@ -245,7 +245,7 @@ class Translator(TextTranslator):
         # The tokenizers every engine has (TextTranslator); the vocabularies are this engine's own.
         self.src_tokenizer, self.tgt_tokenizer = tokenization.src_tokenizer, tokenization.tgt_tokenizer
         self._decoding_copy: Optional[tuple[tuple, Model, Optional[Step]]] = None
-        # The file it was loaded from (load), where align.py reads what else the file holds (its word aligner).
+        # The file it was loaded from (load), where analysis/align.py reads what else the file holds (its word aligner).
         self.path: Optional[Path] = None
         self.source_end = tokenization.src_vocab.eos if config.model.source_eos else None
         self.start_token = tokenization.tgt_vocab.sos

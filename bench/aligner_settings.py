@@ -20,9 +20,9 @@ import time
 import torch
 from alignment import GoldSet, links_by_method
 
-from attnmt.align import aligner_posteriors
-from attnmt.aligner import Aligner, AlignerConfig, train_aligner
-from attnmt.data import find_split_file, read_lines
+from attnmt.analysis.align import aligner_posteriors
+from attnmt.analysis.aligner import Aligner, AlignerConfig, train_aligner
+from attnmt.corpus.readers import find_split_file, read_lines
 from attnmt.translate import Translator
 
 RULES = ("average", "grow-diag-final", "intersect")      # the links printed (bench/alignment.py has them all)

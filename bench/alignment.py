@@ -61,7 +61,7 @@ from pathlib import Path
 from eflomal_peer import align as eflomal_align
 from eflomal_peer import ensure_eflomal
 
-from attnmt.align import (
+from attnmt.analysis.align import (
     ALIGN_STEPS,
     AVERAGE,
     SYMMETRIZATIONS,
@@ -80,11 +80,11 @@ from attnmt.align import (
     symmetrize,
     word_attention,
 )
-from attnmt.aligner import read_aligner, train_aligner
+from attnmt.analysis.aligner import read_aligner, train_aligner
 from attnmt.configfile import load_config
-from attnmt.data import find_split_file, read_lines, read_tsv
+from attnmt.corpus.readers import find_split_file, read_lines, read_tsv
 from attnmt.tokenize import WordTokenizer
-from attnmt.train import train
+from attnmt.training.train import train
 from attnmt.translate import Translator, model_info
 from attnmt.vocab import UNK
 

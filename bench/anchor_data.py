@@ -20,7 +20,7 @@ from pathlib import Path
 
 from quality import moses_tokenizer
 
-from attnmt.data import find_split_file, read_lines
+from attnmt.corpus.readers import find_split_file, read_lines
 from attnmt.errors import AttnmtError
 
 SPLITS = {"train": "train", "valid": "val", "test.2016": "test_2016_flickr"}  # theirs -> ours

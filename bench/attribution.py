@@ -29,8 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from attnmt.align import links_of, read_gold, score, word_attention
-from attnmt.attribution import IG_STEPS, METHODS, word_attribution
+from attnmt.analysis.align import links_of, read_gold, score, word_attention
+from attnmt.analysis.attribution import IG_STEPS, METHODS, word_attribution
 from attnmt.translate import Translator
 
 

@@ -23,8 +23,8 @@ from pathlib import Path
 
 from tune import validation_pairs, validation_scores
 
-from attnmt.average import average_weights
 from attnmt.modelfile import load_file
+from attnmt.training.average import average_weights
 from attnmt.translate import Translator
 
 

@@ -21,7 +21,7 @@ from typing import Callable
 
 import torch
 
-from attnmt.data import read_lines
+from attnmt.corpus.readers import read_lines
 from attnmt.fast.process import set_up_decoding_process
 from attnmt.translate import Translator
 

@@ -25,9 +25,9 @@ from typing import Callable
 import sacrebleu
 from compiled import decoding_arguments
 
-from attnmt.ct2 import CTranslate2Translator, ctranslate2_package
-from attnmt.export import export_ctranslate2
 from attnmt.fast.int8 import int8_products_exact
+from attnmt.formats.ctranslate2 import export_ctranslate2
+from attnmt.formats.ctranslate2_engine import CTranslate2Translator, ctranslate2_package
 from attnmt.translate import Translator
 
 

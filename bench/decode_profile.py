@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 import attnmt.translate
-from attnmt.data import read_lines
+from attnmt.corpus.readers import read_lines
 from attnmt.fast.int8 import Int8Linear
 from attnmt.fast.process import set_up_decoding_process
 from attnmt.translate import Translator

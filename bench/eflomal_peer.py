@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from attnmt.align import Link
+from attnmt.analysis.align import Link
 
 EFLOMAL_VERSION = "2.0.0"
 

@@ -31,13 +31,13 @@ import torch
 
 from attnmt.config import Config
 from attnmt.configfile import load_config
-from attnmt.data import find_split_file, read_lines, read_parallel
+from attnmt.corpus.readers import find_split_file, read_lines, read_parallel
 from attnmt.errors import AttnmtError
 from attnmt.evaluate import evaluate
 from attnmt.fast.process import set_up_training_process
 from attnmt.modelfile import read_metadata
-from attnmt.resume import CHECKPOINT_FILE
-from attnmt.train import TrainResult, train
+from attnmt.training.resume import CHECKPOINT_FILE
+from attnmt.training.train import TrainResult, train
 from attnmt.translate import Translator
 
 REPO = Path(__file__).resolve().parents[1]

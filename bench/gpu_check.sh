@@ -59,7 +59,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader ||
 "$PYTHON" - "$OUT" <<'PY'
 import json, sys
 import torch
-from attnmt.metrics import read_metrics
+from attnmt.training.metrics import read_metrics
 
 out = sys.argv[1]
 records = read_metrics(out)

@@ -116,12 +116,12 @@ import httpx
 
 from attnmt.config import ServeConfig
 from attnmt.configfile import config_from_dict
-from attnmt.dates import generate_dates
-from attnmt.demo import run_demo
+from attnmt.corpus.dates import generate_dates
 from attnmt.errors import AttnmtError
 from attnmt.modelfile import read_model, save_model
 from attnmt.serve.models import ModelSpec, model_specs
-from attnmt.train import train
+from attnmt.training.demo import run_demo
+from attnmt.training.train import train
 
 HOST = "127.0.0.1"
 JSON = "application/json"
@@ -692,7 +692,7 @@ def three_models(folder: Path) -> list[str]:
               "en_fr": relabelled(transformer, folder / "en_fr.safetensors", "en", "fr")}
     en_de = relabelled(transformer, folder / "en_de.safetensors", "en", "de")
     try:
-        from attnmt.export import export_ctranslate2
+        from attnmt.formats.ctranslate2 import export_ctranslate2
 
         models["en_de"] = export_ctranslate2(en_de, folder / "en_de_ct2")
     except AttnmtError as err:  # the ctranslate2 package is not installed

@@ -33,12 +33,12 @@ import sacrebleu
 import torch
 
 from attnmt.configfile import load_config
-from attnmt.data import find_split_file, read_lines, read_parallel
+from attnmt.corpus.readers import find_split_file, read_lines, read_parallel
 from attnmt.errors import AttnmtError
 from attnmt.evaluate import evaluate, score_translations
 from attnmt.fast.process import set_up_training_process
 from attnmt.files import MODEL_FILE
-from attnmt.train import train
+from attnmt.training.train import train
 from attnmt.translate import Translator
 
 REPO = Path(__file__).resolve().parents[1]

@@ -43,16 +43,16 @@ from gpu_memory import GpuMemoryWatch
 from attnmt.batch import Batch, collate
 from attnmt.config import Config
 from attnmt.configfile import load_config
-from attnmt.data import find_split_file, read_lines
+from attnmt.corpus.prepare import prepare_corpus
+from attnmt.corpus.readers import find_split_file, read_lines
 from attnmt.families import build_model
 from attnmt.families.rnn.network import RNNEncoderDecoder
 from attnmt.fast.process import DEFAULT_THREADS, set_up_decoding_process, set_up_training_process, use_threads
 from attnmt.precision import resolve
-from attnmt.prepare import prepare_corpus
 from attnmt.seam import Model
-from attnmt.step import TeacherForced, make_optimizer, train_step
 from attnmt.threads import parse_setting
-from attnmt.training_data import Part, epoch_batches
+from attnmt.training.data import Part, epoch_batches
+from attnmt.training.step import TeacherForced, make_optimizer, train_step
 from attnmt.translate import Translation, Translator
 from attnmt.vocab import PAD_ID
 

@@ -3,7 +3,7 @@
     python bench/stream_memory.py                         # trains the tiny dates model of tests/conftest.py first
     python bench/stream_memory.py --model attnmt-demo/model.safetensors --sizes 0,10000,100000
 
-For each size, writes that many generated dates (attnmt/dates.py) into a file, line by line, and
+For each size, writes that many generated dates (attnmt/corpus/dates.py) into a file, line by line, and
 translates it in a fresh `python -m attnmt translate` process. Prints per size: lines, seconds,
 the peak resident memory of that process (its ru_maxrss, from os.wait4) and whether the output
 has as many lines as the input. Translation streams, so the peak should not grow with the input;
@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 from attnmt.configfile import config_from_dict
-from attnmt.dates import written_dates
-from attnmt.train import train
+from attnmt.corpus.dates import written_dates
+from attnmt.training.train import train
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))

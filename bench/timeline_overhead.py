@@ -23,9 +23,9 @@ from pathlib import Path
 
 from attnmt import timeline
 from attnmt.configfile import load_config
-from attnmt.demo import demo_config
 from attnmt.fast.process import set_up_training_process
-from attnmt.train import train
+from attnmt.training.demo import demo_config
+from attnmt.training.train import train
 
 
 def timed_run(config, watch: int, out_dir: Path) -> dict:

@@ -29,8 +29,8 @@ from attnmt.batch import collate
 from attnmt.configfile import load_config
 from attnmt.families import build_model
 from attnmt.fast.process import set_up_training_process
-from attnmt.step import TeacherForced, make_optimizer, train_step
-from attnmt.training_data import Part
+from attnmt.training.data import Part
+from attnmt.training.step import TeacherForced, make_optimizer, train_step
 
 from speed import FORWARD_FLOPS, matmul_peak_gflops, teacher_forced_lengths
 

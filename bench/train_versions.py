@@ -34,10 +34,10 @@ try:
 except ImportError:                             # a checkout from before the families package
     from attnmt.model import build_model
 try:
-    from attnmt.step import make_optimizer, train_step
-    from attnmt.training_data import Part
+    from attnmt.training.step import make_optimizer, train_step
+    from attnmt.training.data import Part
 except ImportError:                             # a checkout from before train.py was split
-    from attnmt.train import Part, make_optimizer, train_step
+    from attnmt.training.train import Part, make_optimizer, train_step
 set_up_training_process()                       # as attnmt train does
 config_file, precision, updates, threads = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 torch.set_num_threads(threads)
@@ -49,7 +49,7 @@ words = random.Random(0)
 batch = collate([([words.randrange(4, 7000) for _ in range(14)], [words.randrange(4, 5000) for _ in range(14)])
                  for _ in range(64)], list(range(64)))
 try:
-    from attnmt.step import TeacherForced    # since issue 62: the network as training calls it
+    from attnmt.training.step import TeacherForced    # since issue 62: the network as training calls it
     network = TeacherForced(model)
 
     def update(step):

@@ -29,9 +29,9 @@ from pathlib import Path
 import yaml
 
 from attnmt.configfile import load_config
-from attnmt.data import find_split_file, read_parallel
+from attnmt.corpus.readers import find_split_file, read_parallel
 from attnmt.evaluate import score_translations
-from attnmt.metrics import read_metrics
+from attnmt.training.metrics import read_metrics
 from attnmt.translate import Translator, model_info
 
 REPO = Path(__file__).resolve().parents[1]

@@ -14,10 +14,10 @@ import pytest
 import torch
 
 from attnmt.configfile import config_from_dict
-from attnmt.dates import generate_dates
+from attnmt.corpus.dates import generate_dates
 from attnmt.fast.int8 import int8_products_exact
 from attnmt.modelfile import read_model, save_model
-from attnmt.train import train
+from attnmt.training.train import train
 
 # int8 decoding refuses to run where torch._int_mm is not exact (oneDNN without VNNI kernels).
 needs_exact_int8 = pytest.mark.skipif(not int8_products_exact(), reason="this CPU's oneDNN int8 products are not "

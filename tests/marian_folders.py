@@ -14,7 +14,7 @@ import sentencepiece
 import torch
 from safetensors.torch import save_file
 
-from attnmt.dates import generate_dates
+from attnmt.corpus.dates import generate_dates
 
 # A MarianConfig as opus-mt-en-mg's config.json writes it, shrunk.
 TINY_CONFIG: dict[str, Any] = {

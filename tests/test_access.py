@@ -15,10 +15,10 @@ from conftest import server_process
 from fastapi.testclient import TestClient
 from test_door import assert_refused, run
 
-from attnmt.access import Caller, KeyFile, MovingWindow, RateLimited, RateLimits
 from attnmt.config import ServeConfig
 from attnmt.files import atomic_write
 from attnmt.serve import create_app
+from attnmt.serve.access import Caller, KeyFile, MovingWindow, RateLimited, RateLimits
 from attnmt.translate import Translator
 
 ALICE = "alice-0123456789abcdef"

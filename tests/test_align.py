@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from attnmt import AttnmtError, Translator
-from attnmt.align import (
+from attnmt.analysis.align import (
     AttentionLinks,
     GoldLinks,
     align_by_attention,

@@ -14,7 +14,7 @@ import torch
 
 from attnmt import AttnmtError, Translator
 from attnmt import aligner as aligner_module
-from attnmt.align import (
+from attnmt.analysis.align import (
     AlignerLinks,
     align_by_aligner,
     align_by_attention,
@@ -26,12 +26,20 @@ from attnmt.align import (
     read_gold,
     score,
 )
-from attnmt.aligner import PREFIX, Aligner, AlignerConfig, HiddenMarkovAligner, read_aligner, train_aligner, write_aligner
+from attnmt.analysis.aligner import (
+    PREFIX,
+    Aligner,
+    AlignerConfig,
+    HiddenMarkovAligner,
+    read_aligner,
+    train_aligner,
+    write_aligner,
+)
 from attnmt.cli import main
 from attnmt.configfile import config_from_dict
-from attnmt.dates import generate_dates
+from attnmt.corpus.dates import generate_dates
 from attnmt.modelfile import load_file, read_model, save_file
-from attnmt.train import train
+from attnmt.training.train import train
 from attnmt.vocab import PAD_ID
 
 DATES = list(generate_dates(120, seed=5))

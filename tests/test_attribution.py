@@ -11,7 +11,7 @@ from test_explain import RNN_KINDS, SENTENCE, trained_translator
 from torch import nn
 
 from attnmt import AttnmtError, Translator
-from attnmt.attribution import (
+from attnmt.analysis.attribution import (
     Outputs,
     Pair,
     attribute,

@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 from attnmt import Translator
-from attnmt.align import align_by_aligner, read_gold, score
-from attnmt.aligner import train_aligner, write_aligner
-from attnmt.dates import generate_dates
+from attnmt.analysis.align import align_by_aligner, read_gold, score
+from attnmt.analysis.aligner import train_aligner, write_aligner
+from attnmt.corpus.dates import generate_dates
 
 REPO = Path(__file__).resolve().parents[1]
 

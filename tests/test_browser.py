@@ -12,7 +12,7 @@ import pytest
 from conftest import relabelled, serving
 from marian_folders import write_marian_folder
 
-from attnmt.marian import import_marian
+from attnmt.formats.marian import import_marian
 from attnmt.translate import Translator
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -233,7 +233,7 @@ def test_the_pickers_follow_the_maps_model_reports(browser, server):
 def test_a_server_on_ctranslate2_shows_its_one_map(browser, transformer_dates_model, tmp_path):
     """CTranslate2 gives the last layer's mean over heads and no steps: no map choices, no explain panel."""
     pytest.importorskip("ctranslate2", reason="the ctranslate2 package (the test extra) is not installed")
-    from attnmt.export import export_ctranslate2
+    from attnmt.formats.ctranslate2 import export_ctranslate2
 
     out = export_ctranslate2(transformer_dates_model, tmp_path / "ct2")
     with serving(out) as url, browsing(browser, url) as page:

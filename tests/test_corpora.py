@@ -15,7 +15,7 @@ from conftest import write_dates_files, write_dates_tsv
 
 from attnmt import AttnmtError, corpora
 from attnmt.config import DataConfig
-from attnmt.data import load_corpus, read_tsv
+from attnmt.corpus.readers import load_corpus, read_tsv
 
 
 class Handler(http.server.SimpleHTTPRequestHandler):

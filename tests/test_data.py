@@ -14,7 +14,8 @@ import pytest
 from conftest import SHARED_DATA, write_line_aligned
 
 from attnmt.config import DataConfig
-from attnmt.data import (
+from attnmt.corpus.dates import generate_dates
+from attnmt.corpus.readers import (
     MAX_LINE_BYTES,
     Corpus,
     decode_lines,
@@ -26,7 +27,6 @@ from attnmt.data import (
     read_tsv,
     split_pairs,
 )
-from attnmt.dates import generate_dates
 from attnmt.errors import AttnmtError
 
 

@@ -14,9 +14,9 @@ from conftest import write_dates_tsv, write_line_aligned
 from attnmt import cli
 from attnmt import data as data_module
 from attnmt.config import DataConfig
-from attnmt.data import CorpusFiles, check_source, load_corpus
+from attnmt.corpus.prepare import CorpusSource
+from attnmt.corpus.readers import CorpusFiles, check_source, load_corpus
 from attnmt.errors import AttnmtError
-from attnmt.prepare import CorpusSource
 
 PAIRS = [(f"Satz {i}", f"sentence {i}") for i in range(40)]
 
@@ -124,7 +124,7 @@ def test_a_model_trained_from_a_relative_path_is_evaluated_from_another_folder(t
     from conftest import tiny_dates_config, write_dates_files
 
     from attnmt.configfile import config_from_dict
-    from attnmt.train import train
+    from attnmt.training.train import train
     from attnmt.translate import Translator
 
     write_dates_files(tmp_path / "corpus", {"train": 300, "val": 20, "test": 20})

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from attnmt import Translator
-from attnmt.demo import demo_config, run_demo
+from attnmt.training.demo import demo_config, run_demo
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -24,7 +24,7 @@ def test_readme_learn_and_the_demo_state_one_time():
     """The demo's time was claimed three ways; README.md, docs/learn.md and demo.py now state one."""
     phrase = re.compile(r"in about ([\w. ]+?) on two CPU cores")
     times = {path: phrase.findall((REPO / path).read_text(encoding="utf-8").replace("\n", " ").replace("# ", ""))
-             for path in ["README.md", "docs/learn.md", "attnmt/demo.py"]}
+             for path in ["README.md", "docs/learn.md", "attnmt/training/demo.py"]}
     assert all(len(found) == 1 for found in times.values()), times
     assert len({found[0] for found in times.values()}) == 1, times
 

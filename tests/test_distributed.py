@@ -18,9 +18,9 @@ import yaml
 from conftest import write_dates_files
 
 from attnmt import AttnmtError
-from attnmt.distributed import rank_parts, start_ranks
 from attnmt.modelfile import load_file
-from attnmt.training_data import split
+from attnmt.training.data import split
+from attnmt.training.distributed import rank_parts, start_ranks
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -29,9 +29,9 @@ REPO = Path(__file__).resolve().parents[1]
 # writing: they must write nothing.
 RECORDER = """
 import json, os, sys
-import attnmt.train as training
+import attnmt.training.train as training
 from attnmt.configfile import load_config
-from attnmt.distributed import start_ranks
+from attnmt.training.distributed import start_ranks
 
 config = load_config(sys.argv[1], sys.argv[3:])
 ranks = start_ranks(config.train)

@@ -41,10 +41,10 @@ def test_the_time_budget_is_documented_as_training_keeps_it(tmp_path, monkeypatc
 
     from attnmt import train as training
     from attnmt.configfile import config_from_dict
-    from attnmt.metrics import read_metrics
+    from attnmt.training.metrics import read_metrics
 
     now = [0.0]
-    monkeypatch.setattr("attnmt.train.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("attnmt.training.train.time.monotonic", lambda: now[0])
     real_step = training.train_step
 
     def minute_long_step(*args, **kwargs):

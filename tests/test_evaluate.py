@@ -11,11 +11,11 @@ from conftest import tiny_dates_config
 from test_cli import assert_one_line_error, attnmt
 
 from attnmt.configfile import config_from_dict
-from attnmt.data import load_corpus
+from attnmt.corpus.prepare import load_split
+from attnmt.corpus.readers import load_corpus
 from attnmt.evaluate import bleu_by_length, bucket_labels, corpus_scores, evaluate, exact_match_any, score_outputs
 from attnmt.modelfile import read_model, save_model
 from attnmt.plot import missing_glyphs
-from attnmt.prepare import load_split
 from attnmt.tokenize import WordTokenizer
 from attnmt.translate import Translator
 

@@ -10,11 +10,11 @@ import torch
 from conftest import tiny_dates_config
 
 from attnmt import AttnmtError, Translator
+from attnmt.analysis.explain import ExplainedStep, Explanation, explain, render
 from attnmt.cli import main
 from attnmt.configfile import config_from_dict
-from attnmt.explain import ExplainedStep, Explanation, explain, render
 from attnmt.seam import AttentionView, Probe
-from attnmt.train import train
+from attnmt.training.train import train
 from attnmt.vocab import SOS_ID
 
 SENTENCE = "Samstag, den 14. März 2026"

@@ -9,7 +9,7 @@ from conftest import needs_exact_int8
 
 from attnmt import AttnmtError, Translator
 from attnmt.cli import main
-from attnmt.export import export_ctranslate2
+from attnmt.formats.ctranslate2 import export_ctranslate2
 
 ctranslate2 = pytest.importorskip("ctranslate2", reason="the ctranslate2 package (the test extra) is not installed")
 
@@ -74,7 +74,7 @@ def test_refusals_are_one_line(dates_model, transformer_dates_model, tmp_path, m
 
 
 def test_the_ctranslate2_engine_translates_as_attnmt_does(transformer_dates_model, tmp_path, capsys):
-    from attnmt.ct2 import CTranslate2Translator
+    from attnmt.formats.ctranslate2_engine import CTranslate2Translator
 
     out = export_ctranslate2(transformer_dates_model, tmp_path / "ct2")
     ours = Translator.load(transformer_dates_model, "cpu", precision="fp32")
@@ -123,7 +123,7 @@ def test_a_server_decodes_with_ctranslate2(transformer_dates_model, tmp_path):
     engine in fp32, one map (CTranslate2's) where the explorer asks for maps, and /explain refused."""
     from fastapi.testclient import TestClient
 
-    from attnmt.ct2 import CTranslate2Translator
+    from attnmt.formats.ctranslate2_engine import CTranslate2Translator
     from attnmt.serve import create_app
 
     out = export_ctranslate2(transformer_dates_model, tmp_path / "ct2")

@@ -20,7 +20,7 @@ from attnmt.configfile import config_from_dict, model_config_class
 from attnmt.errors import AttnmtError
 from attnmt.families import Family, register, unregister
 from attnmt.seam import Rows
-from attnmt.train import train
+from attnmt.training.train import train
 from attnmt.translate import Translator
 from attnmt.vocab import PAD_ID
 

@@ -38,8 +38,8 @@ from attnmt.fast import fast_paths_in
 from attnmt.fast.layers import OUTPUT_BLOCK, BlockedLinear, RandDropout, use_fast_layers
 from attnmt.precision import autocast
 from attnmt.search import beam_search, block_top_k, greedy, reference_top_k, top_k
-from attnmt.step import TeacherForced, sequence_loss
-from attnmt.train import train
+from attnmt.training.step import TeacherForced, sequence_loss
+from attnmt.training.train import train
 from attnmt.translate import model_info
 from attnmt.vocab import EOS_ID
 

@@ -20,10 +20,10 @@ from test_resume import assert_bit_identical, finish, kill_when, run, updates, w
 from attnmt import AttnmtError, cli
 from attnmt.config import MODEL_DECODE_KEYS, Config, DecodeConfig
 from attnmt.configfile import config_from_dict, fine_tuning_config, load_config
-from attnmt.metrics import read_metrics
+from attnmt.corpus.prepare import REUSED
 from attnmt.modelfile import load_file, read_metadata, read_model, save_model
-from attnmt.prepare import REUSED
-from attnmt.train import train
+from attnmt.training.metrics import read_metrics
+from attnmt.training.train import train
 from attnmt.translate import Translator
 
 REPO = Path(__file__).resolve().parents[1]

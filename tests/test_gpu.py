@@ -20,10 +20,10 @@ from test_resume import TRANSFORMER, weights
 
 from attnmt import AttnmtError, Translator
 from attnmt.configfile import config_from_dict
-from attnmt.dates import generate_dates
-from attnmt.metrics import read_metrics
+from attnmt.corpus.dates import generate_dates
 from attnmt.precision import native_bf16
-from attnmt.train import train
+from attnmt.training.metrics import read_metrics
+from attnmt.training.train import train
 
 REPO = Path(__file__).resolve().parents[1]
 CUDA = torch.cuda.is_available()

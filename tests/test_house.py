@@ -104,7 +104,7 @@ def test_only_the_families_and_the_transformer_export_name_a_familys_modules():
     naming = {name for name, imported in imports().items()
               if not name.startswith("attnmt.families")
               and any(m.startswith(("attnmt.families.rnn", "attnmt.families.transformer")) for m in imported)}
-    assert naming == {"attnmt.export"}
+    assert naming == {"attnmt.formats.ctranslate2"}
 
 
 REGISTRY = ["attnmt.families", "attnmt.families.rnn", "attnmt.families.rnn.config", "attnmt.families.transformer",
@@ -181,7 +181,7 @@ def modules_run(during) -> set[str]:
 def test_one_training_iteration_runs_few_modules(name, tmp_path, monkeypatch):
     import torch
 
-    from attnmt.train import train
+    from attnmt.training.train import train
 
     class Stop(Exception):
         pass
@@ -203,8 +203,8 @@ def test_one_training_iteration_runs_few_modules(name, tmp_path, monkeypatch):
             train(recipe(name, tmp_path), log=lambda _: None)
 
     modules = modules_run(during)
-    assert "attnmt/step.py" in modules and len(modules) <= TRAINING_MODULES[name], sorted(modules)
-    assert not {"attnmt/seam.py", "attnmt/distributed.py", "attnmt/precision.py"} & modules, sorted(modules)
+    assert "attnmt/training/step.py" in modules and len(modules) <= TRAINING_MODULES[name], sorted(modules)
+    assert not {"attnmt/seam.py", "attnmt/training/distributed.py", "attnmt/precision.py"} & modules, sorted(modules)
 
 
 @pytest.mark.parametrize("name", TRAINING_MODULES)

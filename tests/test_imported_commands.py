@@ -15,15 +15,15 @@ from fastapi.testclient import TestClient
 from marian_folders import write_marian_folder
 
 from attnmt import cli
-from attnmt.attribution import attribute
+from attnmt.analysis.attribution import attribute
+from attnmt.analysis.explain import explain
 from attnmt.config import ServeConfig
 from attnmt.configfile import config_from_dict
-from attnmt.dates import generate_dates
-from attnmt.explain import explain
-from attnmt.marian import import_marian
+from attnmt.corpus.dates import generate_dates
+from attnmt.formats.marian import import_marian
 from attnmt.modelfile import read_metadata, read_model
 from attnmt.serve import create_app
-from attnmt.train import train
+from attnmt.training.train import train
 from attnmt.translate import Translator
 
 PAIRS = generate_dates(6, seed=11)

@@ -11,11 +11,11 @@ import pytest
 from conftest import serving
 from fastapi.testclient import TestClient
 
-from attnmt.access import KeyFile
 from attnmt.config import ServeConfig
-from attnmt.detect import detect
+from attnmt.corpus.detect import detect
 from attnmt.modelfile import read_model, save_model
 from attnmt.serve import create_app
+from attnmt.serve.access import KeyFile
 from attnmt.translate import Translator
 
 DATES = ["3. Oktober 1990", "March 14, 2026", "the 21st of June 1975"]
@@ -282,7 +282,7 @@ def serving_md_libretranslate_examples() -> list[dict]:
 
 
 def test_serving_md_libretranslate_examples_are_answered_by_the_demo_server(two_source_model):
-    from attnmt.demo import demo_config
+    from attnmt.training.demo import demo_config
 
     demo = demo_config("unused").data
     examples = serving_md_libretranslate_examples()

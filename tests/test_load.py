@@ -34,7 +34,7 @@ def test_the_load_check_passes_with_every_fault_sent_and_a_clean_stop(dates_mode
 @pytest.mark.slow  # a server of three models, then each alone and all three side by side, 3 s of load each
 def test_the_load_check_of_several_models_reaches_every_pair(dates_model, transformer_dates_model, tmp_path):
     pytest.importorskip("ctranslate2", reason="the ctranslate2 package (the test extra) is not installed")
-    from attnmt.export import export_ctranslate2
+    from attnmt.formats.ctranslate2 import export_ctranslate2
 
     en_de = relabelled(transformer_dates_model, tmp_path / "source", "en", "de")
     models = [f"de_en={relabelled(dates_model, tmp_path / 'de_en', 'de', 'en')}",

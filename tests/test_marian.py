@@ -21,10 +21,10 @@ from safetensors.torch import load_file, save_file
 
 from attnmt import cli
 from attnmt.config import TokenizerConfig
+from attnmt.corpus.prepare import make_tokenizers
 from attnmt.errors import AttnmtError
-from attnmt.marian import halves_sinusoids, import_marian, read_marian
+from attnmt.formats.marian import halves_sinusoids, import_marian, read_marian
 from attnmt.modelfile import read_model
-from attnmt.prepare import make_tokenizers
 from attnmt.tokenize import SentencePieceTokenizer, tokenizer_from_dict, tokenizers_from_dicts
 from attnmt.translate import Translator, model_info
 

@@ -24,12 +24,12 @@ from safetensors.torch import load_file
 
 from attnmt import cli
 from attnmt.configfile import config_from_dict
-from attnmt.dates import generate_dates
+from attnmt.corpus.dates import generate_dates
 from attnmt.families import build_model
-from attnmt.marian import export_marian, import_marian, swap_pad
+from attnmt.formats.marian import export_marian, import_marian, swap_pad
 from attnmt.modelfile import ModelDescription, read_model, save_model
 from attnmt.tokenize import SubwordTokenizer, make_tokenizer
-from attnmt.train import train
+from attnmt.training.train import train
 from attnmt.translate import Translator
 from attnmt.vocab import Tokenization, Vocabulary
 

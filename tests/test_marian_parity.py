@@ -22,8 +22,8 @@ import torch
 from conftest import SHARED_DATA
 from marian_folders import write_marian_folder
 
-from attnmt.dates import generate_dates
-from attnmt.marian import import_marian, read_folder, read_tokenization, read_vocabularies
+from attnmt.corpus.dates import generate_dates
+from attnmt.formats.marian import import_marian, read_folder, read_tokenization, read_vocabularies
 from attnmt.translate import Translator
 
 transformers = pytest.importorskip("transformers")

@@ -12,9 +12,9 @@ from attnmt import plot
 from attnmt.cli import main
 from attnmt.configfile import config_from_dict
 from attnmt.errors import AttnmtError
-from attnmt.metrics import read_metrics
 from attnmt.modelfile import read_model, save_model
-from attnmt.train import train
+from attnmt.training.metrics import read_metrics
+from attnmt.training.train import train
 from attnmt.translate import Translator
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -151,7 +151,7 @@ def test_info_names_every_source_language(tmp_path, capsys):
 
 
 def test_info_names_the_averaged_epochs_and_counts_in_the_singular(tmp_path, capsys):
-    from attnmt.average import epochs_of, keep_epoch_model
+    from attnmt.training.average import epochs_of, keep_epoch_model
 
     fixture = Path(__file__).parent / "fixtures" / "models" / "gru_bahdanau.safetensors"
     translator = Translator.load(fixture)

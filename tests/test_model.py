@@ -18,7 +18,7 @@ from attnmt.families.rnn.encoder import Encoder
 from attnmt.families.rnn.network import RNNEncoderDecoder
 from attnmt.seam import forced_logits
 from attnmt.search import greedy
-from attnmt.step import TeacherForced, make_optimizer, sequence_loss
+from attnmt.training.step import TeacherForced, make_optimizer, sequence_loss
 from attnmt.vocab import EOS_ID, PAD_ID, SOS_ID
 
 VOCAB = 12

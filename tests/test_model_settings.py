@@ -11,10 +11,10 @@ import pytest
 import torch
 from torch.testing import assert_close
 
+from attnmt.analysis.explain import explain
 from attnmt.batch import Framing, collate
 from attnmt.configfile import config_from_dict
 from attnmt.errors import AttnmtError
-from attnmt.explain import explain
 from attnmt.families import build_model
 from attnmt.families.transformer.network import FeedForward, sinusoids
 from attnmt.seam import forced_logits

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from attnmt import Translator
-from attnmt.align import AttentionLinks, align_by_attention
-from attnmt.attribution import attribute
-from attnmt.explain import explain
+from attnmt.analysis.align import AttentionLinks, align_by_attention
+from attnmt.analysis.attribution import attribute
+from attnmt.analysis.explain import explain
 
 MODELS = Path(__file__).parent / "fixtures" / "models"
 PNG = b"\x89PNG\r\n\x1a\n"

@@ -5,8 +5,8 @@ from pathlib import Path
 
 from attnmt import Translator
 from attnmt.configfile import load_config
-from attnmt.metrics import read_metrics
-from attnmt.train import train
+from attnmt.training.metrics import read_metrics
+from attnmt.training.train import train
 
 REPO = Path(__file__).resolve().parents[1]
 TEMPLATE = REPO / "configs" / "own_data.yaml"

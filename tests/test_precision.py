@@ -20,10 +20,10 @@ from attnmt.families.rnn.network import RNNEncoderDecoder
 from attnmt.families.transformer.network import Transformer
 from attnmt.fast import int8 as int8_module
 from attnmt.fast.int8 import Int8Linear, Int8RNN, int8_decoding_copy, int8_products_exact
-from attnmt.metrics import read_metrics
-from attnmt.step import TeacherForced, make_optimizer, train_step
-from attnmt.train import train
-from attnmt.training_data import Part
+from attnmt.training.data import Part
+from attnmt.training.metrics import read_metrics
+from attnmt.training.step import TeacherForced, make_optimizer, train_step
+from attnmt.training.train import train
 from attnmt.translate import Translator
 
 MODELS = [
@@ -517,7 +517,7 @@ def test_train_from_python_leaves_the_callers_process_alone(tmp_path):
     code = f"""
 import os
 from attnmt.configfile import config_from_dict
-from attnmt.train import train
+from attnmt.training.train import train
 from conftest import tiny_dates_config
 settings = tiny_dates_config({str(tmp_path)!r})
 settings["data"].update(num_pairs=300, valid_size=20, test_size=0)
@@ -553,7 +553,7 @@ def test_faster_precision_alternates_the_formats_and_goes_by_each_ones_best_run(
 def test_training_under_auto_times_both_formats_and_trains_as_the_faster_alone(planted, tmp_path, monkeypatch):
     """On a CPU with native bf16, auto times the first batch in both formats; the run then trains
     bit for bit as one set to the chosen format, records it, and a resumed run keeps it."""
-    import attnmt.train as training
+    import attnmt.training.train as training
     from attnmt.modelfile import read_metadata
 
     timed = []

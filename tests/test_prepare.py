@@ -18,12 +18,12 @@ from conftest import SHARED_DATA, write_dates_files, write_dates_tsv, write_line
 
 from attnmt import prepare
 from attnmt.configfile import config_from_dict
-from attnmt.data import load_corpus
+from attnmt.corpus.prepare import LOCKS, find_corpus, load_split, open_corpus, prepare_corpus
+from attnmt.corpus.readers import load_corpus
+from attnmt.corpus.store import META_FILE, PreparedCorpus, StoreWriter
 from attnmt.errors import AttnmtError
-from attnmt.prepare import LOCKS, find_corpus, load_split, open_corpus, prepare_corpus
-from attnmt.resume import find_start
-from attnmt.store import META_FILE, PreparedCorpus, StoreWriter
 from attnmt.tokenize import SubwordTokenizer, make_tokenizer
+from attnmt.training.resume import find_start
 from attnmt.vocab import Tokenization, Vocabulary
 
 
@@ -345,7 +345,7 @@ def test_a_full_disk_leaves_no_store_and_says_so_in_one_line(tmp_path):
             "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))\n"
             "from attnmt.configfile import config_from_dict\n"
             "from attnmt.errors import AttnmtError\n"
-            "from attnmt.prepare import prepare_corpus\n"
+            "from attnmt.corpus.prepare import prepare_corpus\n"
             "try:\n"
             "    prepare_corpus(config_from_dict(json.loads(sys.argv[1])), log=lambda _: None)\n"
             "except AttnmtError as err:\n"
@@ -487,7 +487,7 @@ def test_a_training_run_says_where_its_corpus_is_prepared_and_when_it_reuses_it(
 def test_a_training_run_names_the_lines_it_could_not_read_and_counts_blank_ones_as_prepare_does(tmp_path):
     from conftest import tiny_dates_config
 
-    from attnmt.train import train
+    from attnmt.training.train import train
 
     path = tmp_path / "bad.tsv"
     lines = [f"date {i}\tdatum {i}\n" for i in range(3000)]

@@ -25,7 +25,7 @@ from test_prepare import config_for, left_in, small_corpus
 
 from attnmt import threads
 from attnmt.configfile import config_from_dict
-from attnmt.prepare import prepare_corpus
+from attnmt.corpus.prepare import prepare_corpus
 
 PLANTED = textwrap.dedent(r'''
     import os

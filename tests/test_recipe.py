@@ -6,11 +6,11 @@ import pytest
 import torch
 from conftest import tiny_dates_config
 
-import attnmt.train as train_module
+import attnmt.training.train as train_module
 from attnmt import Translator
 from attnmt.configfile import config_from_dict
 from attnmt.modelfile import load_file, read_model
-from attnmt.train import learning_rate, train
+from attnmt.training.train import learning_rate, train
 
 
 def progress_of(out_dir) -> dict:

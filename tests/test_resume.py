@@ -18,10 +18,10 @@ from conftest import tiny_dates_config
 
 from attnmt import AttnmtError
 from attnmt.configfile import config_from_dict
-from attnmt.metrics import METRICS_FILE, read_metrics
 from attnmt.modelfile import load_file
-from attnmt.resume import Progress, Start, check_continuation, settled_precision
-from attnmt.train import train
+from attnmt.training.metrics import METRICS_FILE, read_metrics
+from attnmt.training.resume import Progress, Start, check_continuation, settled_precision
+from attnmt.training.train import train
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -151,7 +151,7 @@ def test_nan_loss_stops_and_keeps_the_last_good_model(tmp_path, monkeypatch):
     checkpoint_path = tmp_path / "checkpoint.safetensors"
     before = model_path.read_bytes(), checkpoint_path.read_bytes()
 
-    import attnmt.step as step_module
+    import attnmt.training.step as step_module
 
     real_loss = step_module.sequence_loss
     calls = {"n": 0}
@@ -212,7 +212,7 @@ def test_out_of_memory_says_what_to_lower_and_keeps_the_checkpoint(tmp_path, mon
 def test_a_time_budget_spent_in_the_first_epoch_still_keeps_a_model(tmp_path, monkeypatch):
     """On a slow CPU a budget can end before the first validation: the model validated then is kept."""
     clock = iter(range(0, 10**6, 60))  # each look at the clock: a minute later
-    monkeypatch.setattr("attnmt.train.time.monotonic", lambda: next(clock))
+    monkeypatch.setattr("attnmt.training.train.time.monotonic", lambda: next(clock))
     values = tiny_dates_config(tmp_path)
     values["train"].update(epochs=3, max_minutes=1.5)
     lines = []
@@ -225,7 +225,7 @@ def test_a_run_cut_by_its_budget_and_resumed_counts_each_epoch_once_and_says_why
     """The cut epoch is validated twice (at the cut and at its end) but trained once; a run that ends
     with its epochs, not its budget, says so (a budget that seems unspent is otherwise a puzzle)."""
     clock = iter(range(0, 10**6, 60))  # each look at the clock: a minute later
-    monkeypatch.setattr("attnmt.train.time.monotonic", lambda: next(clock))
+    monkeypatch.setattr("attnmt.training.train.time.monotonic", lambda: next(clock))
     values = tiny_dates_config(tmp_path)
     values["train"].update(epochs=2, max_minutes=1.5)
     assert train(config_from_dict(values), log=lambda _: None).epochs == 1  # cut in epoch 1
@@ -329,7 +329,7 @@ def test_ctrl_c_says_what_was_kept_and_the_command_that_continues(tmp_path, monk
     """Ctrl-C after the first checkpoint: one line naming the checkpoint (its epoch and step), the best
     model so far and the exact command with --resume, which then runs; before any checkpoint: nothing kept."""
     from attnmt import cli
-    from attnmt.train import Run
+    from attnmt.training.train import Run
 
     config = write_config(tmp_path / "run.yaml", tmp_path / "run")
     saved, calls = Run.save_checkpoint, []

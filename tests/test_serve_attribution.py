@@ -12,7 +12,7 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
-from attnmt.attribution import AttributedStep, Attribution, attribute
+from attnmt.analysis.attribution import AttributedStep, Attribution, attribute
 from attnmt.cli import main
 from attnmt.config import ServeConfig
 from attnmt.serve import create_app

@@ -17,11 +17,11 @@ import pytest
 from conftest import relabelled, serving
 from fastapi.testclient import TestClient
 
-from attnmt.access import KeyFile
 from attnmt.cli import main
 from attnmt.config import ServeConfig
 from attnmt.errors import AttnmtError
 from attnmt.serve import create_app
+from attnmt.serve.access import KeyFile
 from attnmt.serve.models import ModelSet, ServedModel, model_specs
 from attnmt.translate import Translator
 
@@ -38,7 +38,7 @@ def models(dates_model: Path, transformer_dates_model: Path, tmp_path_factory) -
     try:
         import ctranslate2  # noqa: F401
 
-        from attnmt.export import export_ctranslate2
+        from attnmt.formats.ctranslate2 import export_ctranslate2
     except ImportError:
         pytest.skip("the ctranslate2 package (the test extra) is not installed")
     source = relabelled(transformer_dates_model, tmp_path_factory.mktemp("en_de_source") / "model", "en", "de")
@@ -48,7 +48,7 @@ def models(dates_model: Path, transformer_dates_model: Path, tmp_path_factory) -
 
 @pytest.fixture(scope="module")
 def translators(models: dict[str, Path]) -> dict[str, object]:
-    from attnmt.ct2 import CTranslate2Translator
+    from attnmt.formats.ctranslate2_engine import CTranslate2Translator
 
     return {"de_en": Translator.load(models["de_en"], "cpu"), "en_fr": Translator.load(models["en_fr"], "cpu"),
             "en_de": CTranslate2Translator.load(models["en_de"], "cpu", None)}

@@ -10,8 +10,8 @@ from conftest import tiny_dates_config
 from attnmt import AttnmtError, Translator
 from attnmt.cli import main
 from attnmt.configfile import config_from_dict
-from attnmt.timeline import TIMELINE_FILE, read_timeline
-from attnmt.train import train
+from attnmt.training.timeline import TIMELINE_FILE, read_timeline
+from attnmt.training.train import train
 
 PNG, GIF = b"\x89PNG\r\n\x1a\n", b"GIF89a"
 
@@ -70,7 +70,7 @@ def test_watching_is_chosen_by_the_config(tmp_path):
 
 
 def test_a_watched_sentence_with_gold_links_records_the_alignment_error_at_each_point(tmp_path, capsys):
-    from attnmt.align import AttentionLinks, align_by_attention, parse_links, score
+    from attnmt.analysis.align import AttentionLinks, align_by_attention, parse_links, score
 
     sentences = tmp_path / "watch.tsv"
     sentences.write_text("3 . Oktober 1990\t1990 - 10 - 03\t0-4 2-2 3-0\nMarch 14, 2026\n", encoding="utf-8")

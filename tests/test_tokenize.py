@@ -110,7 +110,7 @@ def test_word_marathi_lines_keep_zwj(corpus):
         path = SHARED_DATA / "tatoeba_mar_eng" / "mar.txt.gz"
         if not path.exists():
             pytest.skip("real data not available")
-        from attnmt.data import read_tsv
+        from attnmt.corpus.readers import read_tsv
 
         marathi = [m for _, m in read_tsv(path) if "\u200d" in m][:200]
     assert marathi
@@ -178,7 +178,7 @@ def test_word_detokenize_round_trip_rate_on_german_and_english(corpus):
         path = SHARED_DATA / "tatoeba_deu_eng" / "deu.txt.gz"
         if not path.exists():
             pytest.skip("real data not available")
-        from attnmt.data import read_tsv
+        from attnmt.corpus.readers import read_tsv
 
         pairs = read_tsv(path)[::17]  # ~10k pairs across the whole length range
         sides = [[normalize(p[side]) for p in pairs] for side in (0, 1)]

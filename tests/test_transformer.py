@@ -24,7 +24,7 @@ from attnmt.families.transformer.network import DecoderLayer, EncoderLayer, Mult
 from attnmt.fast import fast_paths_in
 from attnmt.seam import forced_logits
 from attnmt.search import greedy
-from attnmt.step import make_optimizer, sequence_loss
+from attnmt.training.step import make_optimizer, sequence_loss
 from attnmt.vocab import EOS_ID, SOS_ID
 
 VOCAB = 12
@@ -340,7 +340,7 @@ def test_a_joint_vocabulary_ties_all_three_matrices(tmp_path, arch):
     from conftest import tiny_dates_config
 
     from attnmt.configfile import config_from_dict
-    from attnmt.train import train
+    from attnmt.training.train import train
 
     sizes = {"heads": 4, "ff_dim": 64} if arch == "transformer" else {}
     values = tiny_dates_config(tmp_path, arch=arch, emb_dim=32, tie_embeddings=True, share_embeddings=True, **sizes)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from attnmt import AttnmtError, Translator, translate
-from attnmt.dates import generate_dates
+from attnmt.corpus.dates import generate_dates
 from attnmt.modelfile import load_file, save_file
 from attnmt.plot import plot_attention
 
@@ -224,9 +224,9 @@ def test_validation_scores_the_weights_of_that_epoch(tmp_path):
     from conftest import tiny_dates_config
 
     from attnmt.configfile import config_from_dict
+    from attnmt.corpus.prepare import prepare_corpus
     from attnmt.evaluate import score_translations
-    from attnmt.prepare import prepare_corpus
-    from attnmt.train import train
+    from attnmt.training.train import train
 
     values = tiny_dates_config(tmp_path)
     values["data"]["num_pairs"] = 600
@@ -263,7 +263,7 @@ def never_ending_model(transformer_dates_model, tmp_path_factory):
 def test_every_engine_and_explain_keep_the_one_output_length_rule(never_ending_model, tmp_path, engine):
     """decode.max_len_ratio x source tokens + decode.max_len_extra tokens, <eos> not counted
     (TextTranslator.max_output_tokens): a drift of one in any of them fails here."""
-    from attnmt.explain import explain
+    from attnmt.analysis.explain import explain
 
     translator = Translator.load(never_ending_model, "cpu", precision="fp32")
     sentence = SENTENCES[0]
@@ -276,8 +276,8 @@ def test_every_engine_and_explain_keep_the_one_output_length_rule(never_ending_m
         return
     if engine == "ctranslate2":
         pytest.importorskip("ctranslate2", reason="the ctranslate2 package (the test extra) is not installed")
-        from attnmt.ct2 import CTranslate2Translator
-        from attnmt.export import export_ctranslate2
+        from attnmt.formats.ctranslate2 import export_ctranslate2
+        from attnmt.formats.ctranslate2_engine import CTranslate2Translator
 
         translator = CTranslate2Translator.load(export_ctranslate2(never_ending_model, tmp_path / "ct2"), "cpu", "fp32")
     for beam_size in ([1] if engine == "greedy" else [3] if engine == "beam" else [1, 3]):

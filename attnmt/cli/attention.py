@@ -122,7 +122,7 @@ def _plot_timeline(args: argparse.Namespace) -> None:
     from pathlib import Path
 
     from ..plot import write_animation, write_png
-    from ..timeline import read_timeline, timeline_figures
+    from ..training.timeline import read_timeline, timeline_figures
 
     if args.sentence is not None or args.target is not None or args.grid:
         raise AttnmtError("--timeline draws the sentences the run watched: leave out the sentence, --target and --grid")
@@ -137,9 +137,9 @@ def _plot_timeline(args: argparse.Namespace) -> None:
 
 
 def _plot_alignment(args: argparse.Namespace, translator: Translator) -> None:
-    """`plot --target`: the word attention of the given translation (align.py), the model's links
+    """`plot --target`: the word attention of the given translation (analysis/align.py), the model's links
     (argmax) as dots and the gold links, if given, as squares (sure) and dashed squares (possible)."""
-    from ..align import AttentionLinks, align_by_attention, parse_links
+    from ..analysis.align import AttentionLinks, align_by_attention, parse_links
     from ..plot import plot_attention
 
     if args.attention != "cross" or args.grid:
@@ -211,7 +211,7 @@ def add_align(commands: Commands) -> None:
 
 def _align(args: argparse.Namespace) -> None:
     _refuse_other_methods_flags(args)
-    from ..align import AlignerLinks, AttentionLinks, align_by_aligner, align_by_attention, pharaoh, read_gold, score
+    from ..analysis.align import AlignerLinks, AttentionLinks, align_by_aligner, align_by_attention, pharaoh, read_gold, score
     from ..fast.process import set_up_decoding_process
     from ..translate import Translator
 
@@ -280,7 +280,7 @@ def add_train_aligner(commands: Commands) -> None:
 def _train_aligner(args: argparse.Namespace) -> None:
     import time
 
-    from ..aligner import train_aligner, write_aligner
+    from ..analysis.aligner import train_aligner, write_aligner
     from ..fast.process import set_up_training_process
     from ..translate import Translator, model_info
 
@@ -330,8 +330,8 @@ def add_explain(commands: Commands) -> None:
 def _explain(args: argparse.Namespace) -> None:
     import json
 
-    from ..attribution import Attribution, explain_or_attribute, render
-    from ..explain import render as render_explanation
+    from ..analysis.attribution import Attribution, explain_or_attribute, render
+    from ..analysis.explain import render as render_explanation
     from ..seam import AttentionView
     from ..translate import Translator
 

@@ -64,7 +64,7 @@ def add_search(sub: argparse.ArgumentParser) -> None:
 def load_translator(args: argparse.Namespace, path: str) -> TextTranslator:
     """The model at `path` with the device, precision and compile flags, decoded by attnmt or, for a
     directory `attnmt export --to ctranslate2` wrote (or --engine ctranslate2), by CTranslate2."""
-    from ..ct2 import CTranslate2Translator
+    from ..formats.ctranslate2_engine import CTranslate2Translator
 
     use_decoding_threads(args)
     if engine_of(args, path) == "attnmt":
@@ -97,7 +97,7 @@ def load_attnmt(args: argparse.Namespace, path: str) -> Translator:
 
 def engine_of(args: argparse.Namespace, path: str) -> str:
     """--engine, with auto resolved: ctranslate2 for a directory attnmt export wrote."""
-    from ..ct2 import is_ctranslate2_model
+    from ..formats.ctranslate2_engine import is_ctranslate2_model
 
     return args.engine if args.engine != "auto" else "ctranslate2" if is_ctranslate2_model(path) else "attnmt"
 

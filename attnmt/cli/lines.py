@@ -12,7 +12,7 @@ from ..errors import AttnmtError
 
 def input_lines(path: str | None) -> Iterator[str]:
     """The lines of a file, or of stdin for None or "-", read as they are asked for."""
-    from ..data import decode_lines, read_lines
+    from ..corpus.readers import decode_lines, read_lines
 
     if path is None or path == "-":
         return decode_lines(sys.stdin.buffer, "<stdin>")

@@ -21,7 +21,7 @@ def add_import(commands: Commands) -> None:
 
 
 def _import(args: argparse.Namespace) -> None:
-    from ..marian import import_marian
+    from ..formats.marian import import_marian
 
     out = import_marian(args.folder, args.out, args.overwrite)
     print(f"attnmt model written to {out}")
@@ -44,14 +44,14 @@ def _export(args: argparse.Namespace) -> None:
     if args.to == "marian":
         if args.quantization is not None:
             raise AttnmtError("--quantization is CTranslate2's; a Marian folder holds float32 weights")
-        from ..marian import export_marian
+        from ..formats.marian import export_marian
 
         out, notes = export_marian(args.model, args.out, args.overwrite)
         for note in notes:
             print(f"attnmt: note: {note}", file=sys.stderr)
         print(f"Hugging Face Marian model written to {out}")
         return
-    from ..export import export_ctranslate2
+    from ..formats.ctranslate2 import export_ctranslate2
 
     out = export_ctranslate2(args.model, args.out, args.quantization, args.overwrite)
     print(f"CTranslate2 model written to {out}")
@@ -69,7 +69,7 @@ def add_average(commands: Commands) -> None:
 def _average(args: argparse.Namespace) -> None:
     from pathlib import Path
 
-    from ..average import average_files
+    from ..training.average import average_files
 
     out = average_files([Path(m) for m in args.models], Path(args.out), args.overwrite)
     print(f"attnmt model written to {out} (the mean of {len(args.models)} files)")

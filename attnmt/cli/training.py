@@ -25,9 +25,9 @@ def add_demo(commands: Commands) -> None:
 
 
 def _demo(args: argparse.Namespace) -> None:
-    from ..demo import run_demo
     from ..fast.process import set_up_training_process, use_threads
     from ..precision import resolve_device
+    from ..training.demo import run_demo
 
     print(use_threads("auto", resolve_device("auto"), "threads").line())
     set_up_training_process()
@@ -48,12 +48,12 @@ def _train(args: argparse.Namespace) -> None:
     from ..configfile import load_config
 
     config = load_config(args.config, args.overrides)      # its errors answer before torch loads
-    from ..data import check_source
+    from ..corpus.readers import check_source
 
     check_source(config.data)  # and so do those of data.path and data.format, without reading the corpus
-    from ..distributed import start_ranks
     from ..fast.process import set_up_training_process
-    from ..train import train
+    from ..training.distributed import start_ranks
+    from ..training.train import train
 
     _use_training_threads(config.train, resume=args.resume)
     if config.train.fast_paths:
@@ -90,7 +90,7 @@ def _kept_when_stopped(tc: TrainConfig, command: list[str]) -> str:
     """What a run stopped by Ctrl-C leaves in train.out_dir, and the command that continues it."""
     from ..files import MODEL_FILE
     from ..modelfile import read_metadata
-    from ..resume import CHECKPOINT_FILE
+    from ..training.resume import CHECKPOINT_FILE
 
     out, checkpoint = Path(tc.out_dir), Path(tc.out_dir) / CHECKPOINT_FILE
     if not checkpoint.is_file():
@@ -106,7 +106,7 @@ def _use_training_threads(tc: TrainConfig, resume: bool) -> None:
     from ..fast.process import use_threads
     from ..modelfile import read_metadata
     from ..precision import resolve_device
-    from ..resume import CHECKPOINT_FILE
+    from ..training.resume import CHECKPOINT_FILE
 
     checkpoint = Path(tc.out_dir) / CHECKPOINT_FILE
     recorded = read_metadata(checkpoint)["progress"].get("threads") if resume and checkpoint.is_file() else None
@@ -128,11 +128,11 @@ def _prepare(args: argparse.Namespace) -> None:
     from ..configfile import load_config
 
     config = load_config(args.config, args.overrides)      # its errors answer before torch loads
-    from ..prepare import REUSED, find_corpus, prepare_corpus, report_lines
+    from ..corpus.prepare import REUSED, find_corpus, prepare_corpus, report_lines
 
     given = None
     if config.train.init_from:  # a fine-tuning run's corpus: with its model file's tokenizers and vocabularies
-        from ..resume import read_init
+        from ..training.resume import read_init
 
         config, description, _ = read_init(config)
         given = description.tokenization
@@ -151,8 +151,8 @@ def add_plot_curves(commands: Commands) -> None:
 
 
 def _plot_curves(args: argparse.Namespace) -> None:
-    from ..metrics import read_metrics
     from ..plot import plot_curves
+    from ..training.metrics import read_metrics
 
     check_parent_dir(args.out)
     runs = {}

@@ -110,7 +110,7 @@ def _evaluate(args: argparse.Namespace) -> None:
 def _split(translator: "TextTranslator", split: str, data: str, model_path: str) -> list:
     """evaluate --split: the model's split, from --data where given; a data.path that is not there is named
     as the user gave it (--data), or as the model file keeps it, with the flag that moves it."""
-    from ..prepare import load_split
+    from ..corpus.prepare import load_split
 
     try:
         return load_split(translator.config.data, split, data)
@@ -158,9 +158,9 @@ def add_serve(commands: Commands) -> None:
 
 
 def _serve(args: argparse.Namespace) -> None:
-    from ..access import KeyFile
     from ..config import validate_serve
     from ..serve import serve  # imported here: FastAPI and uvicorn take a while to import
+    from ..serve.access import KeyFile
     from ..serve.models import ModelSet, ModelSpec, load_models, model_specs
 
     def log(line: str) -> None:

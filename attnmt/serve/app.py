@@ -14,17 +14,17 @@ from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
-from ..access import KeyFile, RateLimits
-from ..align import alignment_method, model_aligner, translation_alignments
-from ..attribution import IG_STEPS, Work, explain_or_attribute
+from ..analysis.align import alignment_method, model_aligner, translation_alignments
+from ..analysis.attribution import IG_STEPS, Work, explain_or_attribute
+from ..analysis.explain import FIELDS
 from ..config import ServeConfig, source_languages, validate_serve
 from ..errors import AttnmtError
-from ..explain import FIELDS
-from ..metrics import METRICS_FILE, read_metrics
 from ..seam import AttentionView
-from ..timeline import TIMELINE_FILE, read_timeline
 from ..tokenize import Tokenizer
+from ..training.metrics import METRICS_FILE, read_metrics
+from ..training.timeline import TIMELINE_FILE, read_timeline
 from ..translate import TextTranslator, Translation, Translator, check_n_best, lines_of, texts_of
+from .access import KeyFile, RateLimits
 from .batching import Batcher, model_thread
 from .errors import ServeError, answer_errors
 from .libretranslate import PREFIX, LibreTranslate, LibreTranslateDispatch

@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
-from ..access import RateLimited
+from .access import RateLimited
 
 
 class ServeError(Exception):

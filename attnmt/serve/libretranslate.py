@@ -10,7 +10,7 @@ LibreTranslate (libretranslate.com) is the common API of self-hosted machine tra
 (`LibreTranslateDispatch`, which parses the body once for both APIs), any other is attnmt's. A
 model translates from the languages it declares (`data.source_languages`) into one, sentence by
 sentence, so a text is translated line by line; detection picks among the declared languages
-(detect.py). With several models, a request goes to the model of its pair, or through the pivot
+(corpus/detect.py). With several models, a request goes to the model of its pair, or through the pivot
 language where the server has one (its models.ModelChain, from ModelSet.chain); `source: auto`
 detects among the languages that reach the target.
 """
@@ -25,7 +25,7 @@ from pydantic import BaseModel, Field
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..config import ServeConfig
-from ..detect import detect
+from ..corpus.detect import detect
 from ..translate import Translation, lines_of, texts_of
 from .errors import ServeError
 from .middleware import FORM, UnreadableBody, body_fields, body_of, content_type
@@ -70,7 +70,7 @@ class LibreTranslateRequest(BaseModel):
 
 class DetectedLanguage(BaseModel):
     language: str = Field(description="one of the server's source languages")
-    confidence: float = Field(ge=0, le=100, description="percent (detect.py says how it is reckoned)")
+    confidence: float = Field(ge=0, le=100, description="percent (corpus/detect.py says how it is reckoned)")
 
 
 class LibreTranslateResponse(BaseModel):

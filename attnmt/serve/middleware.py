@@ -13,7 +13,7 @@ from fastapi import Request, Response
 from fastapi.routing import APIRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..access import Caller, KeyFile, RateLimited, RateLimits
+from .access import Caller, KeyFile, RateLimited, RateLimits
 from .errors import error_response, rate_limited
 
 FORM = "application/x-www-form-urlencoded"

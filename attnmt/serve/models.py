@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Callable, Optional
 import yaml
 
 from ..config import ENGINES, PRECISIONS, source_languages
-from ..ct2 import is_ctranslate2_model
 from ..errors import AttnmtError
 from ..files import MODEL_FILE, model_file, model_name
+from ..formats.ctranslate2_engine import is_ctranslate2_model
 
 if TYPE_CHECKING:
     from ..translate import TextTranslator

@@ -15,10 +15,10 @@ from typing import Any, Callable, Optional
 
 import uvicorn
 
-from ..access import KeyFile
 from ..config import ServeConfig, validate_serve
 from ..errors import AttnmtError
 from ..translate import TextTranslator
+from .access import KeyFile
 from .app import create_app
 from .models import ModelSet
 

@@ -7,8 +7,8 @@ from typing import Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
-from ..attribution import COMPLETENESS, IG_STEPS, AttributedStep, Attribution
-from ..explain import ExplainedStep
+from ..analysis.attribution import COMPLETENESS, IG_STEPS, AttributedStep, Attribution
+from ..analysis.explain import ExplainedStep
 
 
 class TranslateRequest(BaseModel):

@@ -37,9 +37,13 @@ import numpy as np
 from filelock import FileLock, Timeout
 from tqdm import tqdm
 
-from . import __version__
-from .config import Config, DataConfig, TokenizerConfig, training_corpora
-from .data import (
+from .. import __version__
+from ..config import Config, DataConfig, TokenizerConfig, training_corpora
+from ..errors import AttnmtError
+from ..files import cache_dir
+from ..tokenize import SubwordTokenizer, Tokenizer, make_tokenizer, tokenizer_from_dict
+from ..vocab import Tokenization, Vocabulary
+from .readers import (
     Pair,
     check_source,
     dates_pairs,
@@ -53,11 +57,7 @@ from .data import (
     text_sha256,
     tsv_rows,
 )
-from .errors import AttnmtError
-from .files import cache_dir
 from .store import META_FILE, STORE_FORMAT, PreparedCorpus, StoreWriter
-from .tokenize import SubwordTokenizer, Tokenizer, make_tokenizer, tokenizer_from_dict
-from .vocab import Tokenization, Vocabulary
 from .workers import encoded_chunks, refuse_in_a_starting_worker, worker_count
 
 CHUNK_PAIRS = 20_000  # pairs a worker tokenizes at a time
@@ -230,7 +230,7 @@ class CorpusSource:
 
     def _rows(self, problems: Problems) -> Iterator[tuple[int, int, bytes, bytes]]:
         """Every pair read: (corpus, line number, source bytes, target bytes), as far as data.max_pairs,
-        by data.py's row readers; the lines they find no pair in are counted as unreadable."""
+        by readers.py's row readers; the lines they find no pair in are counted as unreadable."""
         data, bad = self.data, partial(problems.add, "unreadable")
         if data.format == "parallel":
             read = 0

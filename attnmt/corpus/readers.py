@@ -19,10 +19,10 @@ from typing import BinaryIO, Callable, Iterator, Optional, Protocol, Sequence
 
 import numpy as np
 
-from .config import DataConfig, training_corpora
+from ..config import DataConfig, training_corpora
+from ..errors import AttnmtError
 from .corpora import check_settings, is_corpus_name, resolve
 from .dates import generate_dates
-from .errors import AttnmtError
 
 Pair = tuple[str, str]
 # A pair as a row reader gives it: (line number, source side, target side), undecoded, without line ends.

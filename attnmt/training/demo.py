@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from .config import Config
-from .configfile import config_from_dict
-from .errors import AttnmtError
-from .plot import plot_attention
+from ..config import Config
+from ..configfile import config_from_dict
+from ..errors import AttnmtError
+from ..plot import plot_attention
+from ..translate import Translator
 from .resume import holds_model
 from .train import train
-from .translate import Translator
 
 # One epoch and no time budget: every machine trains the same updates, so the demo trains as far on
 # a busy machine as on an idle one (99.9 % test exact match on 2-core AVX-512 and AVX2 CPUs, with

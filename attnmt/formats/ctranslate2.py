@@ -4,7 +4,7 @@ CTranslate2 (OpenNMT's inference engine) decodes Transformers fast on CPUs and G
 The model is described through CTranslate2's own specification API (`TransformerSpec`): each
 attnmt weight goes to the variable that plays its part, and CTranslate2 checks and saves them.
 CTranslate2 has no RNN encoder-decoder, so only model.arch transformer exports. Whether the optional
-`ctranslate2` package is there, ct2.py's `ctranslate2_package` says; its specification API is imported
+`ctranslate2` package is there, ctranslate2_engine.py's `ctranslate2_package` says; its specification API is imported
 here alone.
 """
 
@@ -17,13 +17,13 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from .choices import CTRANSLATE2_QUANTIZATIONS
-from .ct2 import ctranslate2_package
-from .errors import AttnmtError
-from .families.transformer.network import Transformer, sinusoids
-from .files import atomic_folder, check_folder_free
-from .modelfile import CTRANSLATE2_ENGINE_FILE
-from .translate import Translator
+from ..choices import CTRANSLATE2_QUANTIZATIONS
+from ..errors import AttnmtError
+from ..families.transformer.network import Transformer, sinusoids
+from ..files import atomic_folder, check_folder_free
+from ..modelfile import CTRANSLATE2_ENGINE_FILE
+from ..translate import Translator
+from .ctranslate2_engine import ctranslate2_package
 
 
 def export_ctranslate2(model_path: str | Path, out_dir: str | Path, quantization: Optional[str] = None,
@@ -103,7 +103,7 @@ def transformer_spec(network: Transformer, max_positions: int) -> Any:
 
 
 def write_engine_file(out_dir: Path, translator: Translator) -> None:
-    """What attnmt needs besides CTranslate2's model to translate text with it (`ct2.py`): the
+    """What attnmt needs besides CTranslate2's model to translate text with it (`ctranslate2_engine.py`): the
     config (decoding settings, languages), both tokenizers, and what a server reports of the model."""
     description = translator.description.metadata()
     info = translator.engine_info()

@@ -13,23 +13,23 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from ..config import Config, TrainConfig, TrainPrecision
+from ..corpus.readers import anchored
+from ..corpus.store import PreparedCorpus
+from ..errors import AttnmtError
+from ..evaluate import score_translations
+from ..families import build_model
+from ..fast import fast_paths_in
+from ..files import MODEL_FILE
+from ..modelfile import Checkpoint, save_checkpoint
+from ..precision import BF16_AT_MOST, faster_precision, has_lstm, native_bf16, precision_note, resolve_device
+from ..translate import Translator, map_shapes
 from .average import average_weights, epochs_of, keep_epoch_model
-from .config import Config, TrainConfig, TrainPrecision
-from .data import anchored
-from .errors import AttnmtError
-from .evaluate import score_translations
-from .families import build_model
-from .fast import fast_paths_in
-from .files import MODEL_FILE
+from .data import Part, TrainingData, epoch_batches
 from .metrics import MetricsWriter
-from .modelfile import Checkpoint, save_checkpoint
-from .precision import BF16_AT_MOST, faster_precision, has_lstm, native_bf16, precision_note, resolve_device
 from .resume import CHECKPOINT_FILE, Progress, check_continuation, find_start, prepare_out_dir, settled_precision, started_from
 from .step import TeacherForced, evaluate_loss, make_optimizer, part_loss, train_step
-from .store import PreparedCorpus
 from .timeline import EARLY_STEPS, Timeline
-from .training_data import Part, TrainingData, epoch_batches
-from .translate import Translator, map_shapes
 
 T = TypeVar("T")
 

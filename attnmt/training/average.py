@@ -7,10 +7,10 @@ from pathlib import Path
 
 import torch
 
-from .errors import AttnmtError
-from .files import check_parent_dir
-from .modelfile import describe, read_metadata, read_model, save_model
-from .translate import Translator
+from ..errors import AttnmtError
+from ..files import check_parent_dir
+from ..modelfile import describe, read_metadata, read_model, save_model
+from ..translate import Translator
 
 
 def keep_epoch_model(translator: Translator, epoch: int, kept: list[str], out_dir: Path, keep: int) -> list[str]:

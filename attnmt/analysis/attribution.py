@@ -47,17 +47,17 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from ..batch import pad
+from ..choices import IG_STEPS, METHODS
+from ..errors import AttnmtError
+from ..families import reference_copy
+from ..seam import AttentionView, Model, forced_logits, gives, require
+from ..tokenize import punctuation_apart, without_span
+from ..translate import AttentionMaps, TextTranslator, Translator
 from .align import chosen_map, to_words
 from .aligner import TokenEmbeddings
-from .batch import pad
-from .choices import IG_STEPS, METHODS
-from .errors import AttnmtError
 from .explain import FLAGS, Explanation, Naming, check_step_number, explain, kept_step, opening_steps
-from .families import reference_copy
-from .seam import AttentionView, Model, forced_logits, gives, require
 from .tables import table
-from .tokenize import punctuation_apart, without_span
-from .translate import AttentionMaps, TextTranslator, Translator
 
 
 class Attributable(Model, TokenEmbeddings, Protocol):

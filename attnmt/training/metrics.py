@@ -12,9 +12,9 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
-from .errors import AttnmtError
-from .files import atomic_write
-from .plot import plot_curves
+from ..errors import AttnmtError
+from ..files import atomic_write
+from ..plot import plot_curves
 
 METRICS_FILE = "metrics.jsonl"
 CURVES_FILE = "curves.png"

@@ -45,15 +45,15 @@ from safetensors import SafetensorError
 from safetensors.torch import load as load_safetensors_bytes
 from safetensors.torch import save_file as save_safetensors_file
 
-from .config import Config, ModelConfig
-from .configfile import config_from_dict
-from .errors import AttnmtError
-from .families import build_model
-from .files import atomic_folder, check_folder_free, check_parent_dir
-from .modelfile import ModelDescription, describe, read_metadata, save_model
-from .tokenize import SentencePieceTokenizer, SubwordTokenizer, Tokenizer
-from .translate import Translator
-from .vocab import PAD_ID, Tokenization, Vocabulary
+from ..config import Config, ModelConfig
+from ..configfile import config_from_dict
+from ..errors import AttnmtError
+from ..families import build_model
+from ..files import atomic_folder, check_folder_free, check_parent_dir
+from ..modelfile import ModelDescription, describe, read_metadata, save_model
+from ..tokenize import SentencePieceTokenizer, SubwordTokenizer, Tokenizer
+from ..translate import Translator
+from ..vocab import PAD_ID, Tokenization, Vocabulary
 
 ORIGIN_FORMAT = "marian"
 SAFETENSORS, PYTORCH = "model.safetensors", "pytorch_model.bin"

@@ -12,12 +12,12 @@ from typing import Callable, Optional
 
 import torch
 
-from .config import Config, TrainConfig, TrainPrecision
-from .configfile import fine_tuning_config
-from .errors import AttnmtError
-from .files import MODEL_FILE
-from .modelfile import ModelDescription, read_checkpoint, read_metadata, read_model
-from .prepare import open_corpus
+from ..config import Config, TrainConfig, TrainPrecision
+from ..configfile import fine_tuning_config
+from ..corpus.prepare import open_corpus
+from ..errors import AttnmtError
+from ..files import MODEL_FILE
+from ..modelfile import ModelDescription, read_checkpoint, read_metadata, read_model
 
 CHECKPOINT_FILE = "checkpoint.safetensors"
 

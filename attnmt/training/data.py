@@ -9,11 +9,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .batch import Batch, Framing, batch_indices, collate
-from .config import TrainConfig
-from .errors import AttnmtError
-from .store import PreparedCorpus
-from .vocab import Example
+from ..batch import Batch, Framing, batch_indices, collate
+from ..config import TrainConfig
+from ..corpus.store import PreparedCorpus
+from ..errors import AttnmtError
+from ..vocab import Example
 
 
 def split(ids: list[int], parts: int) -> list[list[int]]:

@@ -18,8 +18,8 @@ import urllib.request
 import zipfile
 from pathlib import Path
 
-from .errors import AttnmtError
-from .files import atomic_write, cache_dir
+from ..errors import AttnmtError
+from ..files import atomic_write, cache_dir
 
 # Pinned to a commit of https://github.com/multi30k/dataset, so the files never change.
 MULTI30K_URL = ("https://raw.githubusercontent.com/multi30k/dataset/"

@@ -22,8 +22,8 @@ import traceback
 from multiprocessing.connection import Connection
 from typing import Callable, Generic, Iterator, TypeVar
 
-from .errors import AttnmtError
-from .threads import usable_cpus
+from ..errors import AttnmtError
+from ..threads import usable_cpus
 
 WORKER_NAME = "attnmt-prepare-worker"  # each tokenizing worker's process name, from its start
 WAKE_SECONDS = 0.5    # how often the wait for a worker wakes, to act on a Ctrl-C another thread received

@@ -45,12 +45,12 @@ from typing import Optional
 import numpy as np
 import torch
 
+from ..batch import pad
+from ..choices import ALIGN_STEPS, ALIGNER, ATTENTION_METHODS, AVERAGE, LINK_THRESHOLD, MAX_JUMP_WEIGHT, SYMMETRIZATIONS
+from ..errors import AttnmtError
+from ..seam import AttentionView, require
+from ..translate import AttentionMaps, TextTranslator, Translator, map_shapes
 from .aligner import Aligner, piece_tensors, read_aligner, train_aligner
-from .batch import pad
-from .choices import ALIGN_STEPS, ALIGNER, ATTENTION_METHODS, AVERAGE, LINK_THRESHOLD, MAX_JUMP_WEIGHT, SYMMETRIZATIONS
-from .errors import AttnmtError
-from .seam import AttentionView, require
-from .translate import AttentionMaps, TextTranslator, Translator, map_shapes
 
 Link = tuple[int, int]                      # (source word, target word), from 0
 WordPosterior = tuple[np.ndarray, np.ndarray]   # [written words, given words], and NULL's share [written words]
@@ -74,7 +74,7 @@ class WordAlignment:
         links as dots."""
         if not self.source_words or not self.target_words:
             return None
-        from .plot import attention_figure, png_bytes
+        from ..plot import attention_figure, png_bytes
 
         return png_bytes(attention_figure(self.attention, self.source_words, self.target_words,
                                           axes=("source words", "target words"), links=self.links))

@@ -22,12 +22,12 @@ from typing import Iterator, Optional
 import numpy as np
 from matplotlib.figure import Figure
 
-from .align import AttentionLinks, GoldLinks, align_by_attention, parse_links, score
-from .config import TrainConfig
-from .data import read_lines
-from .errors import AttnmtError
-from .files import atomic_write
-from .translate import Translator, map_shapes
+from ..analysis.align import AttentionLinks, GoldLinks, align_by_attention, parse_links, score
+from ..config import TrainConfig
+from ..corpus.readers import read_lines
+from ..errors import AttnmtError
+from ..files import atomic_write
+from ..translate import Translator, map_shapes
 
 TIMELINE_FILE = "timeline.jsonl"
 
@@ -199,7 +199,7 @@ def timeline_figures(points: list[Point], watched: int = 1) -> tuple[list[Figure
     """The watched sentence number `watched` (from 1) through the points: a heatmap of each (its last
     layer's cross-attention, the heads' mean, titled by the update and the translation then) and a
     contact sheet of them all. `attnmt plot RUN --timeline` writes them; a notebook shows them."""
-    from .plot import attention_figure, contact_sheet
+    from ..plot import attention_figure, contact_sheet
 
     if not 1 <= watched <= len(points[-1].sentences):
         raise AttnmtError(f"watched sentence {watched}: the run watched {len(points[-1].sentences)} sentences (from 1)")

@@ -22,12 +22,12 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from .config import TrainConfig
-from .errors import AttnmtError, first_line
-from .precision import resolve_device
+from ..config import TrainConfig
+from ..errors import AttnmtError, first_line
+from ..precision import resolve_device
+from .data import Part, TrainingData, split
 from .step import TeacherForced, apply_update, backward, refusing_out_of_memory
 from .train import Ranks
-from .training_data import Part, TrainingData, split
 
 # What torchrun sets in each process it starts.
 TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")

@@ -2,7 +2,7 @@
 the same sentences in and `Translation`s out as attnmt's own `Translator` (both are
 `TextTranslator`s), with the attention CTranslate2 returns, the mean of the last layer's heads,
 which is the map attnmt's heatmaps show. The optional `ctranslate2` package is imported here
-(`ctranslate2_package`, which export.py asks too) and its specification API in export.py.
+(`ctranslate2_package`, which ctranslate2.py asks too) and its specification API in ctranslate2.py.
 """
 
 from __future__ import annotations
@@ -14,15 +14,15 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from .config import Config, override_decode_precision
-from .configfile import saved_config
-from .errors import AttnmtError, first_line
-from .modelfile import CTRANSLATE2_ENGINE_FILE
-from .precision import precision_note, resolve_device
-from .precision import resolve as resolve_precision
-from .tokenize import Tokenizer, tokenizers_from_dicts
-from .translate import EngineInfo, TextTranslator, Translation
-from .vocab import SOS
+from ..config import Config, override_decode_precision
+from ..configfile import saved_config
+from ..errors import AttnmtError, first_line
+from ..modelfile import CTRANSLATE2_ENGINE_FILE
+from ..precision import precision_note, resolve_device
+from ..precision import resolve as resolve_precision
+from ..tokenize import Tokenizer, tokenizers_from_dicts
+from ..translate import EngineInfo, TextTranslator, Translation
+from ..vocab import SOS
 
 # attnmt's decode.precision as CTranslate2's compute type (int8: int8 products, float32 elsewhere).
 COMPUTE_TYPES = {"fp32": "float32", "bf16": "bfloat16", "int8": "int8_float32"}

@@ -20,11 +20,11 @@ from typing import Optional, Protocol, Sequence, TypeVar
 
 import torch
 
-from .errors import AttnmtError
-from .families import reference_copy
-from .seam import AttentionView, Probe, require
+from ..errors import AttnmtError
+from ..families import reference_copy
+from ..seam import AttentionView, Probe, require
+from ..translate import TextTranslator, Translator, map_shapes
 from .tables import table
-from .translate import TextTranslator, Translator, map_shapes
 
 TOP = 5
 

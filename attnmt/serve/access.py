@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from .config import ServeConfig
-from .errors import AttnmtError
+from ..config import ServeConfig
+from ..errors import AttnmtError
 
 # RFC 6750's b64token: what an `Authorization: Bearer` header can carry.
 KEY_PATTERN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")

@@ -15,12 +15,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .batch import Framing, batch_indices, collate
-from .config import TrainConfig
-from .errors import AttnmtError
-from .seam import Model
-from .training_data import Part
-from .vocab import PAD_ID, Example
+from ..batch import Framing, batch_indices, collate
+from ..config import TrainConfig
+from ..errors import AttnmtError
+from ..seam import Model
+from ..vocab import PAD_ID, Example
+from .data import Part
 
 
 def make_optimizer(model: Model, tc: TrainConfig, state: Optional[dict] = None) -> torch.optim.Optimizer:

@@ -49,13 +49,13 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from .batch import batch_indices, pad
-from .choices import ALIGNER_MAX_EPOCHS
-from .errors import AttnmtError, first_line
-from .modelfile import load_file, read_metadata, save_file
-from .seam import Model, require
-from .translate import Translator
-from .vocab import PAD_ID
+from ..batch import batch_indices, pad
+from ..choices import ALIGNER_MAX_EPOCHS
+from ..errors import AttnmtError, first_line
+from ..modelfile import load_file, read_metadata, save_file
+from ..seam import Model, require
+from ..translate import Translator
+from ..vocab import PAD_ID
 
 BATCH_TOKENS = 16384          # target pieces per training batch: the larger, the fewer distinct pieces a piece
                               # shares its softmax with (chosen on the RWTH dev pairs, docs/recipes.md)

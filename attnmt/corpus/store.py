@@ -27,9 +27,9 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from .data import Pair
-from .errors import AttnmtError
-from .vocab import Example, Tokenization
+from ..errors import AttnmtError
+from ..vocab import Example, Tokenization
+from .readers import Pair
 
 # Bumped when the layout changes; a store of another format is prepared again, never read.
 STORE_FORMAT = 1
