@@ -140,6 +140,17 @@ class VocabConfig:
     joint: bool = False
 
 
+def moved_key(values: dict, key: str, old: str, new: str, dropped: object = None) -> dict:
+    """`values` (sections of keys) with section `old`'s `key` moved into section `new` (given last, an override:
+    it wins there), or dropped where its value is `dropped`."""
+    section, into = values.get(old), values.get(new) or {}
+    if not isinstance(section, dict) or key not in section or not isinstance(into, dict):
+        return values
+    value = section[key]
+    moved = {**values, old: {k: v for k, v in section.items() if k != key}}
+    return moved if value == dropped else {**moved, new: {**into, key: value}}
+
+
 @dataclass
 class ModelConfig:
     """The model section: the keys every family has. Each family's config subclasses this with its
@@ -166,6 +177,16 @@ class ModelConfig:
     # End every source with the vocabulary's end-of-sentence token, as Marian and fairseq models read
     # their input (an imported OPUS-MT model needs it); attnmt's own recipes do not.
     source_eos: bool = False
+
+    @classmethod
+    def moved_keys(cls, values: dict) -> dict:
+        """A config's `values` (sections of keys) with the keys earlier versions of this family kept in
+        another section in their place now (moved_key), so that old configs and model files read alike."""
+        return values
+
+    def without_attention(self) -> str:
+        """The setting that leaves a model of these settings without attention, as a message names it."""
+        return f"model.arch {self.arch}"
 
     def check(self, config: "Config") -> None:
         """Refuse combinations the family cannot build (its subclass adds its own), naming the keys."""
@@ -289,12 +310,13 @@ class DecodeConfig:
     alpha: float = ranged(0.0, "[0, 10]")
     # How beam search scores and finishes hypotheses: gnmt divides the log-probability by GNMT's
     # ((5 + |Y|) / 6)^alpha, keeps the first beam_size finished and stops once no live hypothesis
-    # can still enter the n-best; huggingface is transformers' generate: log P / |Y|^alpha (|Y| with
-    # the end token), the best beam_size finished kept, and its stopping heuristic (an imported
-    # model's default, so that it translates as transformers does); huggingface_early is generate
-    # with early_stopping true: scored alike, but done once beam_size hypotheses have finished
-    # (fewer steps; CTranslate2 stops so too). Greedy decoding is the same.
-    beam_scoring: Literal["gnmt", "huggingface", "huggingface_early"] = "gnmt"
+    # can still enter the n-best; length_power divides it by |Y|^alpha (|Y| with the end token),
+    # keeps the best beam_size finished and stops once the best live hypothesis, scored at its length
+    # so far, is no better than the worst kept (transformers' generate: an imported model's default,
+    # so that it translates as transformers does); length_power_early scores alike but stops once
+    # beam_size hypotheses have finished (generate's early_stopping true; fewer steps; CTranslate2 stops
+    # so too). Greedy decoding is the same. Earlier names: huggingface, huggingface_early.
+    beam_scoring: Literal["gnmt", "length_power", "length_power_early"] = "gnmt"
     # Tokens never written: their log-probability is -inf at every step (Hugging Face's bad_words_ids
     # of single tokens; an imported Marian model bans its <pad>, e.g. never_generate: ["<pad>"]).
     never_generate: list[str] = field(default_factory=list)
@@ -308,6 +330,10 @@ class DecodeConfig:
     # the same translations up to rounding); it rules out int8 and --compile. Flag: --reference.
     fast_paths: bool = True
 
+
+# Values earlier versions named otherwise: (section, key) -> {old value: today's}. Their configs and model
+# files read as they did.
+RENAMED_VALUES = {("decode", "beam_scoring"): {"huggingface": "length_power", "huggingface_early": "length_power_early"}}
 
 # The decode keys that belong to a model (how it is read out), not to the machine that decodes it: a
 # fine-tuning run (train.init_from) takes them from its model file where its config leaves them out.

@@ -6,7 +6,6 @@ module sits above the families while config.py, which their configs build on, si
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import re
 import types
 import typing
@@ -15,8 +14,8 @@ from typing import Any, Literal, Optional
 
 import yaml
 
-from .config import MODEL_DECODE_KEYS, Config, ModelConfig, validate
-from .errors import AttnmtError
+from .config import MODEL_DECODE_KEYS, RENAMED_VALUES, Config, ModelConfig, validate
+from .errors import AttnmtError, did_you_mean, nearest
 from .families import FAMILIES
 
 
@@ -105,9 +104,8 @@ def _build(cls: type, values: dict, where: str) -> Any:
             if owners:
                 raise AttnmtError(f"{path} is a key of model.arch {' and '.join(owners)}, not of this config's "
                                   f"{values.get('arch', DEFAULT_ARCH)}; its keys: {', '.join(fields)}")
-            meant = difflib.get_close_matches(str(key), list(fields), n=1)
-            hint = f" (did you mean {f'{where}.' if where else ''}{meant[0]}?)" if meant else ""
-            raise AttnmtError(f"unknown config key {path!r}{hint}; valid keys here: {', '.join(fields)}")
+            meant = did_you_mean(f"{where}.{name}" if where else name for name in nearest(str(key), fields))
+            raise AttnmtError(f"unknown config key {path!r}{meant}; valid keys here: {', '.join(fields)}")
         hint = hints[key]
         if isinstance(hint, type) and dataclasses.is_dataclass(hint):
             kwargs[key] = _build(hint, value or {}, path)
@@ -176,17 +174,17 @@ def fine_tuning_config(config: Config, saved: Config, source: str) -> Config:
 
 
 def _moved_keys(values: dict) -> dict:
-    """`values` with the keys earlier versions kept elsewhere in their new place, so that their configs
-    and model files read alike: train.teacher_forcing is the RNN's model.teacher_forcing (a
-    Transformer's 1.0, what it always trained with, is dropped)."""
-    train, model = values.get("train"), values.get("model") or {}
-    if not isinstance(train, dict) or "teacher_forcing" not in train or not isinstance(model, dict):
-        return values
-    rate = train["teacher_forcing"]
-    train = {key: value for key, value in train.items() if key != "teacher_forcing"}
-    if model.get("arch", DEFAULT_ARCH) == "rnn" or rate != 1.0:
-        model = {**model, "teacher_forcing": rate}   # given last (an override): it wins
-    return {**values, "train": train, "model": model}
+    """`values` with the keys earlier versions kept elsewhere in their new place (each family moves its
+    own: ModelConfig.moved_keys) and the values they named otherwise under today's names (RENAMED_VALUES),
+    so that their configs and model files read alike."""
+    for (section, key), names in RENAMED_VALUES.items():
+        keys = values.get(section)
+        if isinstance(keys, dict) and isinstance(keys.get(key), str) and keys[key] in names:
+            values = {**values, section: {**keys, key: names[keys[key]]}}
+    model = values.get("model")
+    arch = model.get("arch", DEFAULT_ARCH) if isinstance(model, dict) else DEFAULT_ARCH
+    family = FAMILIES.get(arch) if isinstance(arch, str) else None
+    return values if family is None else family.config.moved_keys(values)
 
 
 def saved_config(values: dict) -> Config:
@@ -204,7 +202,7 @@ def apply_overrides(values: dict, overrides: list[str]) -> dict:
     """Apply `section.key=value` strings (values parsed as YAML scalars) to a config dict."""
     for item in overrides:
         if "=" not in item:
-            raise AttnmtError(f"override {item!r}: expected section.key=value, e.g. model.attention=dot")
+            raise AttnmtError(f"override {item!r}: expected section.key=value, e.g. model.emb_dim=128")
         dotted, raw = item.split("=", 1)
         keys = dotted.strip().split(".")
         try:

@@ -22,7 +22,7 @@ Then, each in a process of its own (so that one's memory and threads never reach
   mean output length in pieces;
 - beam 5 twice: by the model's own rule (generate's early_stopping false, which the import sets: a beam
   stays open while an unfinished hypothesis could still win) and with early stopping, done once 5
-  hypotheses have finished (attnmt decode.beam_scoring huggingface_early, generate early_stopping=True,
+  hypotheses have finished (attnmt decode.beam_scoring length_power_early, generate early_stopping=True,
   and CTranslate2, whose beam search always stops so): engines that stop by different rules do different
   work, so only the second compares CTranslate2 with the others on the same search;
 - the same work: beam 5 on a copy of the model whose </s> bias is -10^4 (DIR/hf-fixed, imported and
@@ -205,7 +205,7 @@ def decoder(engine: str, path: str, folder: str, threads: int, batch: int, max_l
         rule = translator.config.decode.beam_scoring
 
         def attnmt(sources: list[str], beam: int, early: bool) -> list[tuple[str, int]]:
-            translator.config.decode.beam_scoring = "huggingface_early" if early else rule
+            translator.config.decode.beam_scoring = "length_power_early" if early else rule
             return [(o.text, len(o.tokens)) for o in translator.translate(sources, beam_size=beam, batch_size=batch)]
         return attnmt
     if engine == "hf":

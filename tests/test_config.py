@@ -229,7 +229,7 @@ def test_an_unknown_key_names_the_nearest_one_and_a_language_code_in_capitals_is
 
 def test_override_without_equals(tmp_path):
     message = error_of(write(tmp_path, "data:\n  format: dates\n"), ["model.attention"])
-    assert message == "override 'model.attention': expected section.key=value, e.g. model.attention=dot"
+    assert message == "override 'model.attention': expected section.key=value, e.g. model.emb_dim=128"
     with pytest.raises(AttnmtError, match="^override 'train.epochs:3': expected section.key=value"):
         apply_overrides({}, ["train.epochs:3"])
 
@@ -429,3 +429,18 @@ def test_each_family_owns_its_keys(tmp_path):
         load_config(path, ["model.arch=gpt"])
     model = load_config(write(tmp_path, "data: {path: x}\nmodel: {arch: transformer, heads: 8}\n")).model
     assert type(model) is TransformerConfig and model.heads == 8 and model.arch == "transformer"
+
+
+@pytest.mark.parametrize("old,new", [("huggingface", "length_power"), ("huggingface_early", "length_power_early")])
+def test_a_beam_rule_named_after_a_library_reads_as_its_rule(tmp_path, old, new):
+    """decode.beam_scoring's values were named after transformers; configs, overrides and model files that
+    say so read as the rule's name now, and mean the same search."""
+    from attnmt.configfile import saved_config
+
+    path = tmp_path / "c.yaml"
+    path.write_text(f"data:\n  format: dates\ndecode:\n  beam_scoring: {old}\n")
+    assert load_config(path).decode.beam_scoring == new
+    assert load_config(tmp_path / "c.yaml", [f"decode.beam_scoring={old}"]).decode.beam_scoring == new
+    saved = config_from_dict({"data": {"format": "dates"}}).to_dict()
+    saved["decode"]["beam_scoring"] = old                                  # as a model file of then holds it
+    assert saved_config(saved).decode.beam_scoring == new

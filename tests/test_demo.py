@@ -21,10 +21,10 @@ def test_the_demo_is_budgeted_in_epochs_not_minutes():
 
 
 def test_readme_learn_and_the_demo_state_one_time():
-    """The demo's time was claimed three ways; README.md, docs/learn.md and demo.py now state one."""
+    """The demo's time was claimed three ways; README.md, docs/learn.md and the demo's recipe (demo.yaml) now state one."""
     phrase = re.compile(r"in about ([\w. ]+?) on two CPU cores")
     times = {path: phrase.findall((REPO / path).read_text(encoding="utf-8").replace("\n", " ").replace("# ", ""))
-             for path in ["README.md", "docs/learn.md", "attnmt/training/demo.py"]}
+             for path in ["README.md", "docs/learn.md", "attnmt/training/demo.yaml"]}
     assert all(len(found) == 1 for found in times.values()), times
     assert len({found[0] for found in times.values()}) == 1, times
 

@@ -62,7 +62,7 @@ def test_int8_export_translates(transformer_dates_model, tmp_path, capsys):
 
 def test_refusals_are_one_line(dates_model, transformer_dates_model, tmp_path, monkeypatch, capsys):
     assert main(["export", str(dates_model), str(tmp_path / "rnn"), "--to", "ctranslate2"]) == 2
-    assert "CTranslate2 has no RNN encoder-decoder" in capsys.readouterr().err
+    assert "CTranslate2 cannot hold a model of model.arch rnn (it has no RNN encoder-decoder)" in capsys.readouterr().err
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "keep.txt").write_text("mine")
     with pytest.raises(AttnmtError, match="is not empty; use --overwrite"):

@@ -31,7 +31,7 @@ TEMPLATE = REPO / "configs" / "finetune.yaml"
 TRANSFORMER = {"arch": "transformer", "emb_dim": 32, "heads": 4, "ff_dim": 64, "enc_layers": 2, "dec_layers": 2}
 # The dates again, other sentences than the models of conftest learnt from.
 OTHER_DATES = {"format": "dates", "num_pairs": 1500, "valid_size": 100, "test_size": 100, "seed": 2}
-SAVED_DECODE = {"beam_size": 4, "alpha": 1.0, "beam_scoring": "huggingface", "never_generate": ["<unk>"],
+SAVED_DECODE = {"beam_size": 4, "alpha": 1.0, "beam_scoring": "length_power", "never_generate": ["<unk>"],
                 "max_len_ratio": 0.0, "max_len_extra": 12, "max_src_len": 40, "batch_size": 8, "precision": "bf16"}
 
 

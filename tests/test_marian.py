@@ -58,7 +58,7 @@ def test_the_config_says_what_a_marian_model_is(imported, folder):
     assert model.source_eos and model.tie_embeddings and model.share_embeddings and config.vocab.joint
     assert (model.dropout, model.attn_dropout, model.act_dropout) == (0.1, 0.0, 0.0)
     assert config.tokenizer.level == "sentencepiece" and not config.tokenizer.joint    # two spm files
-    assert (decode.beam_size, decode.alpha, decode.beam_scoring, decode.never_generate) == (3, 1.0, "huggingface",
+    assert (decode.beam_size, decode.alpha, decode.beam_scoring, decode.never_generate) == (3, 1.0, "length_power",
                                                                                           ["<pad>"])
     # max_length 40 counts the start token; no forced_eos_token_id: 39 tokens, then attnmt's own </s>
     assert (decode.max_len_ratio, decode.max_len_extra, decode.max_src_len) == (0.0, 39, 127)
@@ -66,15 +66,15 @@ def test_the_config_says_what_a_marian_model_is(imported, folder):
 
 
 def test_early_stopping_is_the_search_that_stops_once_num_beams_have_finished(tmp_path):
-    """generate's early_stopping true becomes decode.beam_scoring huggingface_early, and is written back."""
+    """generate's early_stopping true becomes decode.beam_scoring length_power_early, and is written back."""
     folder = write_marian_folder(tmp_path / "folder")
     config_change(early_stopping=True)(folder)
     model = import_marian(folder, tmp_path / "model.safetensors")
-    assert read_model(model)[0].config.decode.beam_scoring == "huggingface_early"
+    assert read_model(model)[0].config.decode.beam_scoring == "length_power_early"
     assert cli.main(["export", str(model), str(tmp_path / "back"), "--to", "marian"]) == 0
     assert json.loads((tmp_path / "back" / "generation_config.json").read_text(encoding="utf-8"))["early_stopping"]
     assert read_model(import_marian(tmp_path / "back", tmp_path / "again.safetensors"))[0].config.decode.beam_scoring == (
-        "huggingface_early")
+        "length_power_early")
 
 
 def test_the_vocabulary_has_pad_at_zero_and_the_models_own_ids(imported, folder):

@@ -312,7 +312,7 @@ def trained(tmp_path_factory) -> Path:
                                dec_layers=2, norm="post", sinusoid_layout="halves", source_eos=True,
                                tie_embeddings=True, share_embeddings=True)
     values.update(tokenizer={"level": "bpe", "vocab_size": 120}, vocab={"joint": True},
-                  decode={"beam_scoring": "huggingface", "alpha": 1.0, "max_len_ratio": 0, "max_len_extra": 30})
+                  decode={"beam_scoring": "length_power", "alpha": 1.0, "max_len_ratio": 0, "max_len_extra": 30})
     values["train"].update(epochs=3, lr=0.003, scheduler="warmup", warmup_steps=40)
     return train(config_from_dict(values), log=lambda _: None).model_path
 

@@ -259,7 +259,7 @@ def generated(reference, tokenizer, sources: list[str], beam: int, early_stoppin
 @pytest.mark.parametrize("beam, early_stopping", [(1, False), (5, False), (5, True)])
 def test_greedy_and_beam_outputs_are_generates(pair, beam, early_stopping):
     """The same output ids and text as generate on 200 sentences, with its length penalty and max_length,
-    and with early_stopping as decode.beam_scoring huggingface_early.
+    and with early_stopping as decode.beam_scoring length_power_early.
 
     Except, in beam search, an output that reaches max_length: generate scores a hypothesis it cuts
     there by its tokens alone (with forced_eos_token_id, by a </s> of log-probability 0), attnmt's
@@ -270,7 +270,7 @@ def test_greedy_and_beam_outputs_are_generates(pair, beam, early_stopping):
     tokenizer = marian_tokenizer(folder)
     translator = Translator.load(model_file, device="cpu")
     if early_stopping:
-        translator.config.decode.beam_scoring = "huggingface_early"
+        translator.config.decode.beam_scoring = "length_power_early"
     swap = marian_ids(folder)
     sources = [source for source, _ in sentence_pairs(name, 200)]
     expected = generated(reference, tokenizer, sources, beam, early_stopping)

@@ -54,7 +54,6 @@ from .aligner import Aligner, piece_tensors, read_aligner, train_aligner
 
 Link = tuple[int, int]                      # (source word, target word), from 0
 WordPosterior = tuple[np.ndarray, np.ndarray]   # [written words, given words], and NULL's share [written words]
-NO_ATTENTION = "this model has no attention (model.attention none): it cannot align words"
 
 
 @dataclass
@@ -172,7 +171,7 @@ def word_attention(translator: Translator, pairs: list[tuple[list[str], list[str
             tgt_in = pad([[start] + translator.tokenization.tgt_vocab.encode(pieces[i][1][0]) for i in rows])   # [B, T + 1]
             maps = require(model, AttentionMaps, "attnmt align").attention_maps(src, lengths, tgt_in.to(translator.device))
             if "cross" not in maps:
-                raise AttnmtError(NO_ATTENTION)
+                raise AttnmtError(no_attention(translator))
             cross = chosen_map(maps["cross"], layer, head).float().cpu().numpy()   # [B, T, S], pieces
             for row, i in enumerate(rows):
                 (_, src_owner), (_, tgt_owner) = pieces[i]
@@ -243,8 +242,12 @@ def cross_attention_layers(translator: Translator) -> int:
     """How many layers of cross-attention the model has (one for an RNN)."""
     shapes = map_shapes(translator.model)
     if "cross" not in shapes:
-        raise AttnmtError(NO_ATTENTION)
+        raise AttnmtError(no_attention(translator))
     return shapes["cross"][0]
+
+
+def no_attention(translator: TextTranslator) -> str:
+    return f"this model has no attention ({translator.config.model.without_attention()}): it cannot align words"
 
 
 def default_layer(layers: int) -> int:
@@ -394,8 +397,8 @@ def translation_alignments(translator: Translator, aligner: Optional[Aligner], s
     (alignment_method): the model's aligner where it has one, else attention's argmax links."""
     method = alignment_method(translator, aligner)
     if method is None:
-        raise AttnmtError("this model has neither attention (model.attention none) nor an aligner (attnmt "
-                          "train-aligner): it cannot align words")
+        raise AttnmtError(f"this model has neither attention ({translator.config.model.without_attention()}) nor an "
+                          f"aligner (attnmt train-aligner): it cannot align words")
     if method == ALIGNER:
         return method, align_by_aligner(translator, sources, translations, aligner=aligner)
     return method, align_by_attention(translator, sources, translations, AttentionLinks(method))

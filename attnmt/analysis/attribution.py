@@ -524,7 +524,7 @@ def render(attribution: Attribution, step: Optional[int] = None) -> str:
     if s.between_words is not None:
         lines.append(f"  {between:<{width}}  {'':>9}  {s.between_words:11.4f}")
     if s.attention is None:
-        lines.append("  (this model has no attention: model.attention none)")
+        lines.append("  (this model has no attention)")
     if s.prefix is not None and s.source_share is not None:
         inputs = [attribution.start_token, *attribution.target_tokens][: len(s.prefix)]
         lines.append(f"  the source gives {s.source_share:.0%} of the attribution's magnitude, the translation so far "

@@ -101,7 +101,8 @@ def _plot(args: argparse.Namespace) -> None:
         raise AttnmtError("--gold needs --target: gold links are drawn over the attention of the given translation")
     result = translator.translate([args.sentence])[0]
     if result.attention is None:
-        raise AttnmtError(f"{args.model}: this model has no attention (model.attention=none); nothing to plot")
+        raise AttnmtError(f"{args.model}: this model has no attention ({translator.config.model.without_attention()}); "
+                          f"nothing to plot")
     if not result.tokens or not result.source_tokens:
         raise AttnmtError("nothing to plot: the sentence or its translation is empty")
     title = f"{args.sentence} -> {result.text}"

@@ -37,7 +37,7 @@ def _demo(args: argparse.Namespace) -> None:
 def add_train(commands: Commands) -> None:
     train = commands.add_parser("train", help="train on the data a YAML config names")
     train.add_argument("config", help="YAML config file (see configs/)")
-    train.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="e.g. model.attention=dot train.epochs=5")
+    train.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="e.g. model.emb_dim=128 train.epochs=5")
     train.add_argument("--resume", action="store_true", help="continue from the checkpoint in train.out_dir")
     train.add_argument("--overwrite", action="store_true", help="replace a model already in train.out_dir")
     train.set_defaults(run=_train)

@@ -9,8 +9,8 @@ module."""
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Union, cast
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Union, cast
 
 from ..config import ModelConfig
 from .rnn.config import RNNConfig
@@ -26,25 +26,44 @@ if TYPE_CHECKING:
 Network = Callable[[ModelConfig, int, int, bool], "Model"]
 
 
+def _found(place: str) -> Any:
+    """What "package.module:name" names, its module imported now."""
+    module, _, name = place.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
 @dataclass(frozen=True)
 class Family:
-    """A model family: its config class and its network (a `Network`): the class itself, or where it
-    lives ("package.module:Class")."""
+    """A model family: its config class, its network (a `Network`: the class itself, or where it
+    lives, "package.module:Class"), and where its layouts in other toolkits' formats live, by format
+    (formats/: the object each format asks for its names, "package.module:name")."""
 
     config: type[ModelConfig]
     network: Union[Network, str]
+    layouts: Mapping[str, str] = field(default_factory=dict)
 
     def network_class(self) -> Network:
-        if not isinstance(self.network, str):
-            return self.network
-        module, _, name = self.network.partition(":")
-        return cast(Network, getattr(importlib.import_module(module), name))
+        return cast(Network, _found(self.network)) if isinstance(self.network, str) else self.network
 
 
 FAMILIES: dict[str, Family] = {
     "rnn": Family(RNNConfig, "attnmt.families.rnn.network:RNNEncoderDecoder"),
-    "transformer": Family(TransformerConfig, "attnmt.families.transformer.network:Transformer"),
+    "transformer": Family(TransformerConfig, "attnmt.families.transformer.network:Transformer",
+                          {"marian": "attnmt.families.transformer.layouts:MARIAN",
+                           "ctranslate2": "attnmt.families.transformer.layouts:CTRANSLATE2"}),
 }
+
+
+def with_layout(format: str) -> list[str]:
+    """The families (model.arch) whose models the format `format` can hold."""
+    return [arch for arch, family in FAMILIES.items() if format in family.layouts]
+
+
+def layout(arch: str, format: str) -> Any:
+    """The family `arch`'s layout in the format `format` (what formats/ asks for the family's names); None
+    where the format cannot hold its models."""
+    place = FAMILIES[arch].layouts.get(format)
+    return None if place is None else _found(place)
 
 
 def register(arch: str, family: Family) -> None:

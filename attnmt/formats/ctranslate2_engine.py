@@ -20,6 +20,7 @@ from ..errors import AttnmtError, first_line
 from ..modelfile import CTRANSLATE2_ENGINE_FILE
 from ..precision import precision_note, resolve_device
 from ..precision import resolve as resolve_precision
+from ..search import SearchSettings
 from ..tokenize import Tokenizer, tokenizers_from_dicts
 from ..translate import EngineInfo, TextTranslator, Translation
 from ..vocab import SOS
@@ -95,15 +96,16 @@ class CTranslate2Translator(TextTranslator):
         return EngineInfo("ctranslate2", self.architecture, *self.vocab_sizes,
                           resolve_precision(self.config.decode.precision, self._device), {"cross": (1, 1)})
 
-    def _search(self, sources: list[list[str]], n_best: int, beam_size: int, alpha: float,
-                batch_size: int) -> list[list[Translation]]:
+    def _search(self, sources: list[list[str]], settings: SearchSettings) -> list[list[Translation]]:
+        beam_size, batch_size = settings.beam_size, settings.batch_size
         # CTranslate2 takes one length limit per call, attnmt one per sentence (by its source
         # length): one call with the longest limit, each output then cut to its own. For greedy
         # search that is exactly attnmt's rule; a beam's hypotheses can only be cut after the search.
         # CTranslate2's max_decoding_length counts the tokens it returns, <eos> left out, as the rule does.
         limits = [self.max_output_tokens(len(tokens)) for tokens in sources]
         outputs = self.engine.translate_batch(
-            sources, max_batch_size=batch_size, beam_size=beam_size, num_hypotheses=n_best, length_penalty=alpha,
+            sources, max_batch_size=batch_size, beam_size=beam_size, num_hypotheses=settings.n_best,
+            length_penalty=settings.alpha,
             return_attention=True, max_input_length=0, max_decoding_length=max(limits),
             suppress_sequences=[[token] for token in self.config.decode.never_generate] or None)
         found = [(i, tokens[: limits[i]], attention) for i, output in enumerate(outputs)

@@ -15,8 +15,8 @@ How a Marian model is attnmt's Transformer (transformers' modeling_marian.py):
 - the output layer is the target embeddings (tied) with final_logits_bias as its bias;
   share_encoder_decoder_embeddings is model.share_embeddings with one vocabulary (vocab.joint);
 - decoding starts from decoder_start_token_id (Marian's <pad>) and ends at eos_token_id; generate's
-  settings become decode's: num_beams, length_penalty (alpha, with beam_scoring huggingface, or
-  huggingface_early where early_stopping is true),
+  settings become decode's: num_beams, length_penalty (alpha, with beam_scoring length_power, or
+  length_power_early where early_stopping is true),
   bad_words_ids (never_generate), max_length (which counts the start token; forced_eos_token_id ends
   the longest outputs one token earlier with </s>).
 Marian puts <pad> last, attnmt at id 0 in every vocabulary (each embedding's padding row): the
@@ -38,7 +38,7 @@ import re
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional, Protocol, cast
 
 import torch
 from safetensors import SafetensorError
@@ -48,14 +48,15 @@ from safetensors.torch import save_file as save_safetensors_file
 from ..config import Config, ModelConfig
 from ..configfile import config_from_dict
 from ..errors import AttnmtError
-from ..families import build_model
-from ..files import atomic_folder, check_folder_free, check_parent_dir
-from ..modelfile import ModelDescription, describe, read_metadata, save_model
+from ..families import build_model, layout, with_layout
+from ..files import check_parent_dir
+from ..modelfile import ModelDescription, save_model
 from ..tokenize import SentencePieceTokenizer, SubwordTokenizer, Tokenizer
 from ..translate import Translator
 from ..vocab import PAD_ID, Tokenization, Vocabulary
+from .base import FolderWriter, read_json, write_folder, write_json
 
-ORIGIN_FORMAT = "marian"
+ORIGIN_FORMAT = "marian"   # a model file's origin, and the families' layouts' key
 SAFETENSORS, PYTORCH = "model.safetensors", "pytorch_model.bin"
 
 # Keys of config.json that describe something attnmt's Transformer does not have, with the one value it
@@ -68,13 +69,12 @@ REPRESENTABLE = {
     "static_position_embeddings": (True, "positions are fixed sinusoids"),
     "is_encoder_decoder": (True, "attnmt reads encoder-decoder translation models"),
 }
-ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "silu", "silu": "silu"}
 # Settings of generate that change which translation comes out, with the value attnmt's search matches.
 GENERATION_DEFAULTS = {"do_sample": False, "num_beam_groups": 1, "diversity_penalty": 0.0,
                        "repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "encoder_no_repeat_ngram_size": 0,
                        "min_length": 0, "min_new_tokens": None, "forced_bos_token_id": None}
 # The beam scorings that are generate's, with its early_stopping of each.
-HUGGINGFACE_EARLY_STOPPING = {"huggingface": False, "huggingface_early": True}
+GENERATE_EARLY_STOPPING = {"length_power": False, "length_power_early": True}
 HF_MAX_LENGTH = 20   # generate's max_length where neither file gives one
 # MarianConfig's defaults of the keys read here: what transformers takes where config.json is silent.
 MARIAN_DEFAULTS = {"d_model": 1024, "encoder_layers": 12, "decoder_layers": 12, "encoder_attention_heads": 16,
@@ -83,6 +83,42 @@ MARIAN_DEFAULTS = {"d_model": 1024, "encoder_layers": 12, "decoder_layers": 12, 
                    "max_position_embeddings": 1024, "scale_embedding": False, "pad_token_id": 58100,
                    "decoder_start_token_id": 58100, "eos_token_id": 0, "share_encoder_decoder_embeddings": True,
                    "tie_word_embeddings": True}
+
+
+class MarianNames(Protocol):
+    """What this format asks of a family's layout "marian" (families.layout): the family's names of
+    Marian's tensors and MarianConfig's keys, both ways."""
+
+    def ours(self, marian: str) -> Optional[str]:
+        """The family's parameter name of Marian's tensor (model.encoder.embed_tokens.weight, lm_head.weight,
+        final_logits_bias as a vector, or a layer's); None where the network has no place for it."""
+        ...
+
+    def marian(self, ours: str) -> Optional[str]:
+        """Marian's name of one of the family's parameters; None where a Marian model has none."""
+        ...
+
+    def unreadable(self, config: dict[str, Any]) -> Optional[tuple[str, str]]:
+        """A MarianConfig key the network cannot represent, and why."""
+        ...
+
+    def model_section(self, config: dict[str, Any]) -> dict[str, Any]:
+        """The model section of a MarianConfig's network."""
+        ...
+
+    def inexpressible(self, model: ModelConfig) -> Any:
+        """The first model key whose value a Marian model cannot have (key, value, needed, why), or None."""
+        ...
+
+    def marian_config(self, model: ModelConfig, positions: int) -> dict[str, Any]:
+        """MarianConfig's keys of the network, with room for at least `positions` positions."""
+        ...
+
+
+def marian_names() -> tuple[str, MarianNames]:
+    """The family a Marian model is read into (the Transformer: the one with a layout "marian") and its names."""
+    arch = with_layout(ORIGIN_FORMAT)[0]
+    return arch, cast(MarianNames, layout(arch, ORIGIN_FORMAT))
 
 
 @dataclass
@@ -105,18 +141,7 @@ class MarianFolder:
         return self.generation.get(key, default)
 
 
-def _read_json(path: Path, required: bool = True) -> dict[str, Any]:
-    if not path.is_file():
-        if required:
-            raise AttnmtError(f"{path.parent}: no {path.name}; not a Hugging Face Marian model folder")
-        return {}
-    try:
-        values = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as err:
-        raise AttnmtError(f"{path}: cannot read it as JSON ({err})") from None
-    if not isinstance(values, dict):
-        raise AttnmtError(f"{path}: expected a JSON object of keys, got {type(values).__name__}")
-    return values
+NOT_MARIAN = "not a Hugging Face Marian model folder"
 
 
 def read_folder(path: str | Path) -> MarianFolder:
@@ -125,16 +150,16 @@ def read_folder(path: str | Path) -> MarianFolder:
     if not path.is_dir():
         raise AttnmtError(f"{path}: not a folder; give the folder of a Hugging Face Marian model "
                           f"(config.json, source.spm, target.spm, vocab.json, the weights)")
-    config = _read_json(path / "config.json")
+    config = read_json(path / "config.json", NOT_MARIAN)
     architectures = config.get("architectures") or ["MarianMTModel"]
     if config.get("model_type") != "marian" or "MarianMTModel" not in architectures:
         raise AttnmtError(f"{path / 'config.json'}: model_type {config.get('model_type')!r}, architectures "
                           f"{architectures}: not a Marian translation model (MarianMTModel), which is what attnmt "
                           f"import reads")
-    generation = _read_json(path / "generation_config.json", required=False) or config
+    generation = read_json(path / "generation_config.json") or config
     digest = hashlib.sha256((path / "config.json").read_bytes()).hexdigest()
     return MarianFolder(path, {**MARIAN_DEFAULTS, **config}, generation,
-                        _read_json(path / "tokenizer_config.json", required=False), digest)
+                        read_json(path / "tokenizer_config.json"), digest)
 
 
 def _refuse(folder: MarianFolder, key: str, value: Any, why: str, file: str = "config.json") -> AttnmtError:
@@ -147,14 +172,10 @@ def _check_representable(folder: MarianFolder) -> None:
     for key, (allowed, meaning) in REPRESENTABLE.items():
         if config.get(key, allowed) != allowed:
             raise _refuse(folder, key, config[key], meaning)
-    activation = config["activation_function"]
-    if activation not in ACTIVATIONS:
-        raise _refuse(folder, "activation_function", activation, "the feed-forward's activation is relu, gelu or swish")
-    for encoder_key, decoder_key in (("encoder_attention_heads", "decoder_attention_heads"),
-                                     ("encoder_ffn_dim", "decoder_ffn_dim")):
-        if config[encoder_key] != config[decoder_key]:
-            raise _refuse(folder, decoder_key, config[decoder_key],
-                          f"the decoder's must equal the encoder's {encoder_key} {config[encoder_key]}")
+    unreadable = marian_names()[1].unreadable(config)
+    if unreadable is not None:
+        key, why = unreadable
+        raise _refuse(folder, key, config[key], why)
     file = "generation_config.json" if folder.file("generation_config.json").is_file() else "config.json"
     for key, default in GENERATION_DEFAULTS.items():
         value = folder.generation.get(key)
@@ -175,7 +196,7 @@ def _check_representable(folder: MarianFolder) -> None:
 
 def _marian_order(path: Path) -> list[str]:
     """The tokens of a vocab.json by their ids, which must run from 0 without a gap."""
-    values = _read_json(path)
+    values = read_json(path, NOT_MARIAN)
     by_id: dict[int, str] = {}
     for token, index in values.items():
         if not isinstance(index, int) or isinstance(index, bool) or index in by_id:
@@ -315,15 +336,9 @@ def marian_config(folder: MarianFolder, tokenization: Tokenization) -> Config:
         "tokenizer": {"level": "sentencepiece", "joint": tokenization.src_tokenizer is tokenization.tgt_tokenizer},
         "vocab": {"joint": tokenization.src_vocab is vocab,
                   "max_size": max(len(tokenization.src_vocab), len(vocab))},
-        "model": {"arch": "transformer", "emb_dim": c["d_model"], "enc_layers": c["encoder_layers"],
-                  "dec_layers": c["decoder_layers"], "heads": c["encoder_attention_heads"], "ff_dim": c["encoder_ffn_dim"],
-                  "activation": ACTIVATIONS[c["activation_function"]], "dropout": c["dropout"],
-                  "attn_dropout": c["attention_dropout"], "act_dropout": c["activation_dropout"], "norm": "post",
-                  "positions": "sinusoidal", "sinusoid_layout": "halves", "max_positions": c["max_position_embeddings"],
-                  "tie_embeddings": c["tie_word_embeddings"], "share_embeddings": c["share_encoder_decoder_embeddings"],
-                  "source_eos": True},
+        "model": marian_names()[1].model_section(c),
         "decode": {"beam_size": folder.setting("num_beams", 1), "alpha": folder.setting("length_penalty", 1.0),
-                   "beam_scoring": "huggingface_early" if folder.generation.get("early_stopping") else "huggingface",
+                   "beam_scoring": "length_power_early" if folder.generation.get("early_stopping") else "length_power",
                    "never_generate": _never_generate(folder, vocab),
                    # The source's </s> takes a position. max_length counts the start token: the
                    # output has max_length - 1 tokens at most, the last a forced </s> if forced_eos_token_id.
@@ -336,14 +351,6 @@ def marian_config(folder: MarianFolder, tokenization: Tokenization) -> Config:
         raise AttnmtError(f"{folder.file('config.json')}: {err}") from None
 
 
-# Marian's weights inside a layer -> attnmt's (families/transformer/network.py: MultiHeadAttention's
-# projections, FeedForward's two Linear layers at [0] and [3], each sublayer's norm).
-LAYER_NAMES = {f"{marian}.{p}_proj": f"{ours}.{name}_proj" for marian, ours in
-               (("self_attn", "self_attention"), ("encoder_attn", "cross_attention"))
-               for p, name in (("q", "query"), ("k", "key"), ("v", "value"), ("out", "out"))}
-LAYER_NAMES.update({"self_attn_layer_norm": "self_attention_norm", "encoder_attn_layer_norm": "cross_attention_norm",
-                    "final_layer_norm": "feed_forward_norm", "fc1": "feed_forward.0", "fc2": "feed_forward.3"})
-LAYER_WEIGHT = re.compile(r"model\.(encoder|decoder)\.layers\.(\d+)\.(.+)\.(weight|bias)")
 POSITIONS = ("model.encoder.embed_positions.weight", "model.decoder.embed_positions.weight")
 
 
@@ -399,7 +406,9 @@ def _swap_rows(tensor: torch.Tensor, pad_id: int) -> torch.Tensor:
 
 def _vocabulary_tensors(weights: dict[str, torch.Tensor], config: Config, vocabularies: Vocabularies, file: Path
                         ) -> dict[str, torch.Tensor]:
-    """The embeddings and the output layer, by attnmt's names, each row of Marian's <pad> moved to id 0."""
+    """The embeddings and the output layer, each row of Marian's <pad> moved to id 0, by Marian's names of each
+    side's embeddings and the output layer (the shared and tied ones are one tensor under each name; the
+    bias a vector)."""
     shared = weights.pop("model.shared.weight", None)
     sides = {}
     for side, order, name in (("src", vocabularies.source, "encoder"), ("tgt", vocabularies.target, "decoder")):
@@ -420,26 +429,27 @@ def _vocabulary_tensors(weights: dict[str, torch.Tensor], config: Config, vocabu
             raise AttnmtError(f"{file}: no lm_head.weight, which config.json's tie_word_embeddings false needs")
         output = _swap_rows(head, vocabularies.pad_id)
     bias = weights.pop("final_logits_bias", torch.zeros(1, len(vocabularies.target)))
-    return {"src_embedding.weight": sides["src"], "tgt_embedding.weight": sides["tgt"], "classifier.weight": output,
-            "classifier.bias": _swap_rows(bias.reshape(-1), vocabularies.pad_id)}
+    return {"model.encoder.embed_tokens.weight": sides["src"], "model.decoder.embed_tokens.weight": sides["tgt"],
+            "lm_head.weight": output, "final_logits_bias": _swap_rows(bias.reshape(-1), vocabularies.pad_id)}
 
 
 def attnmt_weights(weights: dict[str, torch.Tensor], config: Config, vocabularies: Vocabularies, file: Path
                    ) -> dict[str, torch.Tensor]:
-    """Marian's tensors as the state dict of attnmt's Transformer (every name and shape checked against
-    it); tied matrices stay one tensor."""
+    """Marian's tensors as the state dict of attnmt's Transformer, named by the family's layout (every name
+    and shape checked against the network); tied matrices stay one tensor."""
     weights = dict(weights)
-    state = _vocabulary_tensors(weights, config, vocabularies, file)
+    vocabulary = _vocabulary_tensors(weights, config, vocabularies, file)
     for name in POSITIONS:
         positions = weights.pop(name, None)
         if positions is not None and not torch.allclose(positions.float(), halves_sinusoids(*positions.shape),
                                                         atol=2e-3):
             raise AttnmtError(f"{file}: {name} are not Marian's static sinusoids, which attnmt computes")
-    for name, tensor in weights.items():
-        match = LAYER_WEIGHT.fullmatch(name)
-        if not match or match[3] not in LAYER_NAMES:
+    names, state = marian_names()[1], {}
+    for name, tensor in {**vocabulary, **{name: t.detach().float() for name, t in weights.items()}}.items():
+        ours = names.ours(name)
+        if ours is None:
             raise AttnmtError(f"{file}: weight {name} has no place in attnmt's Transformer")
-        state[f"{match[1]}_layers.{match[2]}.{LAYER_NAMES[match[3]]}.{match[4]}"] = tensor.detach().float()
+        state[ours] = tensor
     with torch.device("meta"):   # names and shapes only: no memory, no random draws
         network = build_model(config.model, len(vocabularies.source), len(vocabularies.target), fast_paths=False)
     expected = {name: tuple(tensor.shape) for name, tensor in network.state_dict().items()}
@@ -486,21 +496,9 @@ def import_marian(path: str | Path, out: str | Path, overwrite: bool = False) ->
 
 # --------------------------------------------------------------------------- writing a Marian folder
 
-# What a Marian model is, as attnmt's settings: (section, key, Marian's value, why). A model with another
-# value cannot be written as one (check_expressible); the model's other keys (sizes, activation, dropout,
-# tied or shared embeddings, separate vocabularies) all have a Marian equivalent.
-MARIAN_SETTINGS = (
-    ("model", "arch", "transformer", "a Marian model is a Transformer"),
-    ("model", "norm", "post", "its layers normalize after each residual sum"),
-    ("model", "positions", "sinusoidal", "its positions are fixed sinusoids"),
-    ("model", "sinusoid_layout", "halves", "its sinusoids are all the sines, then all the cosines"),
-    ("model", "source_eos", True, "MarianTokenizer ends every source with the end token"),
-    ("tokenizer", "lowercase", False, "MarianTokenizer does not lowercase"),
-)
+# What a Marian model is beyond the family's keys (the layout's `inexpressible` says those): a model with
+# another value cannot be written as one (check_expressible).
 SENTENCEPIECE_LEVELS = ("bpe", "unigram", "sentencepiece")   # tokenizers a Marian folder's source.spm can be
-MARIAN_ACTIVATION = {ours: marian for marian, ours in ACTIVATIONS.items() if marian != "silu"}   # silu: "swish"
-MARIAN_LAYER_NAMES = {ours: marian for marian, ours in LAYER_NAMES.items()}
-ATTNMT_LAYER_WEIGHT = re.compile(r"(encoder|decoder)_layers\.(\d+)\.(.+)\.(weight|bias)")
 
 
 def _shown(value: Any) -> str:
@@ -508,13 +506,17 @@ def _shown(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-def check_expressible(path: str | Path, config: Config) -> None:
+def _inexpressible(path: str | Path, key: str, value: Any, needed: Any, why: str) -> AttnmtError:
+    return AttnmtError(f"{path}: {key} {_shown(value)}: a Marian model cannot express it ({why}: {key} {_shown(needed)})")
+
+
+def check_expressible(path: str | Path, config: Config, names: MarianNames) -> None:
     """Refuse, in one line naming the setting and its value, a model a Marian folder cannot express."""
-    for section, key, marian, why in MARIAN_SETTINGS:
-        value = getattr(getattr(config, section), key)
-        if value != marian:
-            raise AttnmtError(f"{path}: {section}.{key} {_shown(value)}: a Marian model cannot express it ({why}: "
-                              f"{section}.{key} {_shown(marian)})")
+    found = names.inexpressible(config.model)
+    if found is not None:
+        raise _inexpressible(path, f"model.{found.key}", found.value, found.needed, found.why)
+    if config.tokenizer.lowercase:
+        raise _inexpressible(path, "tokenizer.lowercase", True, False, "MarianTokenizer does not lowercase")
     if config.tokenizer.level not in SENTENCEPIECE_LEVELS:
         raise AttnmtError(f"{path}: tokenizer.level {config.tokenizer.level}: a Marian model cannot express it "
                           f"(MarianTokenizer splits text with sentencepiece models: tokenizer.level bpe or unigram, "
@@ -525,9 +527,9 @@ def export_notes(config: Config, max_length: int) -> list[str]:
     """What transformers will do otherwise than attnmt with an exported model, one line each."""
     decode, level = config.decode, config.tokenizer.level
     notes = []
-    if decode.beam_scoring not in HUGGINGFACE_EARLY_STOPPING:
+    if decode.beam_scoring not in GENERATE_EARLY_STOPPING:
         notes.append(f"decode.beam_scoring {decode.beam_scoring}: transformers' generate scores beams its own way "
-                     f"(log P / |Y|^alpha, which decode.beam_scoring huggingface matches), so its beam search may choose "
+                     f"(log P / |Y|^alpha, which decode.beam_scoring length_power matches), so its beam search may choose "
                      f"other translations than attnmt's; greedy decoding is the same")
     if decode.max_len_ratio:
         notes.append(f"decode.max_len_ratio {decode.max_len_ratio:g}: generate has one length limit for every sentence, "
@@ -540,26 +542,25 @@ def export_notes(config: Config, max_length: int) -> list[str]:
     return notes
 
 
-def marian_tensors(path: str | Path, state: dict[str, torch.Tensor], model: ModelConfig) -> dict[str, torch.Tensor]:
-    """attnmt's Transformer weights under transformers' names, as MarianMTModel.save_pretrained writes them:
-    shared embeddings as model.shared, tied matrices once, final_logits_bias from the classifier's bias, and no
-    static positions (transformers computes them: _keys_to_ignore_on_save)."""
+def marian_tensors(path: str | Path, state: dict[str, torch.Tensor], model: ModelConfig, names: MarianNames
+                   ) -> dict[str, torch.Tensor]:
+    """attnmt's Transformer weights under transformers' names (the family's layout gives each its name), as
+    MarianMTModel.save_pretrained writes them: shared embeddings as model.shared, tied matrices once,
+    final_logits_bias as [1, V], and no static positions (transformers computes them: _keys_to_ignore_on_save)."""
     tensors = {}
     for name, tensor in state.items():
-        match = ATTNMT_LAYER_WEIGHT.fullmatch(name)
-        if match and match[3] in MARIAN_LAYER_NAMES:
-            tensors[f"model.{match[1]}.layers.{match[2]}.{MARIAN_LAYER_NAMES[match[3]]}.{match[4]}"] = tensor
-        elif name not in ("src_embedding.weight", "tgt_embedding.weight", "classifier.weight", "classifier.bias"):
+        marian = names.marian(name)
+        if marian is None:
             raise AttnmtError(f"{path}: attnmt's {name} has no place in a Marian model")
+        tensors[marian] = tensor
     if model.share_embeddings:
-        tensors["model.shared.weight"] = state["tgt_embedding.weight"]
-    if not (model.share_embeddings and model.tie_embeddings):
+        tensors["model.shared.weight"] = tensors["model.decoder.embed_tokens.weight"]
+    if model.share_embeddings and model.tie_embeddings:
         # transformers 5 ties shared embeddings only under tie_word_embeddings: otherwise each is read on its own
-        tensors["model.encoder.embed_tokens.weight"] = state["src_embedding.weight"]
-        tensors["model.decoder.embed_tokens.weight"] = state["tgt_embedding.weight"]
-    if not model.tie_embeddings:
-        tensors["lm_head.weight"] = state["classifier.weight"]
-    tensors["final_logits_bias"] = state["classifier.bias"].reshape(1, -1)
+        del tensors["model.encoder.embed_tokens.weight"], tensors["model.decoder.embed_tokens.weight"]
+    if model.tie_embeddings:
+        del tensors["lm_head.weight"]
+    tensors["final_logits_bias"] = tensors["final_logits_bias"].reshape(1, -1)
     # Copies: safetensors refuses tensors that share memory, as tied ones do.
     return {name: tensor.detach().float().contiguous().clone() for name, tensor in tensors.items()}
 
@@ -571,19 +572,14 @@ def _token_ids(target: Vocabulary, forced_eos: bool) -> dict[str, Any]:
             "decoder_start_token_id": target.sos_id, "forced_eos_token_id": target.eos_id if forced_eos else None}
 
 
-def marian_config_json(config: Config, text: Tokenization, max_length: int, forced_eos: bool) -> dict[str, Any]:
-    """config.json: the MarianConfig of the model (REPRESENTABLE's keys with the values the import reads)."""
-    model: Any = config.model   # a Transformer's (check_expressible), read by its keys as the import writes them
-    return {"architectures": ["MarianMTModel"], "model_type": "marian", "d_model": model.emb_dim,
-            "encoder_layers": model.enc_layers, "decoder_layers": model.dec_layers,
-            "encoder_attention_heads": model.heads, "decoder_attention_heads": model.heads,
-            "encoder_ffn_dim": model.ff_dim, "decoder_ffn_dim": model.ff_dim,
-            "activation_function": MARIAN_ACTIVATION[model.activation], "dropout": model.dropout,
-            "attention_dropout": model.attn_dropout, "activation_dropout": model.act_dropout,
-            # positions for the longest source with its </s>, and the longest output with its start token
-            "max_position_embeddings": max(model.max_positions, config.decode.max_src_len + 1, max_length),
+def marian_config_json(config: Config, text: Tokenization, max_length: int, forced_eos: bool, names: MarianNames
+                       ) -> dict[str, Any]:
+    """config.json: the MarianConfig of the model (the family's layout gives its network's keys; REPRESENTABLE's
+    keys with the values the import reads)."""
+    # positions for the longest source with its </s>, and the longest output with its start token
+    network = names.marian_config(config.model, max(config.decode.max_src_len + 1, max_length))
+    return {"architectures": ["MarianMTModel"], "model_type": "marian", **network,
             "vocab_size": len(text.src_vocab), "decoder_vocab_size": len(text.tgt_vocab),
-            "share_encoder_decoder_embeddings": model.share_embeddings, "tie_word_embeddings": model.tie_embeddings,
             **_token_ids(text.tgt_vocab, forced_eos), **{key: value for key, (value, _) in REPRESENTABLE.items()},
             "use_cache": True, "dtype": "float32"}
 
@@ -594,7 +590,7 @@ def generation_json(config: Config, target: Vocabulary, max_length: int, forced_
     never = [[target.stoi[token]] for token in decode.never_generate]
     return {**_token_ids(target, forced_eos), "max_length": max_length, "num_beams": decode.beam_size,
             "length_penalty": decode.alpha, **({"bad_words_ids": never} if never else {}),
-            **({"early_stopping": True} if HUGGINGFACE_EARLY_STOPPING.get(decode.beam_scoring) else {})}
+            **({"early_stopping": True} if GENERATE_EARLY_STOPPING.get(decode.beam_scoring) else {})}
 
 
 def _special_tokens(text: Tokenization) -> dict[str, Any]:
@@ -615,41 +611,49 @@ def _sentencepiece_model(tokenizer: Tokenizer) -> bytes:
     return tokenizer.model
 
 
-def _write_json(path: Path, values: dict[str, Any]) -> None:
-    path.write_text(json.dumps(values, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-
-
 def write_tokenizer_files(folder: Path, config: Config, text: Tokenization) -> None:
     """source.spm, target.spm, vocab.json (target_vocab.json for separate vocabularies) in attnmt's order,
     and tokenizer_config.json: what MarianTokenizer reads."""
     separate = text.src_vocab is not text.tgt_vocab
     vocabularies = [("vocab.json", text.src_vocab)] + ([("target_vocab.json", text.tgt_vocab)] if separate else [])
     for name, vocab in vocabularies:
-        _write_json(folder / name, {token: index for index, token in enumerate(vocab.itos)})
+        write_json(folder / name, {token: index for index, token in enumerate(vocab.itos)})
     (folder / "source.spm").write_bytes(_sentencepiece_model(text.src_tokenizer))
     (folder / "target.spm").write_bytes(_sentencepiece_model(text.tgt_tokenizer))
-    _write_json(folder / "tokenizer_config.json", {
+    write_json(folder / "tokenizer_config.json", {
         "source_lang": config.data.src_lang, "target_lang": config.data.tgt_lang, "separate_vocabs": separate,
         **_special_tokens(text), "model_max_length": config.decode.max_src_len + 1, "tokenizer_class": "MarianTokenizer"})
+
+
+class MarianWriter(FolderWriter):
+    """A Hugging Face Marian folder, which transformers' MarianMTModel and MarianTokenizer load."""
+
+    format = ORIGIN_FORMAT
+
+    def cannot_hold(self, path: str | Path, arch: str) -> str:
+        held = with_layout(ORIGIN_FORMAT)
+        return (f"{path}: model.arch {arch}: a Marian model cannot express it (a Marian model is a Transformer: "
+                f"model.arch {' or '.join(held)})")
+
+    def check(self, path: str | Path, config: Config, layout: Any) -> None:
+        check_expressible(path, config, layout)
+
+    def write(self, translator: Translator, layout: Any, folder: Path, meta: dict[str, Any]) -> list[str]:
+        config, text = translator.config, translator.tokenization
+        # attnmt ends an output cut at its limit with the end token, as forced_eos_token_id does; an imported
+        # folder without it keeps its way. max_length counts the start token.
+        forced_eos = (meta.get("origin") or {}).get("forced_eos", True)
+        max_length = translator.max_output_tokens(config.decode.max_src_len) + 1 + forced_eos
+        write_json(folder / "config.json", marian_config_json(config, text, max_length, forced_eos, layout))
+        write_json(folder / "generation_config.json", generation_json(config, text.tgt_vocab, max_length, forced_eos))
+        save_safetensors_file(marian_tensors(translator.path or folder, translator.model.state_dict(), config.model,
+                                             layout), str(folder / SAFETENSORS), metadata={"format": "pt"})
+        write_tokenizer_files(folder, config, text)
+        return export_notes(config, max_length)
 
 
 def export_marian(model_path: str | Path, out_dir: str | Path, overwrite: bool = False) -> tuple[Path, list[str]]:
     """Write the Transformer at `model_path` as the Hugging Face Marian folder `out_dir` (atomically), which
     transformers' MarianMTModel and MarianTokenizer load; refused in one line, nothing written, where a Marian
     model cannot express its settings. Returns the folder and what transformers will do otherwise (export_notes)."""
-    meta = read_metadata(model_path)
-    check_expressible(model_path, describe(model_path, meta).config)   # before the weights, which may not fit Marian's
-    check_folder_free(out_dir, overwrite)
-    translator = Translator.load(model_path, device="cpu", precision="fp32", fast_paths=False)
-    config, text = translator.config, translator.tokenization
-    # attnmt ends an output cut at its limit with the end token, as forced_eos_token_id does; an imported
-    # folder without it keeps its way. max_length counts the start token.
-    forced_eos = (meta.get("origin") or {}).get("forced_eos", True)
-    max_length = translator.max_output_tokens(config.decode.max_src_len) + 1 + forced_eos
-    with atomic_folder(out_dir, overwrite) as folder:
-        _write_json(folder / "config.json", marian_config_json(config, text, max_length, forced_eos))
-        _write_json(folder / "generation_config.json", generation_json(config, text.tgt_vocab, max_length, forced_eos))
-        save_safetensors_file(marian_tensors(model_path, translator.model.state_dict(), config.model),
-                              str(folder / SAFETENSORS), metadata={"format": "pt"})
-        write_tokenizer_files(folder, config, text)
-    return Path(out_dir), export_notes(config, max_length)
+    return write_folder(MarianWriter(), model_path, out_dir, overwrite)

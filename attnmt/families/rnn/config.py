@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from ...config import Config, ModelConfig, ranged
+from ...config import Config, ModelConfig, moved_key, ranged
 from ...errors import AttnmtError
 
 
@@ -46,6 +46,14 @@ class RNNConfig(ModelConfig):
     @property
     def encoder_output_size(self) -> int:
         return self.enc_hidden * (2 if self.bidirectional else 1)
+
+    @classmethod
+    def moved_keys(cls, values: dict) -> dict:
+        # train.teacher_forcing, before scheduled sampling was the RNN's own
+        return moved_key(values, "teacher_forcing", "train", "model")
+
+    def without_attention(self) -> str:
+        return "model.attention none"
 
     def check(self, config: Config) -> None:
         super().check(config)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from ...config import Config, ModelConfig, ranged
+from ...config import Config, ModelConfig, moved_key, ranged
 from ...errors import AttnmtError
 
 
@@ -36,6 +36,11 @@ class TransformerConfig(ModelConfig):
     # post-norm layers train much faster. Embeddings are N(0, d^-1/2) either way; init_uniform above 0
     # replaces xavier and refuses fairseq.
     init: Literal["xavier", "fairseq"] = "xavier"
+
+    @classmethod
+    def moved_keys(cls, values: dict) -> dict:
+        # train.teacher_forcing of files that kept it for every family: 1.0, what a Transformer trains with
+        return moved_key(values, "teacher_forcing", "train", "model", dropped=1.0)
 
     def check(self, config: Config) -> None:
         super().check(config)
