@@ -91,7 +91,7 @@ def length_penalty(length: int, alpha: float) -> float:
 
 
 class GNMTScoring:
-    """attnmt's beam rules (decode.beam_scoring gnmt): a finished hypothesis scores log P / GNMT's
+    """GNMT's beam rules (decode.beam_scoring gnmt, attnmt's default): a finished hypothesis scores log P / GNMT's
     length penalty; the first beam_size to finish are kept; a sentence is done once no live hypothesis
     can still enter its n-best."""
 
@@ -119,11 +119,11 @@ class GNMTScoring:
         return nth_best >= best_live / length_penalty(max_length, alpha)
 
 
-class HuggingFaceScoring:
-    """transformers' generate beam search (decode.beam_scoring huggingface; early_stopping False): a
-    finished hypothesis scores log P / |Y|^alpha; the best beam_size finished are kept; a sentence is
-    done once beam_size have finished and the best live one, scored at its length so far, is no better
-    than the worst kept (a heuristic: a longer live hypothesis might still have beaten it)."""
+class LengthPowerScoring:
+    """Scores divided by a power of the length (decode.beam_scoring length_power; transformers' generate
+    with early_stopping false): a finished hypothesis scores log P / |Y|^alpha; the best beam_size finished
+    are kept; a sentence is done once beam_size have finished and the best live one, scored at its length so
+    far, is no better than the worst kept (a heuristic: a longer live hypothesis might still have beaten it)."""
 
     @staticmethod
     def score(log_prob: float, length: int, alpha: float) -> float:
@@ -143,10 +143,10 @@ class HuggingFaceScoring:
         return not best_live / max(produced, 1) ** alpha > min(h.score for h in finished)
 
 
-class HuggingFaceEarlyScoring(HuggingFaceScoring):
-    """generate's beam search with early_stopping True (decode.beam_scoring huggingface_early): scored and
-    kept as HuggingFaceScoring, but a sentence is done as soon as beam_size hypotheses have finished,
-    however good the live ones still are (CTranslate2's rule too, with its patience 1): fewer steps."""
+class LengthPowerEarlyScoring(LengthPowerScoring):
+    """LengthPowerScoring's scores, stopped early (decode.beam_scoring length_power_early; generate with
+    early_stopping true): a sentence is done as soon as beam_size hypotheses have finished, however good
+    the live ones still are (CTranslate2's rule too, with its patience 1): fewer steps."""
 
     @staticmethod
     def settled(finished: list[Hypothesis], beam_size: int, n_best: int, best_live: float, produced: int,
@@ -154,8 +154,24 @@ class HuggingFaceEarlyScoring(HuggingFaceScoring):
         return len(finished) >= beam_size
 
 
-SCORINGS: dict[str, type[GNMTScoring] | type[HuggingFaceScoring]] = {
-    "gnmt": GNMTScoring, "huggingface": HuggingFaceScoring, "huggingface_early": HuggingFaceEarlyScoring}
+SCORINGS: dict[str, type[GNMTScoring] | type[LengthPowerScoring]] = {
+    "gnmt": GNMTScoring, "length_power": LengthPowerScoring, "length_power_early": LengthPowerEarlyScoring}
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """How one search runs (greedy, or beam search for beam_size > 1): what a caller asks for
+    (TextTranslator.settings chooses the config's where it says nothing), and the engine's parts (its
+    end tokens, top-k and decoder step)."""
+
+    beam_size: int = 1                  # hypotheses kept per sentence; 1: greedy
+    alpha: float = 0.0                  # the length penalty's exponent (beam search)
+    n_best: int = 1                     # hypotheses returned per sentence, best first; at most beam_size
+    scoring: str = "gnmt"               # how beam search scores and finishes hypotheses: SCORINGS' keys
+    batch_size: Optional[int] = None    # sentences decoded at once (None: all)
+    symbols: Symbols = Symbols()        # the start and end tokens, and those never written
+    top_k: TopK = block_top_k           # torch.topk, or its fast path
+    step: Optional[Step] = None         # replaces the model's decoder step (a compiled one); None: the model's
 
 
 def rows_to_keep(live: torch.Tensor) -> Optional[torch.Tensor]:
@@ -173,41 +189,41 @@ def rows_to_keep(live: torch.Tensor) -> Optional[torch.Tensor]:
 
 
 class DecodingBatch:
-    """The sentences being decoded, `width` rows each (one per live hypothesis), and those waiting.
+    """The sentences being decoded, `beam_size` rows each (one per live hypothesis: K below), and those waiting.
 
     Sentences join in the order given (longest first is best: similar lengths share the batch,
     and the memory narrows as they get shorter), encoded `batch_size` at a time. Once an eighth
     of the slots hold ended sentences, waiting sentences take them over; when none wait, ended
     sentences leave the batch (`rows_to_keep`). Per row it keeps the decoder's memory and state,
     the next input token, the log-probability so far and the tokens and attention weights since
-    the row's sentence joined. Each step runs `step` (default: the model's own step).
+    the row's sentence joined. Each step runs the settings' step (default: the model's own step).
     """
 
     def __init__(self, model: Model, src: torch.Tensor, src_lengths: torch.Tensor, max_lengths: torch.Tensor,
-                 width: int, batch_size: Optional[int] = None, step: Optional[Step] = None, start: int = SOS_ID):
-        self.model, self.width, self.start = model, width, start
-        self.step = step or model.step
+                 settings: SearchSettings):
+        self.model, self.beam_size, self.start = model, settings.beam_size, settings.symbols.start
+        self.step = settings.step or model.step
         self.src, self.lengths = src, src_lengths.to(src.device)
         self.max_lengths = max_lengths.to(src.device).clamp(min=1)
-        self.batch_size = batch_size or src.shape[0]
+        self.batch_size = settings.batch_size or src.shape[0]
         self.encoded = 0                                  # sentences encoded so far
         self.pool: Optional[tuple[torch.Tensor, Rows, Rows]] = None  # encoded, not yet joined
         sentences, memory, state = self._take(self.batch_size)
         slots, device = sentences.shape[0], src.device
-        rows = torch.arange(slots, device=device).repeat_interleave(width)
+        rows = torch.arange(slots, device=device).repeat_interleave(self.beam_size)
         self.memory = memory.select(rows)                                  # b*K rows
         self.state = state.select(rows)
         self.sentence = sentences                                         # [b] the sentence in each slot
         self.live = torch.ones(slots, dtype=torch.bool, device=device)    # [b] slots whose sentence decodes
         self.first = torch.zeros(slots, dtype=torch.long, device=device)  # [b] history column of its first token
         self.scores = self._start_scores(slots)                           # [b, K] log-probability of each row
-        self.tokens = torch.full((slots * width,), start, dtype=torch.long, device=device)  # [b*K] next input
-        self.history = torch.zeros(slots * width, 0, dtype=torch.long, device=device)       # [b*K, w] outputs
+        self.tokens = torch.full((slots * self.beam_size,), self.start, dtype=torch.long, device=device)  # [b*K] next input
+        self.history = torch.zeros(slots * self.beam_size, 0, dtype=torch.long, device=device)       # [b*K, w] outputs
         # [b*K, w, S] weights, from the first step that returns them (none for a model without attention)
         self.attention: Optional[torch.Tensor] = None
 
     def _start_scores(self, slots: int) -> torch.Tensor:
-        scores = torch.full((slots, self.width), float("-inf"), device=self.src.device)
+        scores = torch.full((slots, self.beam_size), float("-inf"), device=self.src.device)
         scores[:, 0] = 0.0                            # one real start per sentence, not K copies of it
         return scores
 
@@ -241,7 +257,7 @@ class DecodingBatch:
 
     def at_limit(self) -> torch.Tensor:
         """[b*K] True for rows whose next token is their sentence's last (its max length)."""
-        return (self.max_lengths[self.sentence] <= self.produced() + 1).repeat_interleave(self.width)
+        return (self.max_lengths[self.sentence] <= self.produced() + 1).repeat_interleave(self.beam_size)
 
     def produced(self) -> torch.Tensor:
         """[b] the tokens each slot's rows have written so far."""
@@ -250,7 +266,7 @@ class DecodingBatch:
     def hypothesis(self, row: int, log_prob: float) -> Hypothesis:
         """The tokens of `row` so far, ended here by EOS of total log-probability `log_prob` (its score
         that too: beam search applies its length penalty)."""
-        slot = row // self.width
+        slot = row // self.beam_size
         first, sentence = int(self.first[slot]), int(self.sentence[slot])
         ids = self.history[row, first:].tolist()
         attention = None
@@ -301,7 +317,7 @@ class DecodingBatch:
             self.attention = None if self.attention is None else self.attention[..., :longest]
 
     def _rows(self, slots: torch.Tensor) -> torch.Tensor:
-        return (slots.unsqueeze(1) * self.width + torch.arange(self.width, device=slots.device)).view(-1)
+        return (slots.unsqueeze(1) * self.beam_size + torch.arange(self.beam_size, device=slots.device)).view(-1)
 
     def _keep(self, slots: torch.Tensor) -> None:
         rows = self._rows(slots)
@@ -322,7 +338,7 @@ class DecodingBatch:
 
     def _put(self, slots: torch.Tensor, sentences: torch.Tensor, memory: Rows, state: Rows) -> None:
         rows = self._rows(slots)
-        source_rows = torch.arange(slots.shape[0], device=slots.device).repeat_interleave(self.width)
+        source_rows = torch.arange(slots.shape[0], device=slots.device).repeat_interleave(self.beam_size)
         if memory.length > self.memory.length:
             self._widen(memory.length)
         self.memory.put(rows, memory.select(source_rows))
@@ -342,15 +358,15 @@ class DecodingBatch:
 
 @torch.inference_mode()
 def greedy(model: Model, src: torch.Tensor, src_lengths: torch.Tensor, max_lengths: torch.Tensor,
-           batch_size: Optional[int] = None, step: Optional[Step] = None, top_k: TopK = block_top_k,
-           symbols: Symbols = Symbols()) -> list[Hypothesis]:
+           settings: SearchSettings = SearchSettings()) -> list[Hypothesis]:
     """The most likely token at each step, until EOS or the sentence's own `max_lengths` [N].
 
-    src [N, S] and src_lengths [N] hold all the sentences; at most `batch_size` (default: all)
-    decode at once; `step` replaces the model's decoder step and `top_k` torch.topk (block_top_k).
+    src [N, S] and src_lengths [N] hold all the sentences; at most the settings' batch_size (default: all)
+    decode at once, with their step, top-k and symbols (their beam, alpha and n-best are beam search's).
     Returns one hypothesis per sentence.
     """
-    batch = DecodingBatch(model, src, src_lengths, max_lengths, 1, batch_size, step, symbols.start)
+    symbols, top_k = settings.symbols, settings.top_k
+    batch = DecodingBatch(model, src, src_lengths, max_lengths, replace(settings, beam_size=1))
     results: dict[int, Hypothesis] = {}                                         # by sentence
     while batch.decoding():
         logits, weights = batch.decode()                                        # [b, V], [b, S]
@@ -369,20 +385,18 @@ def greedy(model: Model, src: torch.Tensor, src_lengths: torch.Tensor, max_lengt
 
 @torch.inference_mode()
 def beam_search(model: Model, src: torch.Tensor, src_lengths: torch.Tensor, max_lengths: torch.Tensor,
-                beam_size: int, alpha: float = 0.0, n_best: int = 1, batch_size: Optional[int] = None,
-                step: Optional[Step] = None, top_k: TopK = block_top_k, symbols: Symbols = Symbols(),
-                scoring: str = "gnmt") -> list[list[Hypothesis]]:
-    """The `n_best` best hypotheses per sentence, best first, by batched beam search.
+                settings: SearchSettings) -> list[list[Hypothesis]]:
+    """The settings' n_best best hypotheses per sentence, best first, by batched beam search.
 
-    Each sentence keeps `beam_size` live hypotheses. At every step the best 2 x beam_size
-    extensions are ranked; an EOS among the first beam_size finishes that hypothesis, the best
-    beam_size others live on. Which finished hypotheses are kept and when a sentence is done is the
-    `scoring`'s (SCORINGS: decode.beam_scoring); a sentence at its max length ends too (there only
-    EOS may follow). At most `batch_size` sentences (default: all) decode at once; `step` replaces the
-    model's decoder step and `top_k` torch.topk (block_top_k).
+    Each sentence keeps beam_size (K) live hypotheses. At every step the best 2K extensions are
+    ranked; an EOS among the first K finishes that hypothesis, the best K others live on. Which
+    finished hypotheses are kept and when a sentence is done is the settings' scoring's (SCORINGS:
+    decode.beam_scoring); a sentence at its max length ends too (there only EOS may follow). At most
+    batch_size sentences (default: all) decode at once, with the settings' step and top-k.
     """
-    k, rules = beam_size, SCORINGS[scoring]
-    batch = DecodingBatch(model, src, src_lengths, max_lengths, k, batch_size, step, symbols.start)
+    beam_size, alpha, n_best, symbols = settings.beam_size, settings.alpha, settings.n_best, settings.symbols
+    rules, top_k = SCORINGS[settings.scoring], settings.top_k
+    batch = DecodingBatch(model, src, src_lengths, max_lengths, settings)
     finished: list[list[Hypothesis]] = [[] for _ in range(src.shape[0])]
     while batch.decoding():
         logits, weights = batch.decode()                                            # [b*K, V]
@@ -392,25 +406,25 @@ def beam_search(model: Model, src: torch.Tensor, src_lengths: torch.Tensor, max_
         if at_limit.any():  # at the length limit only EOS may follow
             not_eos = torch.arange(vocab, device=logits.device) != symbols.end
             candidates.masked_fill_(at_limit.unsqueeze(1) & not_eos, float("-inf"))
-        b = candidates.shape[0] // k
-        top_scores, top_ids = top_k(candidates.view(b, k * vocab), min(2 * k, k * vocab))  # [b, 2K]
-        from_row = top_ids // vocab + torch.arange(b, device=logits.device).unsqueeze(1) * k   # rows of b*K
+        b = candidates.shape[0] // beam_size
+        top_scores, top_ids = top_k(candidates.view(b, beam_size * vocab), min(2 * beam_size, beam_size * vocab))  # [b, 2K]
+        from_row = top_ids // vocab + torch.arange(b, device=logits.device).unsqueeze(1) * beam_size   # rows of b*K
         next_token = top_ids % vocab
         is_eos = (next_token == symbols.end) & torch.isfinite(top_scores)
 
-        for i, j in is_eos[:, :k].nonzero().tolist():  # EOS among the best K: a finished hypothesis
+        for i, j in is_eos[:, :beam_size].nonzero().tolist():  # EOS among the best K: a finished hypothesis
             if batch.live[i]:
                 done = batch.hypothesis(int(from_row[i, j]), float(top_scores[i, j]))
                 score = rules.score(done.log_prob, len(done.ids) + 1, alpha)
-                rules.keep(finished[int(batch.sentence[i])], replace(done, score=score), k)
+                rules.keep(finished[int(batch.sentence[i])], replace(done, score=score), beam_size)
 
         live_scores = top_scores.masked_fill(next_token == symbols.end, float("-inf"))
-        scores, pick = live_scores.topk(k, dim=1)                                   # [b, K]
+        scores, pick = live_scores.topk(beam_size, dim=1)                                   # [b, K]
         batch.choose(from_row.gather(1, pick).view(-1), next_token.gather(1, pick).view(-1), scores, weights)
 
         limits, produced = batch.max_lengths[batch.sentence], batch.produced()
-        ended = at_limit.view(b, k)[:, 0] | torch.tensor(
-            [rules.settled(finished[s], k, n_best, live, made, limit, alpha) for s, live, made, limit
+        ended = at_limit.view(b, beam_size)[:, 0] | torch.tensor(
+            [rules.settled(finished[s], beam_size, n_best, live, made, limit, alpha) for s, live, made, limit
              in zip(batch.sentence.tolist(), scores[:, 0].tolist(), produced.tolist(), limits.tolist())],
             device=logits.device)
         batch.retire(ended & batch.live)

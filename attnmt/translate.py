@@ -5,7 +5,7 @@ from __future__ import annotations
 import abc
 import copy
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Iterator, Optional, Protocol, cast
 
@@ -24,7 +24,7 @@ from .modelfile import ModelDescription, describe, load_file, network_weights, r
 from .precision import has_lstm, precision_note, resolve_device
 from .precision import resolve as resolve_precision
 from .seam import AttentionView, Model, gives, require
-from .search import Hypothesis, Step, Symbols, beam_search, greedy, top_k
+from .search import Hypothesis, SearchSettings, Step, Symbols, beam_search, greedy, top_k
 from .tokenize import Tokenizer
 from .vocab import SOS, Tokenization
 
@@ -131,6 +131,19 @@ class TextTranslator(abc.ABC):
         decode = self.config.decode
         return int(source_length * decode.max_len_ratio) + decode.max_len_extra
 
+    def settings(self, beam_size: Optional[int] = None, alpha: Optional[float] = None, n_best: int = 1,
+                 batch_size: Optional[int] = None, names: tuple[str, str] = ("n_best", "beam_size")) -> SearchSettings:
+        """How a call searches: the config's decode settings where the caller says nothing (the one place
+        every front's defaults are chosen), n_best checked against the beam (check_n_best, its mistakes
+        named by `names`, as the caller's user writes them)."""
+        decode = self.config.decode
+        beam_size = decode.beam_size if beam_size is None else beam_size
+        if beam_size < 1:
+            raise AttnmtError(f"{names[1]}: {beam_size}; ask for 1 (greedy decoding) or more")
+        check_n_best(n_best, beam_size, names)
+        return SearchSettings(beam_size, decode.alpha if alpha is None else alpha, n_best, decode.beam_scoring,
+                              batch_size or decode.batch_size)
+
     def translate(self, texts: list[str], beam_size: Optional[int] = None, alpha: Optional[float] = None,
                   batch_size: Optional[int] = None) -> list[Translation]:
         """Translate sentences: greedy, or beam search when beam_size > 1 (default: the config's)."""
@@ -144,28 +157,27 @@ class TextTranslator(abc.ABC):
     def translate_stream(self, texts: Iterable[str], n_best: int = 1, beam_size: Optional[int] = None,
                          alpha: Optional[float] = None,
                          batch_size: Optional[int] = None) -> Iterator[list[list[Translation]]]:
-        """Translate sentences as they come: pulls CHUNK batches' worth of `texts` at a time and
-        yields their n_best lists (best first), in the order of `texts`, before it pulls more.
+        """Translate sentences as they come (see stream), searched as `settings` says of these arguments."""
+        return self.stream(texts, self.settings(beam_size, alpha, n_best, batch_size))
+
+    def stream(self, texts: Iterable[str], settings: SearchSettings) -> Iterator[list[list[Translation]]]:
+        """Translate sentences as they come, searched as `settings` says: pulls CHUNK batches' worth of
+        `texts` at a time and yields their n_best lists (best first), in the order of `texts`, before it
+        pulls more.
 
         Memory does not grow with the input, which may be a lazy iterator (a file's lines).
-        Sentences are decoded longest first within their chunk, at most `batch_size` at a time; an
+        Sentences are decoded longest first within their chunk, at most batch_size at a time; an
         empty sentence gets one empty translation. Mistakes in the arguments raise at the call.
         """
         if isinstance(texts, str):
             raise TypeError("translate() takes a list of sentences; wrap a single one: translate([text])")
-        decode = self.config.decode
-        beam_size = beam_size or decode.beam_size
-        alpha = decode.alpha if alpha is None else alpha
-        check_n_best(n_best, beam_size)
-        return self._stream(iter(texts), n_best, beam_size, alpha, batch_size or decode.batch_size)
+        return self._stream(iter(texts), settings)
 
-    def _stream(self, texts: Iterator[str], n_best: int, beam_size: int, alpha: float,
-                batch_size: int) -> Iterator[list[list[Translation]]]:
-        while chunk := list(itertools.islice(texts, CHUNK * batch_size)):
-            yield self._translate_chunk(chunk, n_best, beam_size, alpha, batch_size)
+    def _stream(self, texts: Iterator[str], settings: SearchSettings) -> Iterator[list[list[Translation]]]:
+        while chunk := list(itertools.islice(texts, CHUNK * (settings.batch_size or 1))):
+            yield self._translate_chunk(chunk, settings)
 
-    def _translate_chunk(self, texts: list[str], n_best: int, beam_size: int, alpha: float,
-                         batch_size: int) -> list[list[Translation]]:
+    def _translate_chunk(self, texts: list[str], settings: SearchSettings) -> list[list[Translation]]:
         """The n_best lists of `texts`, decoded by one search call."""
         sources = [self.tokenize_source(t) for t in texts]
         results: list[list[Translation]] = [[] for _ in texts]
@@ -174,13 +186,12 @@ class TextTranslator(abc.ABC):
                 results[i] = [Translation("", [], [], np.zeros((0, 0), dtype=np.float32), 0.0)]
         ids = [i for i, tokens in enumerate(sources) if tokens]
         if ids:
-            for i, nbest in zip(ids, self._search([sources[i] for i in ids], n_best, beam_size, alpha, batch_size)):
+            for i, nbest in zip(ids, self._search([sources[i] for i in ids], settings)):
                 results[i] = nbest
         return results
 
     @abc.abstractmethod
-    def _search(self, sources: list[list[str]], n_best: int, beam_size: int, alpha: float,
-                batch_size: int) -> list[list[Translation]]:
+    def _search(self, sources: list[list[str]], settings: SearchSettings) -> list[list[Translation]]:
         """The n_best translations of each tokenized (non-empty) source, in their order."""
 
     @abc.abstractmethod
@@ -311,9 +322,7 @@ class Translator(TextTranslator):
         """One line on the precision chosen (for `auto`) or a warning (bf16 without native bf16), or None."""
         return precision_note({"decode.precision": self.config.decode.precision}, self.device, has_lstm(self.model.modules()))
 
-    def _search(self, sources: list[list[str]], n_best: int, beam_size: int, alpha: float,
-                batch_size: int) -> list[list[Translation]]:
-        decode = self.config.decode
+    def _search(self, sources: list[list[str]], settings: SearchSettings) -> list[list[Translation]]:
         # Longest first: sentences of similar length share the batch (few pads), and the last steps,
         # where the batch empties, are those of the shortest sentences.
         ids = sorted(range(len(sources)), key=lambda i: -len(sources[i]))
@@ -323,12 +332,11 @@ class Translator(TextTranslator):
         lengths = torch.tensor([len(sources[i]) for i in ids])
         # In decoding steps: the tokens and the <eos> the searches force at the limit.
         max_lengths = torch.tensor([self.max_output_tokens(n) + 1 for n in lengths.tolist()])
-        fast_top_k, symbols = top_k(decode.fast_paths), self.symbols()
-        if beam_size == 1:
-            nbests = [[h] for h in greedy(model, src, lengths, max_lengths, batch_size, step, fast_top_k, symbols)]
+        settings = replace(settings, symbols=self.symbols(), top_k=top_k(self.config.decode.fast_paths), step=step)
+        if settings.beam_size == 1:
+            nbests = [[h] for h in greedy(model, src, lengths, max_lengths, settings)]
         else:
-            nbests = beam_search(model, src, lengths, max_lengths, beam_size, alpha, n_best, batch_size, step,
-                                 fast_top_k, symbols, decode.beam_scoring)
+            nbests = beam_search(model, src, lengths, max_lengths, settings)
         results: list[list[Translation]] = [[] for _ in sources]
         for i, hypotheses in zip(ids, nbests):
             results[i] = [self._translation(sources[i], h) for h in hypotheses]

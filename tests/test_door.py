@@ -123,11 +123,11 @@ def flag_cases() -> list[tuple[str, str, str]]:
 FLAG_CASES = flag_cases()
 
 
-@pytest.mark.parametrize("typed, named", [("trian", "did you mean train?"), ("plot-curve", "did you mean plot-curves?"),
-                                          ("xyz", "the commands are demo, train, prepare, translate")])
+@pytest.mark.parametrize("typed, named", [("trian", " (did you mean train?)"), ("plot-curve", " (did you mean plot-curves?)"),
+                                          ("xyz", "; the commands are demo, train, prepare, translate")])
 def test_a_mistyped_command_gets_the_nearest_named(capsys, typed, named):
     code, err = run(capsys, [typed, "c.yaml"])
-    assert_refused(code, err, f"unknown command {typed!r}; {named}")
+    assert_refused(code, err, f"unknown command {typed!r}{named}")
     assert "invalid choice" not in err
 
 
@@ -167,11 +167,11 @@ def test_bad_device_is_one_line(dates_model, capsys, device):
 
 def test_a_mistyped_flag_gets_one_prefix_and_the_nearest_flag(capsys):
     code, err = run(capsys, ["translate", "m.safetensors", "--beam-size", "5"])
-    assert_refused(code, err, "unrecognized arguments: --beam-size 5; did you mean --beam?", "attnmt translate --help")
+    assert_refused(code, err, "unrecognized arguments: --beam-size 5 (did you mean --beam?)", "attnmt translate --help")
     assert not err.startswith("attnmt: error: attnmt")
 
 
 def test_a_mistyped_command_is_said_with_one_prefix(capsys):
     code, err = run(capsys, ["import-model"])
-    assert_refused(code, err, "unknown command 'import-model'; did you mean import?")
+    assert_refused(code, err, "unknown command 'import-model' (did you mean import?)")
     assert not err.startswith("attnmt: error: attnmt")

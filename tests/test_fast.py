@@ -37,7 +37,7 @@ from attnmt.families.transformer.network import Transformer
 from attnmt.fast import fast_paths_in
 from attnmt.fast.layers import OUTPUT_BLOCK, BlockedLinear, RandDropout, use_fast_layers
 from attnmt.precision import autocast
-from attnmt.search import beam_search, block_top_k, greedy, reference_top_k, top_k
+from attnmt.search import SearchSettings, beam_search, block_top_k, greedy, reference_top_k, top_k
 from attnmt.training.step import TeacherForced, sequence_loss
 from attnmt.training.train import train
 from attnmt.translate import model_info
@@ -574,8 +574,8 @@ def test_transformer_decodes_like_the_reference(dtype, kind):
     src, lengths, max_lengths = random_batch(7, batch=40)
     results = []
     for network in (model, reference_of(model)):
-        results.append([[h] for h in greedy(network, src, lengths, max_lengths, batch_size=5)]
-                       + beam_search(network, src, lengths, max_lengths, 3, 0.6, 3, batch_size=5))
+        results.append([[h] for h in greedy(network, src, lengths, max_lengths, SearchSettings(batch_size=5))]
+                       + beam_search(network, src, lengths, max_lengths, SearchSettings(beam_size=3, alpha=0.6, n_best=3, batch_size=5)))
     assert len({len(hyps[0].ids) for hyps in results[1]}) >= 4                 # outputs of many lengths
     for ours, theirs in zip(*results, strict=True):
         assert [h.ids for h in ours] == [h.ids for h in theirs]
@@ -642,8 +642,8 @@ def test_wide_vocabulary_search_equals_plain_topk(beam_size):
     assert top_k(True) is block_top_k and top_k(False) is reference_top_k
     outputs = []
     for fast in (True, False):
-        beams = beam_search(model, src, lengths, max_lengths, beam_size, n_best=beam_size, batch_size=4, top_k=top_k(fast))
-        greedy_ids = [h.ids for h in greedy(model, src, lengths, max_lengths, batch_size=4, top_k=top_k(fast))]
+        beams = beam_search(model, src, lengths, max_lengths, SearchSettings(beam_size=beam_size, n_best=beam_size, batch_size=4, top_k=top_k(fast)))
+        greedy_ids = [h.ids for h in greedy(model, src, lengths, max_lengths, SearchSettings(batch_size=4, top_k=top_k(fast)))]
         outputs.append(([[h.ids for h in hyps] for hyps in beams], greedy_ids))
     assert outputs[0] == outputs[1]
     assert len({len(ids) for hyps in outputs[1][0] for ids in hyps}) >= 4     # hypotheses end at many lengths

@@ -18,7 +18,8 @@ from attnmt.errors import AttnmtError
 from attnmt.families import build_model
 from attnmt.families.transformer.network import FeedForward, sinusoids
 from attnmt.seam import forced_logits
-from attnmt.search import GNMTScoring, HuggingFaceEarlyScoring, HuggingFaceScoring, Hypothesis, Symbols, beam_search, greedy
+from attnmt.search import (GNMTScoring, Hypothesis, LengthPowerEarlyScoring, LengthPowerScoring, SearchSettings, Symbols,
+                           beam_search, greedy)
 from attnmt.tokenize import make_tokenizer
 from attnmt.translate import Translator
 from attnmt.vocab import EOS_ID, SOS_ID, UNK_ID, Tokenization, Vocabulary
@@ -162,32 +163,32 @@ def hypothesis(score: float) -> Hypothesis:
 def test_hugging_faces_rules_keep_the_best_finished_and_stop_by_its_heuristic():
     kept: list[Hypothesis] = []
     for score in (-3.0, -1.0, -2.0, -0.5):
-        HuggingFaceScoring.keep(kept, hypothesis(score), 3)
+        LengthPowerScoring.keep(kept, hypothesis(score), 3)
     assert [h.score for h in kept] == [-0.5, -1.0, -2.0]           # attnmt's gnmt keeps the first three instead
     first: list[Hypothesis] = []
     for score in (-3.0, -1.0, -2.0, -0.5):
         GNMTScoring.keep(first, hypothesis(score), 3)
     assert [h.score for h in first] == [-3.0, -1.0, -2.0]
-    assert HuggingFaceScoring.score(-6.0, 4, 1.0) == -1.5 and GNMTScoring.score(-6.0, 1, 1.0) == -6.0
+    assert LengthPowerScoring.score(-6.0, 4, 1.0) == -1.5 and GNMTScoring.score(-6.0, 1, 1.0) == -6.0
     # done once beam_size have finished and the best live one, at its length so far, is no better than the worst kept
-    assert not HuggingFaceScoring.settled(kept[:2], 3, 1, -10.0, 5, 100, 1.0)
-    assert HuggingFaceScoring.settled(kept, 3, 1, -10.0, 5, 100, 1.0)          # -10 / 5 = -2.0: not better
-    assert not HuggingFaceScoring.settled(kept, 3, 1, -9.0, 5, 100, 1.0)       # -1.8 beats -2.0
+    assert not LengthPowerScoring.settled(kept[:2], 3, 1, -10.0, 5, 100, 1.0)
+    assert LengthPowerScoring.settled(kept, 3, 1, -10.0, 5, 100, 1.0)          # -10 / 5 = -2.0: not better
+    assert not LengthPowerScoring.settled(kept, 3, 1, -9.0, 5, 100, 1.0)       # -1.8 beats -2.0
     # with generate's early_stopping: done once beam_size have finished, however good the live one is
-    assert HuggingFaceEarlyScoring.settled(kept, 3, 1, -0.1, 5, 100, 1.0)
-    assert not HuggingFaceEarlyScoring.settled(kept[:2], 3, 1, -100.0, 5, 100, 1.0)
+    assert LengthPowerEarlyScoring.settled(kept, 3, 1, -0.1, 5, 100, 1.0)
+    assert not LengthPowerEarlyScoring.settled(kept[:2], 3, 1, -100.0, 5, 100, 1.0)
 
 
 def test_beam_search_under_hugging_faces_rules_ranks_by_log_probability_over_length():
     model = translator(5).model
     src = torch.tensor([[4, 5, 6, 7], [8, 9, 10, 0]])
     lengths, limits = torch.tensor([4, 3]), torch.tensor([12, 12])
-    beams = beam_search(model, src, lengths, limits, 4, 1.0, n_best=4, scoring="huggingface")
-    gnmt = beam_search(model, src, lengths, limits, 4, 1.0, n_best=4)
+    beams = beam_search(model, src, lengths, limits, SearchSettings(beam_size=4, alpha=1.0, n_best=4, scoring="length_power"))
+    gnmt = beam_search(model, src, lengths, limits, SearchSettings(beam_size=4, alpha=1.0, n_best=4))
     for hypotheses in beams:
         assert [h.score for h in hypotheses] == sorted((h.score for h in hypotheses), reverse=True)
         for h in hypotheses:
             assert h.score == pytest.approx(h.log_prob / (len(h.ids) + 1))
     assert [[h.ids for h in b] for b in beams] != [[h.ids for h in b] for b in gnmt]   # the option changes the search
-    assert [h.ids for h in greedy(model, src, lengths, limits, symbols=Symbols())] == [
-        b[0].ids for b in beam_search(model, src, lengths, limits, 1, 1.0, scoring="huggingface")]
+    assert [h.ids for h in greedy(model, src, lengths, limits, SearchSettings(symbols=Symbols()))] == [
+        b[0].ids for b in beam_search(model, src, lengths, limits, SearchSettings(beam_size=1, alpha=1.0, scoring="length_power"))]

@@ -11,7 +11,7 @@ from attnmt.families import build_model
 from attnmt.families.rnn.config import RNNConfig
 from attnmt.families.transformer.config import TransformerConfig
 from attnmt.seam import forced_logits
-from attnmt.search import beam_search, greedy, length_penalty
+from attnmt.search import SearchSettings, beam_search, greedy, length_penalty
 from attnmt.vocab import EOS_ID, SOS_ID
 
 TRANSFORMER = {"arch": "transformer", "enc_layers": 2, "dec_layers": 2, "heads": 2, "ff_dim": 32}
@@ -58,7 +58,7 @@ def sequence_log_prob(model, src: torch.Tensor, length: torch.Tensor, ids: list[
 def test_beam_one_equals_greedy(kind):
     model = random_model(**kind)
     src, lengths, max_lengths = random_batch(1)
-    beams = beam_search(model, src, lengths, max_lengths, beam_size=1)
+    beams = beam_search(model, src, lengths, max_lengths, SearchSettings(beam_size=1))
     for hyps, expected in zip(beams, greedy(model, src, lengths, max_lengths), strict=True):
         assert hyps[0].ids == expected.ids
         assert hyps[0].log_prob == pytest.approx(expected.log_prob, abs=1e-4)
@@ -71,7 +71,7 @@ def test_scores_are_true_log_probabilities(family):
     model = random_model(**family)
     src, lengths, max_lengths = random_batch(2)
     alpha = 0.6
-    beams = beam_search(model, src, lengths, max_lengths, beam_size=4, alpha=alpha, n_best=4)
+    beams = beam_search(model, src, lengths, max_lengths, SearchSettings(beam_size=4, alpha=alpha, n_best=4))
     for row, hyps in enumerate(beams):
         assert 1 <= len(hyps) <= 4
         assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
@@ -86,7 +86,7 @@ def test_scores_are_true_log_probabilities(family):
 def test_beam_finds_at_least_as_likely_output_as_greedy():
     model = random_model(3)
     src, lengths, max_lengths = random_batch(3, batch=10)
-    beams = beam_search(model, src, lengths, max_lengths, beam_size=8)
+    beams = beam_search(model, src, lengths, max_lengths, SearchSettings(beam_size=8))
     better = sum(h[0].log_prob >= g.log_prob - 1e-5 for h, g in zip(beams, greedy(model, src, lengths, max_lengths), strict=True))
     assert better >= 9  # beam search is not guaranteed to win, but nearly always does
 
@@ -95,11 +95,10 @@ def test_beam_finds_at_least_as_likely_output_as_greedy():
 def test_sentence_alone_or_in_a_batch_of_64_gives_the_same_output(family):
     model = random_model(4, **family)
     src, lengths, max_lengths = random_batch(4, batch=64)
-    together = beam_search(model, src, lengths, max_lengths, beam_size=5, alpha=0.6, n_best=3)
+    together = beam_search(model, src, lengths, max_lengths, SearchSettings(beam_size=5, alpha=0.6, n_best=3))
     for row in range(0, 64, 7):
         n = int(lengths[row])
-        alone = beam_search(model, src[row : row + 1, :n], lengths[row : row + 1], max_lengths[row : row + 1],
-                            beam_size=5, alpha=0.6, n_best=3)[0]
+        alone = beam_search(model, src[row : row + 1, :n], lengths[row : row + 1], max_lengths[row : row + 1], SearchSettings(beam_size=5, alpha=0.6, n_best=3))[0]
         assert [h.ids for h in alone] == [h.ids for h in together[row]]
         for a, b in zip(alone, together[row]):
             assert a.log_prob == pytest.approx(b.log_prob, abs=1e-4)
@@ -119,8 +118,8 @@ def test_refilled_batch_gives_what_one_batch_gives(kind, beam_size, batch_size):
 
     def decode(size):
         if beam_size == 1:
-            return [[h] for h in greedy(model, src, lengths, max_lengths, size)]
-        return beam_search(model, src, lengths, max_lengths, beam_size, 0.6, beam_size, size)
+            return [[h] for h in greedy(model, src, lengths, max_lengths, SearchSettings(batch_size=size))]
+        return beam_search(model, src, lengths, max_lengths, SearchSettings(beam_size=beam_size, alpha=0.6, n_best=beam_size, batch_size=size))
 
     for refilled, reference in zip(decode(batch_size), decode(None), strict=True):
         assert [h.ids for h in refilled] == [h.ids for h in reference]
@@ -137,7 +136,7 @@ def test_length_limit_is_respected(family):
         classifier(model).bias[EOS_ID] -= 50.0  # never chooses EOS by itself
     src, lengths, _ = random_batch(5)
     limits = torch.tensor([1, 2, 3, 4, 5, 6])
-    for hyps, limit in zip(beam_search(model, src, lengths, limits, beam_size=3, n_best=3), limits, strict=True):
+    for hyps, limit in zip(beam_search(model, src, lengths, limits, SearchSettings(beam_size=3, n_best=3)), limits, strict=True):
         assert all(len(h.ids) == int(limit) - 1 for h in hyps)
         assert all(math.isfinite(h.log_prob) for h in hyps)
 
@@ -166,7 +165,7 @@ def test_early_stop_returns_what_the_full_search_returns(monkeypatch, seed, n_be
         classifier(model).weight.mul_(4)
     k, alpha = 4, 0.0
     src, lengths, limits = random_batch(11, batch=24)
-    early = beam_search(model, src, lengths, limits, k, alpha, n_best)
+    early = beam_search(model, src, lengths, limits, SearchSettings(beam_size=k, alpha=alpha, n_best=n_best))
     stopped_early = []
     settled = search.GNMTScoring.settled
 
@@ -176,7 +175,7 @@ def test_early_stop_returns_what_the_full_search_returns(monkeypatch, seed, n_be
         return len(hypotheses) >= beam_size
 
     monkeypatch.setattr(search.GNMTScoring, "settled", staticmethod(full_rule))
-    full = beam_search(model, src, lengths, limits, k, alpha, n_best)
+    full = beam_search(model, src, lengths, limits, SearchSettings(beam_size=k, alpha=alpha, n_best=n_best))
     assert stopped_early                                  # the bound did cut searches short
     for ours, reference in zip(early, full, strict=True):
         assert [h.ids for h in ours] == [h.ids for h in reference]

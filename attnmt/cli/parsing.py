@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import difflib
 import typing
 
 from ..config import Range, field_range
+from ..errors import did_you_mean, nearest
 from ..files import model_file
 
 # What build_parser adds the commands to; each command's module adds its own (`add_<command>`).
@@ -25,15 +25,14 @@ class Parser(argparse.ArgumentParser):
         sub = next(a for a in self._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
         flags = [flag for action in sub._actions for flag in action.option_strings]
         near = {flag for typed in extra if typed.startswith("-") for flag in _nearest(typed.split("=")[0], flags)}
-        hint = f"; did you mean {' or '.join(sorted(near))}?" if near else ""
-        sub.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
+        sub.error(f"unrecognized arguments: {' '.join(extra)}{did_you_mean(sorted(near))}")
 
     def _check_value(self, action: argparse.Action, value: object) -> None:
         # A mistyped command gets the nearest commands, not "argument COMMAND: invalid choice" and all of them.
         if isinstance(action, argparse._SubParsersAction) and value not in action.choices:
-            near = difflib.get_close_matches(str(value), action.choices)
-            hint = f"did you mean {' or '.join(near)}?" if near else f"the commands are {', '.join(action.choices)}"
-            raise argparse.ArgumentError(None, f"unknown command {value!r}; {hint}")
+            near = nearest(str(value), action.choices, n=3)
+            hint = did_you_mean(near) if near else f"; the commands are {', '.join(action.choices)}"
+            raise argparse.ArgumentError(None, f"unknown command {value!r}{hint}")
         super()._check_value(action, value)
 
 
@@ -41,7 +40,7 @@ def _nearest(typed: str, flags: list[str]) -> list[str]:
     """The flags `typed` was likeliest meant as: one it extends or abbreviates (--beam-size: --beam),
     else the nearest by spelling."""
     return ([flag for flag in flags if typed.startswith(flag + "-") or (len(typed) > 3 and flag.startswith(typed))]
-            or difflib.get_close_matches(typed, flags, n=1))
+            or nearest(typed, flags))
 
 
 class Number:

@@ -35,16 +35,13 @@ def add_translate(commands: Commands) -> None:
 
 
 def _translate(args: argparse.Namespace) -> None:
-    from ..translate import check_n_best
-
     if args.sentences and args.input:
         raise AttnmtError("translate takes sentences as arguments or --input FILE, not both")
     translator = load_translator(args, args.model)
-    check_n_best(args.n_best, args.beam or translator.config.decode.beam_size, ("--n-best", "--beam"))
+    settings = translator.settings(args.beam, args.alpha, args.n_best, args.batch_size, ("--n-best", "--beam"))
     lines = iter(args.sentences) if args.sentences else input_lines(args.input)
     first = list(itertools.islice(lines, 1))  # a missing or unreadable input fails here, before any output
-    chunks = translator.translate_stream(itertools.chain(first, lines), args.n_best, args.beam, args.alpha,
-                                         args.batch_size)
+    chunks = translator.stream(itertools.chain(first, lines), settings)
     with output(args.output) as write:
         number = 0  # of the sentence, in n-best lists
         for nbest in chunks:

@@ -20,10 +20,11 @@ from ..analysis.explain import FIELDS
 from ..config import ServeConfig, source_languages, validate_serve
 from ..errors import AttnmtError
 from ..seam import AttentionView
+from ..search import SearchSettings
 from ..tokenize import Tokenizer
 from ..training.metrics import METRICS_FILE, read_metrics
 from ..training.timeline import TIMELINE_FILE, read_timeline
-from ..translate import TextTranslator, Translation, Translator, check_n_best, lines_of, texts_of
+from ..translate import TextTranslator, Translation, Translator, lines_of, texts_of
 from .access import KeyFile, RateLimits
 from .batching import Batcher, model_thread
 from .errors import ServeError, answer_errors
@@ -119,7 +120,6 @@ class ModelService:
         translator = served.translator
         self.translator = translator
         self.limits = limits
-        self.default_beam = translator.config.decode.beam_size
         self.engine = translator.engine_info().engine
         # Never let the translator cut a long input silently: refuse it instead.
         self.max_tokens = min(limits.max_tokens, translator.config.decode.max_src_len)
@@ -140,16 +140,20 @@ class ModelService:
         if tokens > self.max_tokens:
             raise ServeError(413, f"{what} has {tokens} tokens; the limit is {self.max_tokens}")
 
-    def check(self, texts: list[str], beam: int, n_best: int) -> None:
-        """Refuse what is over a limit of this model's."""
-        for i, text in enumerate(texts, 1):
-            self.check_length(f"sentence {i}", text, self.translator.src_tokenizer)
-        if beam > self.limits.max_beam:
-            raise ServeError(422, f"beam: {beam} is over this server's limit of {self.limits.max_beam}")
+    def settings(self, beam_size: Optional[int], n_best: int) -> SearchSettings:
+        """A request's search (the request's `beam`, else the model's), refused over this server's limit."""
         try:
-            check_n_best(n_best, beam, ("n_best", "beam"))
+            settings = self.translator.settings(beam_size, n_best=n_best, names=("n_best", "beam"))
         except AttnmtError as err:
             raise ServeError(422, str(err)) from None
+        if settings.beam_size > self.limits.max_beam:
+            raise ServeError(422, f"beam: {settings.beam_size} is over this server's limit of {self.limits.max_beam}")
+        return settings
+
+    def check(self, texts: list[str]) -> None:
+        """Refuse a sentence over this model's limits."""
+        for i, text in enumerate(texts, 1):
+            self.check_length(f"sentence {i}", text, self.translator.src_tokenizer)
 
 
 class Endpoints:
@@ -185,10 +189,10 @@ class Endpoints:
         if len(texts) > self.limits.max_sentences:
             raise ServeError(413, f"{len(texts)} sentences in one request; the limit is {self.limits.max_sentences}")
 
-    def admit(self, http: Request, service: ModelService, texts: list[str], beam: int, n_best: int) -> None:
+    def admit(self, http: Request, service: ModelService, texts: list[str]) -> None:
         """Refuse what is over a limit; a request that passes counts its sentences against its caller."""
         self.limit_sentences(texts)
-        service.check(texts, beam, n_best)
+        service.check(texts)
         self.rates.sentences_of(http.state.caller, len(texts))
 
     async def decode_chains(self, http: Request, groups: list[tuple[ModelChain, list[str]]], n_best: int
@@ -199,7 +203,8 @@ class Endpoints:
         self.limit_sentences([text for _, texts in groups for text in texts])
         for chain, texts in groups:
             first = self.services[chain.models[0].name]
-            first.check(texts, *leg_search(first, chain, 0, n_best))
+            first.check(texts)
+            leg_search(first, chain, 0, n_best)
         self.rates.sentences_of(http.state.caller, sum(len(texts) for _, texts in groups))
         return list(await asyncio.gather(*(self.along(chain, texts, n_best) for chain, texts in groups)))
 
@@ -208,10 +213,10 @@ class Endpoints:
         translated again by the second (its n_best); the texts already checked for the first."""
         for leg, model in enumerate(chain.models):
             service = self.services[model.name]
-            beam, wanted = leg_search(service, chain, leg, n_best)
+            settings = leg_search(service, chain, leg, n_best)
             if leg > 0:
-                service.check(texts, beam, wanted)
-            nbests = await service.batcher.translate(texts, beam, wanted)
+                service.check(texts)
+            nbests = await service.batcher.translate(texts, settings)
             texts = [nbest[0].text for nbest in nbests]
         return nbests
 
@@ -224,7 +229,7 @@ class Endpoints:
         else:
             assert request.text is not None                                 # _one_input: one of the two is given
             texts = [request.text]
-        beam = request.beam or service.default_beam
+        settings = service.settings(request.beam, request.n_best)
         # Each line of a text is a sentence, as on LibreTranslate's path: translated on its own, then joined.
         counts, lines = lines_of(texts)
         if request.maps and max(counts) > 1:
@@ -235,8 +240,8 @@ class Endpoints:
         if request.alignments and not service.translator.explains:     # an engine without the model's weights
             raise ServeError(501, f"this model decodes with {service.engine}, which cannot align words: serve the "
                                   f"model file (.safetensors) for alignments")
-        self.admit(http, service, lines, beam, request.n_best)
-        nbests = texts_of(counts, await service.batcher.translate(lines, beam, request.n_best), request.n_best)
+        self.admit(http, service, lines)
+        nbests = texts_of(counts, await service.batcher.translate(lines, settings), request.n_best)
         maps = await service.batcher.maps([nbest[0] for nbest in nbests]) if request.maps else [None] * len(nbests)
         results = [_sentence(nbest, request.attention, request.n_best, sentence_maps)
                    for nbest, sentence_maps in zip(nbests, maps)]
@@ -246,7 +251,7 @@ class Endpoints:
                 result["alignment"] = alignment
         # Built to match TranslateResponse (the tests check it) and sent as is: validating attention
         # matrices again on the way out costs the event loop more than the model call under load.
-        return JSONResponse({"results": results, "beam": beam, "n_best": request.n_best})
+        return JSONResponse({"results": results, "beam": settings.beam_size, "n_best": request.n_best})
 
     async def alignments(self, service: ModelService, sources: list[str], translations: list[str]
                          ) -> list[dict[str, Any]]:
@@ -278,7 +283,7 @@ class Endpoints:
         if request.attribution == "ig" and ig_steps > self.limits.max_ig_steps:
             raise ServeError(422, f"ig_steps: {ig_steps} is over this server's limit of {self.limits.max_ig_steps} "
                                   f"(attnmt serve --max-ig-steps)")
-        self.admit(http, service, [request.text], 1, 1)
+        self.admit(http, service, [request.text])
         view = AttentionView(request.attention, request.layer, request.head)
 
         def work() -> dict[str, Any]:
@@ -327,14 +332,15 @@ class Endpoints:
         return {"name": service.info["name"], "sources": [s.source for s in last],
                 "source_tokens": [s.source_tokens for s in last], "curve": curve,
                 "points": [{"step": p.step, "epoch": p.epoch, "valid_loss": p.valid_loss,
-                            "sentences": [{"tokens": s.tokens, "text": s.text, "attention": _rounded(s.maps[-1].mean(0)),
+                            "sentences": [{"tokens": s.tokens, "text": s.text, "attention": _rounded(s.shown()),
                                            "aer": s.aer} for s in p.sentences]} for p in points]}
 
 
-def leg_search(service: ModelService, chain: ModelChain, leg: int, n_best: int) -> tuple[int, int]:
-    """The beam and n-best of one model of a chain: the last gives n_best, a pivot leg its best."""
+def leg_search(service: ModelService, chain: ModelChain, leg: int, n_best: int) -> SearchSettings:
+    """The search of one model of a chain: the last gives n_best, a pivot leg its best; the model's beam,
+    widened to the n-best asked for."""
     wanted = n_best if leg == len(chain.models) - 1 else 1
-    return max(service.default_beam, wanted), wanted
+    return service.settings(max(service.translator.settings().beam_size, wanted), wanted)
 
 
 async def explorer() -> FileResponse:

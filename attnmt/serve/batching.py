@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from ..config import ServeConfig
+from ..search import SearchSettings
 from ..translate import TextTranslator, Translation
 from .errors import ServeError
 
@@ -19,8 +20,7 @@ from .errors import ServeError
 @dataclass
 class _Job:
     texts: list[str]
-    beam: int
-    n_best: int
+    settings: SearchSettings
     future: asyncio.Future
 
 
@@ -31,7 +31,7 @@ def model_thread() -> ThreadPoolExecutor:
 
 
 class Batcher:
-    """Queued requests in, one model call per group of requests with the same beam and n_best, on
+    """Queued requests in, one model call per group of requests with the same search settings, on
     `executor` (model_thread(), which may be shared with other models' batchers)."""
 
     def __init__(self, translator: TextTranslator, limits: ServeConfig, executor: ThreadPoolExecutor):
@@ -53,10 +53,10 @@ class Batcher:
             with contextlib.suppress(asyncio.CancelledError):
                 await self.task
 
-    async def translate(self, texts: list[str], beam: int, n_best: int) -> list[list[Translation]]:
+    async def translate(self, texts: list[str], settings: SearchSettings) -> list[list[Translation]]:
         future = asyncio.get_running_loop().create_future()
         try:
-            self.queue.put_nowait(_Job(texts, beam, n_best, future))
+            self.queue.put_nowait(_Job(texts, settings, future))
         except asyncio.QueueFull:
             raise ServeError(503, f"the server is busy: {self.limits.queue_size} requests are waiting; "
                                   "retry later") from None
@@ -90,18 +90,18 @@ class Batcher:
             if self.queue.empty() and self.limits.batch_window_ms > 0:
                 await asyncio.sleep(self.limits.batch_window_ms / 1000)  # let stragglers join this call
                 self._drain(jobs)
-            groups: dict[tuple[int, int], list[_Job]] = {}
+            groups: dict[SearchSettings, list[_Job]] = {}
             for job in jobs:
                 if not job.future.done():
-                    groups.setdefault((job.beam, job.n_best), []).append(job)
-            for (beam, n_best), group in groups.items():
-                await self._decode(group, beam, n_best)
+                    groups.setdefault(job.settings, []).append(job)
+            for settings, group in groups.items():
+                await self._decode(group, settings)
 
-    async def _decode(self, group: list[_Job], beam: int, n_best: int) -> None:
+    async def _decode(self, group: list[_Job], settings: SearchSettings) -> None:
         texts = [text for job in group for text in job.texts]
         loop = asyncio.get_running_loop()
         try:
-            results = await loop.run_in_executor(self.executor, self._call_model, texts, beam, n_best)
+            results = await loop.run_in_executor(self.executor, self._call_model, texts, settings)
         except Exception as err:  # a failed call fails its requests, not the server
             for job in group:
                 if not job.future.done():
@@ -115,6 +115,6 @@ class Batcher:
                 job.future.set_result(results[start: start + len(job.texts)])
             start += len(job.texts)
 
-    def _call_model(self, texts: list[str], beam: int, n_best: int) -> list[list[Translation]]:
+    def _call_model(self, texts: list[str], settings: SearchSettings) -> list[list[Translation]]:
         with torch.inference_mode():
-            return self.translator.translate_nbest(texts, n_best, beam)
+            return [nbest for chunk in self.translator.stream(texts, settings) for nbest in chunk]

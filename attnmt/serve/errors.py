@@ -3,7 +3,6 @@ for its own refusals (ServeError) and for those of FastAPI and Starlette alike."
 
 from __future__ import annotations
 
-import difflib
 from typing import Any, Mapping, Optional
 
 from fastapi import FastAPI, Request
@@ -12,6 +11,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
+from ..errors import did_you_mean, nearest
 from .access import RateLimited
 
 
@@ -69,9 +69,8 @@ def not_a_field(name: str, fields: dict[str, bool]) -> str:
     field meant (a misspelt `txt` leaves `text` missing) nor those there are."""
     if not fields:
         return "not a field of this request"
-    meant = difflib.get_close_matches(name, list(fields), n=1)
     takes = ", ".join(f"{field} (required)" if required else field for field, required in fields.items())
-    return f"not a field of this request{f' (did you mean {meant[0]}?)' if meant else ''}; it takes {takes}"
+    return f"not a field of this request{did_you_mean(nearest(name, fields))}; it takes {takes}"
 
 
 def answer_errors(app: FastAPI) -> None:

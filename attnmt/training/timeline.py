@@ -43,6 +43,11 @@ class Watched:
     maps: np.ndarray                 # [layers, heads, len(tokens), len(source_tokens)]: cross-attention
     aer: Optional[float] = None      # with a gold alignment: the AER of the attention's links on the reference
 
+    def shown(self) -> np.ndarray:
+        """The map a timeline shows of it (the figures, the explorer's slider): the last layer's
+        cross-attention, the heads' mean, [len(tokens), len(source_tokens)]."""
+        return self.maps[-1].mean(0)
+
     def to_dict(self) -> dict:
         quantized = np.rint(np.clip(self.maps, 0.0, 1.0) * 255).astype(np.uint8)
         return {"source": self.source, "source_tokens": self.source_tokens, "tokens": self.tokens, "text": self.text,
@@ -204,7 +209,7 @@ def timeline_figures(points: list[Point], watched: int = 1) -> tuple[list[Figure
     if not 1 <= watched <= len(points[-1].sentences):
         raise AttnmtError(f"watched sentence {watched}: the run watched {len(points[-1].sentences)} sentences (from 1)")
     index, source = watched - 1, points[-1].sentences[watched - 1]
-    maps = [p.sentences[index].maps[-1].mean(0) if p.sentences[index].tokens
+    maps = [p.sentences[index].shown() if p.sentences[index].tokens
             else np.zeros((1, len(source.source_tokens)), dtype=np.float32) for p in points]
     titles = [f"step {p.step}" + (f" (valid loss {p.valid_loss:.3f})" if p.valid_loss is not None else "")
               + (f", AER {p.sentences[index].aer:.2f}" if p.sentences[index].aer is not None else "")
