@@ -575,7 +575,8 @@ def test_transformer_decodes_like_the_reference(dtype, kind):
     results = []
     for network in (model, reference_of(model)):
         results.append([[h] for h in greedy(network, src, lengths, max_lengths, SearchSettings(batch_size=5))]
-                       + beam_search(network, src, lengths, max_lengths, SearchSettings(beam_size=3, alpha=0.6, n_best=3, batch_size=5)))
+                       + beam_search(network, src, lengths, max_lengths,
+                                     SearchSettings(beam_size=3, alpha=0.6, n_best=3, batch_size=5)))
     assert len({len(hyps[0].ids) for hyps in results[1]}) >= 4                 # outputs of many lengths
     for ours, theirs in zip(*results, strict=True):
         assert [h.ids for h in ours] == [h.ids for h in theirs]
@@ -642,7 +643,8 @@ def test_wide_vocabulary_search_equals_plain_topk(beam_size):
     assert top_k(True) is block_top_k and top_k(False) is reference_top_k
     outputs = []
     for fast in (True, False):
-        beams = beam_search(model, src, lengths, max_lengths, SearchSettings(beam_size=beam_size, n_best=beam_size, batch_size=4, top_k=top_k(fast)))
+        settings = SearchSettings(beam_size=beam_size, n_best=beam_size, batch_size=4, top_k=top_k(fast))
+        beams = beam_search(model, src, lengths, max_lengths, settings)
         greedy_ids = [h.ids for h in greedy(model, src, lengths, max_lengths, SearchSettings(batch_size=4, top_k=top_k(fast)))]
         outputs.append(([[h.ids for h in hyps] for hyps in beams], greedy_ids))
     assert outputs[0] == outputs[1]

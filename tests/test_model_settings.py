@@ -18,8 +18,16 @@ from attnmt.errors import AttnmtError
 from attnmt.families import build_model
 from attnmt.families.transformer.network import FeedForward, sinusoids
 from attnmt.seam import forced_logits
-from attnmt.search import (GNMTScoring, Hypothesis, LengthPowerEarlyScoring, LengthPowerScoring, SearchSettings, Symbols,
-                           beam_search, greedy)
+from attnmt.search import (
+    GNMTScoring,
+    Hypothesis,
+    LengthPowerEarlyScoring,
+    LengthPowerScoring,
+    SearchSettings,
+    Symbols,
+    beam_search,
+    greedy,
+)
 from attnmt.tokenize import make_tokenizer
 from attnmt.translate import Translator
 from attnmt.vocab import EOS_ID, SOS_ID, UNK_ID, Tokenization, Vocabulary
@@ -191,4 +199,5 @@ def test_beam_search_under_hugging_faces_rules_ranks_by_log_probability_over_len
             assert h.score == pytest.approx(h.log_prob / (len(h.ids) + 1))
     assert [[h.ids for h in b] for b in beams] != [[h.ids for h in b] for b in gnmt]   # the option changes the search
     assert [h.ids for h in greedy(model, src, lengths, limits, SearchSettings(symbols=Symbols()))] == [
-        b[0].ids for b in beam_search(model, src, lengths, limits, SearchSettings(beam_size=1, alpha=1.0, scoring="length_power"))]
+        b[0].ids for b in beam_search(model, src, lengths, limits,
+                                      SearchSettings(beam_size=1, alpha=1.0, scoring="length_power"))]

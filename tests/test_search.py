@@ -98,7 +98,8 @@ def test_sentence_alone_or_in_a_batch_of_64_gives_the_same_output(family):
     together = beam_search(model, src, lengths, max_lengths, SearchSettings(beam_size=5, alpha=0.6, n_best=3))
     for row in range(0, 64, 7):
         n = int(lengths[row])
-        alone = beam_search(model, src[row : row + 1, :n], lengths[row : row + 1], max_lengths[row : row + 1], SearchSettings(beam_size=5, alpha=0.6, n_best=3))[0]
+        alone = beam_search(model, src[row : row + 1, :n], lengths[row : row + 1], max_lengths[row : row + 1],
+                            SearchSettings(beam_size=5, alpha=0.6, n_best=3))[0]
         assert [h.ids for h in alone] == [h.ids for h in together[row]]
         for a, b in zip(alone, together[row]):
             assert a.log_prob == pytest.approx(b.log_prob, abs=1e-4)
@@ -119,7 +120,8 @@ def test_refilled_batch_gives_what_one_batch_gives(kind, beam_size, batch_size):
     def decode(size):
         if beam_size == 1:
             return [[h] for h in greedy(model, src, lengths, max_lengths, SearchSettings(batch_size=size))]
-        return beam_search(model, src, lengths, max_lengths, SearchSettings(beam_size=beam_size, alpha=0.6, n_best=beam_size, batch_size=size))
+        settings = SearchSettings(beam_size=beam_size, alpha=0.6, n_best=beam_size, batch_size=size)
+        return beam_search(model, src, lengths, max_lengths, settings)
 
     for refilled, reference in zip(decode(batch_size), decode(None), strict=True):
         assert [h.ids for h in refilled] == [h.ids for h in reference]
