@@ -27,7 +27,8 @@ from conftest import write_dates_files  # noqa: E402
 
 RUN = """
 import sys
-from attnmt import prepare, resume
+from attnmt.corpus import prepare
+from attnmt.training import resume
 prepare.CHUNK_PAIRS = int(sys.argv[1])
 opened = resume.open_corpus
 def stop_when_prepared(*args, **kwargs):

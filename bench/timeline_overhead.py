@@ -21,9 +21,9 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from attnmt import timeline
 from attnmt.configfile import load_config
 from attnmt.fast.process import set_up_training_process
+from attnmt.training import timeline
 from attnmt.training.demo import demo_config
 from attnmt.training.train import train
 

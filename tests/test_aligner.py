@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from attnmt import AttnmtError, Translator
-from attnmt import aligner as aligner_module
+from attnmt.analysis import aligner as aligner_module
 from attnmt.analysis.align import (
     AlignerLinks,
     align_by_aligner,

@@ -13,8 +13,9 @@ from typing import Iterator, NamedTuple
 import pytest
 from conftest import write_dates_files, write_dates_tsv
 
-from attnmt import AttnmtError, corpora
+from attnmt import AttnmtError
 from attnmt.config import DataConfig
+from attnmt.corpus import corpora
 from attnmt.corpus.readers import load_corpus, read_tsv
 
 

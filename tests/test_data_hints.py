@@ -12,8 +12,8 @@ import pytest
 from conftest import write_dates_tsv, write_line_aligned
 
 from attnmt import cli
-from attnmt import data as data_module
 from attnmt.config import DataConfig
+from attnmt.corpus import readers as data_module
 from attnmt.corpus.prepare import CorpusSource
 from attnmt.corpus.readers import CorpusFiles, check_source, load_corpus
 from attnmt.errors import AttnmtError

@@ -39,8 +39,8 @@ def test_the_time_budget_is_documented_as_training_keeps_it(tmp_path, monkeypatc
     """train.max_minutes: the run stops after the update during which the budget ran out, mid-epoch."""
     from conftest import tiny_dates_config
 
-    from attnmt import train as training
     from attnmt.configfile import config_from_dict
+    from attnmt.training import train as training
     from attnmt.training.metrics import read_metrics
 
     now = [0.0]

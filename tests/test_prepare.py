@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 from conftest import SHARED_DATA, write_dates_files, write_dates_tsv, write_line_aligned
 
-from attnmt import prepare
 from attnmt.configfile import config_from_dict
+from attnmt.corpus import prepare
 from attnmt.corpus.prepare import LOCKS, find_corpus, load_split, open_corpus, prepare_corpus
 from attnmt.corpus.readers import load_corpus
 from attnmt.corpus.store import META_FILE, PreparedCorpus, StoreWriter

@@ -31,7 +31,7 @@ PLANTED = textwrap.dedent(r'''
     import os
     import signal
 
-    from attnmt import prepare
+    from attnmt.corpus import prepare
     from attnmt.errors import AttnmtError
 
 
@@ -63,7 +63,7 @@ PLANTED = textwrap.dedent(r'''
 # waits stands beside the main one, as tqdm's monitor and torch's threads do in a real run.
 RUN = ("import signal, sys, threading; signal.signal(signal.SIGINT, signal.default_int_handler); "
        "threading.Thread(target=threading.Event().wait, daemon=True).start(); "
-       "sys.path.insert(0, sys.argv[1]); import planted; from attnmt import prepare; "
+       "sys.path.insert(0, sys.argv[1]); import planted; from attnmt.corpus import prepare; "
        "prepare.CHUNK_PAIRS = 50; prepare.ChunkEncoder = planted.Planted; from attnmt.cli import main; "
        "sys.exit(main(sys.argv[2:]))")
 LINE = 120  # in the third chunk, so that the workers have already given chunks back
@@ -243,7 +243,7 @@ DYING = textwrap.dedent(r'''
 # The encoder's maker holds a megabyte, as a real corpus's tokenizers do, so that it is larger than
 # a pipe holds: Python's spawn, given it as the process's argument, waited for ever on a worker that
 # died before reading it (the GPU check's hang, 2026-12-04).
-DIE_STARTING = ("import functools, sys; sys.path.insert(0, sys.argv[1]); import dying; from attnmt import workers; "
+DIE_STARTING = ("import functools, sys; sys.path.insert(0, sys.argv[1]); import dying; from attnmt.corpus import workers; "
                 "from attnmt.errors import AttnmtError\n"
                 "try:\n"
                 "    list(workers.encoded_chunks(functools.partial(dying.make, b'x' * 2**20), iter(['a', 'b', 'c']), 2))\n"
@@ -271,7 +271,7 @@ def unguarded_program(tmp_path: Path) -> tuple[Path, str]:
     config = tmp_path / "config.yaml"
     config.write_text(f"data: {{format: parallel, path: {data}, prepared_dir: {tmp_path / 'prepared'}, workers: 2}}\n"
                       f"tokenizer: {{level: word}}\n")
-    return data, ("import sys\nfrom attnmt import prepare\nprepare.CHUNK_PAIRS = 50\nfrom attnmt.cli import main\n"
+    return data, ("import sys\nfrom attnmt.corpus import prepare\nprepare.CHUNK_PAIRS = 50\nfrom attnmt.cli import main\n"
                   f"sys.exit(main(['prepare', {str(config)!r}]))\n")
 
 
