@@ -5,7 +5,8 @@ from __future__ import annotations
 import abc
 import copy
 import itertools
-from dataclasses import dataclass, replace
+import math
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Iterator, Optional, Protocol, cast
 
@@ -71,11 +72,21 @@ class Translation:
     source_tokens: list[str]        # the tokens the model read
     attention: Optional[np.ndarray]  # [len(tokens), len(source_tokens)]; None for attention `none`
     log_prob: float                 # log-probability the model gives this output (EOS included)
+    # A text's translation: its sentences' (documents.text joins them); a sentence's: empty.
+    parts: list["Translation"] = field(default_factory=list, repr=False)
+
+    @property
+    def confidence(self) -> float:
+        """How sure the model is of this translation, in (0, 1]: the geometric mean of the probabilities it
+        gave the tokens it wrote, the end of sentence included, exp(log_prob / (tokens + 1)); a text's, over
+        all its sentences' tokens. 1.0 for an empty text, where the model wrote nothing."""
+        written = sum(len(sentence.tokens) + 1 for sentence in self.parts or [self] if sentence.tokens)
+        return math.exp(self.log_prob / written) if written else 1.0
 
     def __repr__(self) -> str:
         shape = "none" if self.attention is None else "x".join(map(str, self.attention.shape))
         return (f"Translation({self.text!r}, {len(self.tokens)} tokens from {len(self.source_tokens)}, "
-                f"log_prob={self.log_prob:.4f}, attention {shape})")
+                f"log_prob={self.log_prob:.4f}, confidence={self.confidence:.3f}, attention {shape})")
 
     def _repr_png_(self) -> Optional[bytes]:
         """Jupyter's picture of the translation: its attention heatmap (TextTranslator.figure draws
@@ -110,6 +121,15 @@ class TextTranslator(abc.ABC):
         reads one (none for an empty text, which is not translated)."""
         tokens = self.src_tokenizer.tokenize(text)[: self.config.decode.max_src_len]
         return tokens + [self.source_end] if tokens and self.source_end else tokens
+
+    def fits(self, text: str) -> bool:
+        """Whether the model reads all of `text`: at most decode.max_src_len tokens (documents.text cuts a
+        longer sentence at a clause end rather than let tokenize_source drop its end)."""
+        return len(self.src_tokenizer.tokenize(text)) <= self.config.decode.max_src_len
+
+    def source_languages(self) -> list[str]:
+        """The languages the model reads, as its config declares them."""
+        return source_languages(self.config.data)
 
     def source_word_tokens(self, words: list[str], limit: Optional[int] = None) -> tuple[list[str], list[int]]:
         """The tokens the model reads of a sentence given as words (at most `limit`, then its end token
@@ -403,44 +423,6 @@ class Translator(TextTranslator):
             attention = hypothesis.attention[:, : len(source_tokens)].float().cpu().numpy()
         return Translation(self.tgt_tokenizer.detokenize(tokens), tokens, source_tokens, attention,
                            hypothesis.log_prob)
-
-
-def join_lines(lines: list[Translation]) -> Translation:
-    """A text's lines, translated one by one, as one translation: texts and tokens joined by newlines
-    (a "\n" token between lines, on both sides), log-probabilities added (the lines are independent),
-    the attention block-diagonal (each line's output attends to its own line only; the newlines'
-    rows and columns are 0), or None if a line has none."""
-    text = "\n".join(line.text for line in lines)
-    tokens = [t for i, line in enumerate(lines) for t in ([] if i == 0 else ["\n"]) + line.tokens]
-    source_tokens = [t for i, line in enumerate(lines) for t in ([] if i == 0 else ["\n"]) + line.source_tokens]
-    attention = None
-    if all(line.attention is not None for line in lines):
-        attention = np.zeros((len(tokens), len(source_tokens)), dtype=np.float32)
-        row = col = 0
-        for line in lines:
-            assert line.attention is not None
-            attention[row: row + len(line.tokens), col: col + len(line.source_tokens)] = line.attention
-            row, col = row + len(line.tokens) + 1, col + len(line.source_tokens) + 1
-    return Translation(text, tokens, source_tokens, attention, sum(line.log_prob for line in lines))
-
-
-def lines_of(texts: list[str]) -> tuple[list[int], list[str]]:
-    """How many lines each text has, and all their lines in order: a model translates sentences, so
-    a text is translated line by line (texts_of puts the translations together again)."""
-    lines = [text.split("\n") for text in texts]
-    return [len(text_lines) for text_lines in lines], [line for text_lines in lines for line in text_lines]
-
-
-def texts_of(counts: list[int], nbests: list[list[Translation]], n_best: int) -> list[list[Translation]]:
-    """The lines' n-best lists as their texts': a text of one line keeps its line's; for several, the
-    n-th joins each line's n-th (its last, for a line with fewer) with join_lines."""
-    texts, start = [], 0
-    for count in counts:
-        group = nbests[start: start + count]
-        start += count
-        texts.append(group[0] if count == 1 else
-                     [join_lines([nbest[min(rank, len(nbest) - 1)] for nbest in group]) for rank in range(n_best)])
-    return texts
 
 
 def model_info(path: str | Path) -> dict:

@@ -23,10 +23,11 @@ from conftest import server_process
 from fastapi.testclient import TestClient
 
 from attnmt.config import ServeConfig
+from attnmt.search import SearchSettings
 from attnmt.serve import create_app, runner
 from attnmt.serve.app import STATIC
 from attnmt.serve.middleware import BodyLimit
-from attnmt.translate import Translator
+from attnmt.translate import Translation, Translator
 
 DATES = ["March 14, 2026", "3. Oktober 1990", "the 21st of June 1975", "12/25/2031", "Fr., 09.11.1989",
          "1 May 2000", "July 4, 1776", "Montag, 1. Januar 2024"]
@@ -49,19 +50,19 @@ def held_model(translator: Translator) -> Iterator[tuple[list, threading.Event]]
     """Record the model calls as (sentences, beam); each call waits until the event is set."""
     calls: list[tuple[int, int]] = []
     release = threading.Event()
-    real = translator.translate_nbest
+    real = translator.stream
 
-    def held(texts: list[str], n_best: int, beam: int) -> list:
-        calls.append((len(texts), beam))
+    def held(texts: list[str], settings: SearchSettings) -> Iterator[list[list[Translation]]]:
+        calls.append((len(texts), settings.beam_size))
         release.wait(20)
-        return real(texts, n_best, beam)
+        return real(texts, settings)
 
-    translator.translate_nbest = held
+    translator.stream = held
     try:
         yield calls, release
     finally:
         release.set()
-        del translator.translate_nbest  # the class's method again
+        del translator.stream  # the class's method again
 
 
 def wait_for(condition, what: str) -> None:
@@ -248,8 +249,8 @@ def test_openapi_describes_the_endpoints(client):
     assert {"/translate", "/health", "/model", "/models"} <= set(spec["paths"]) and "/" not in spec["paths"]
     schemas = spec["components"]["schemas"]
     assert set(schemas["TranslateRequest"]["properties"]) == {"text", "texts", "beam", "n_best", "attention", "maps",
-                                                              "alignments", "model"}
-    assert set(schemas["SentenceResult"]["properties"]) == {"translation", "tokens", "score", "attention",
+                                                              "alignments", "split", "model"}
+    assert set(schemas["SentenceResult"]["properties"]) == {"translation", "tokens", "score", "confidence", "attention",
                                                             "source_tokens", "nbest", "maps", "alignment"}
     assert set(schemas["WordAlignment"]["properties"]) == {"method", "source_words", "target_words", "links"}
     responses = spec["paths"]["/translate"]["post"]["responses"]
@@ -389,7 +390,7 @@ def test_a_text_of_several_lines_is_translated_line_by_line(client, translator):
     over = client.post("/translate", json={"text": "\n".join(DATES[:5])})
     assert over.status_code == 413 and over.json() == {"error": "5 sentences in one request; the limit is 4"}
     maps = client.post("/translate", json={"text": "1 May 2000\n2 May 2000", "maps": True})
-    assert maps.status_code == 422 and "send its lines as `texts`" in maps.json()["error"]
+    assert maps.status_code == 422 and "send its sentences as `texts`" in maps.json()["error"]
 
 
 @pytest.mark.parametrize("flags", [[], ["--no-access-log"]], ids=["access-log", "no-access-log"])

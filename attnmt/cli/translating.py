@@ -30,25 +30,40 @@ def add_translate(commands: Commands) -> None:
                            help="sentences per batch")
     translate.add_argument("--n-best", type=number_flag(DecodeConfig, "beam_size"), default=1,
                            help="print the N best (at most the beam size): `i ||| text ||| log-prob` lines")
+    translate.add_argument("--split-sentences", action="store_true",
+                           help="each line is a paragraph: cut it into sentences (by the rules of --language), translate "
+                                "each, and write them on one line again (default: each line is one sentence)")
+    translate.add_argument("--language", help="with --split-sentences: the language whose rules cut the sentences "
+                                              "(default: the model's first source language)")
+    translate.add_argument("--scores", action="store_true",
+                           help="write each translation after its confidence and a tab (with --n-best: a last field); "
+                                "0 to 1, the geometric mean of its tokens' probabilities (docs/documents.md)")
     add_search(translate)
     translate.set_defaults(run=_translate)
 
 
 def _translate(args: argparse.Namespace) -> None:
+    from ..documents.text import stream_texts
+
     if args.sentences and args.input:
         raise AttnmtError("translate takes sentences as arguments or --input FILE, not both")
+    if args.language and not args.split_sentences:
+        raise AttnmtError("--language says how --split-sentences cuts sentences; give both, or neither")
     translator = load_translator(args, args.model)
     settings = translator.settings(args.beam, args.alpha, args.n_best, args.batch_size, ("--n-best", "--beam"))
     lines = iter(args.sentences) if args.sentences else input_lines(args.input)
     first = list(itertools.islice(lines, 1))  # a missing or unreadable input fails here, before any output
-    chunks = translator.stream(itertools.chain(first, lines), settings)
+    # A line over the model's decode.max_src_len is cut at a clause end and written as one line again.
+    chunks = stream_texts(translator, itertools.chain(first, lines), settings, args.language, args.split_sentences)
     with output(args.output) as write:
         number = 0  # of the sentence, in n-best lists
         for nbest in chunks:
             if args.n_best == 1:
-                outputs = [hyps[0].text for hyps in nbest]
-            else:  # Moses-style n-best list: sentence number ||| translation ||| log-probability
-                outputs = [f"{number + i} ||| {h.text} ||| {h.log_prob:.4f}" for i, hyps in enumerate(nbest) for h in hyps]
+                outputs = [f"{hyps[0].confidence:.4f}\t{hyps[0].text}" if args.scores else hyps[0].text
+                           for hyps in nbest]
+            else:  # Moses-style n-best list: sentence number ||| translation ||| log-probability [||| confidence]
+                outputs = [f"{number + i} ||| {h.text} ||| {h.log_prob:.4f}" + (f" ||| {h.confidence:.4f}" if args.scores else "")
+                           for i, hyps in enumerate(nbest) for h in hyps]
             write("".join(line + "\n" for line in outputs))
             number += len(nbest)
     say_precision(args, translator.precision_note())

@@ -18,13 +18,14 @@ from ..analysis.align import alignment_method, model_aligner, translation_alignm
 from ..analysis.attribution import IG_STEPS, Work, explain_or_attribute
 from ..analysis.explain import FIELDS
 from ..config import ServeConfig, source_languages, validate_serve
+from ..documents.text import joined_nbests, segment
 from ..errors import AttnmtError
 from ..seam import AttentionView
 from ..search import SearchSettings
 from ..tokenize import Tokenizer
 from ..training.metrics import METRICS_FILE, read_metrics
 from ..training.timeline import TIMELINE_FILE, read_timeline
-from ..translate import TextTranslator, Translation, Translator, lines_of, texts_of
+from ..translate import TextTranslator, Translation, Translator
 from .access import KeyFile, RateLimits
 from .batching import Batcher, model_thread
 from .errors import ServeError, answer_errors
@@ -150,6 +151,10 @@ class ModelService:
             raise ServeError(422, f"beam: {settings.beam_size} is over this server's limit of {self.limits.max_beam}")
         return settings
 
+    def fits(self, text: str) -> bool:
+        """Whether a sentence is within this server's characters and the model's tokens (check_length's limits)."""
+        return len(text) <= self.limits.max_chars and len(self.translator.src_tokenizer.tokenize(text)) <= self.max_tokens
+
     def check(self, texts: list[str]) -> None:
         """Refuse a sentence over this model's limits."""
         for i, text in enumerate(texts, 1):
@@ -195,18 +200,24 @@ class Endpoints:
         service.check(texts)
         self.rates.sentences_of(http.state.caller, len(texts))
 
-    async def decode_chains(self, http: Request, groups: list[tuple[ModelChain, list[str]]], n_best: int
+    async def decode_chains(self, http: Request, groups: list[tuple[ModelChain, str, list[str]]], n_best: int
                             ) -> list[list[list[Translation]]]:
-        """LibreTranslate's translate: each group of texts along its chain of models, checked as one
-        request (its sentences counted once), every group queued at once (their calls take turns on
-        the model thread); [group][text][rank]."""
-        self.limit_sentences([text for _, texts in groups for text in texts])
-        for chain, texts in groups:
+        """LibreTranslate's translate: each group's texts, in its source language, cut into sentences (a
+        sentence over the first model's limits cut at a clause end), translated along the group's chain of
+        models and joined again; checked as one request (its sentences counted once), every group queued
+        at once (their calls take turns on the model thread); [group][text][rank]."""
+        documents = [[segment(text, language, self.services[chain.models[0].name].fits) for text in texts]
+                     for chain, language, texts in groups]
+        sentences = [[sentence for document in group for sentence in document.sentences] for group in documents]
+        self.limit_sentences([sentence for group in sentences for sentence in group])
+        for (chain, _, _), group in zip(groups, sentences):
             first = self.services[chain.models[0].name]
-            first.check(texts)
+            first.check(group)
             leg_search(first, chain, 0, n_best)
-        self.rates.sentences_of(http.state.caller, sum(len(texts) for _, texts in groups))
-        return list(await asyncio.gather(*(self.along(chain, texts, n_best) for chain, texts in groups)))
+        self.rates.sentences_of(http.state.caller, sum(len(group) for group in sentences))
+        decoded = await asyncio.gather(*(self.along(chain, group, n_best)
+                                         for (chain, _, _), group in zip(groups, sentences)))
+        return [joined_nbests(group, nbests, n_best) for group, nbests in zip(documents, decoded)]
 
     async def along(self, chain: ModelChain, texts: list[str], n_best: int) -> list[list[Translation]]:
         """The n_best of each text by the chain's one model, or the first model's best translation
@@ -221,8 +232,10 @@ class Endpoints:
         return nbests
 
     async def translate(self, request: TranslateRequest, http: Request) -> JSONResponse:
-        """Translate one sentence or several; concurrent requests are decoded together. A text of several
-        lines is translated line by line and answered as one result, its lines joined (translate.join_lines)."""
+        """Translate one text or several; concurrent requests are decoded together. A text is translated
+        a line a sentence, or, with `split`, cut into sentences (a sentence over the limits cut at a clause
+        end), each sentence on its own; a text of several is answered as one result, its sentences joined
+        (documents.text.Segmented.join)."""
         service = self.service(request.model)
         if request.texts is not None:
             texts = request.texts
@@ -230,18 +243,20 @@ class Endpoints:
             assert request.text is not None                                 # _one_input: one of the two is given
             texts = [request.text]
         settings = service.settings(request.beam, request.n_best)
-        # Each line of a text is a sentence, as on LibreTranslate's path: translated on its own, then joined.
-        counts, lines = lines_of(texts)
-        if request.maps and max(counts) > 1:
-            raise ServeError(422, "maps: a text of several lines has no one set of maps; send its lines as `texts`")
-        if request.alignments and max(counts) > 1:
-            raise ServeError(422, "alignments: a text of several lines is aligned line by line; send its lines as "
+        language = service.translator.source_languages()[0] if request.split else None
+        documents = [segment(text, language, service.fits if request.split else None) for text in texts]
+        if request.maps and any(len(document.spans) > 1 for document in documents):
+            raise ServeError(422, "maps: a text of several sentences has no one set of maps; send its sentences as "
                                   "`texts`")
+        if request.alignments and any(len(document.spans) > 1 for document in documents):
+            raise ServeError(422, "alignments: a text of several sentences is aligned sentence by sentence; send its "
+                                  "sentences as `texts`")
         if request.alignments and not service.translator.explains:     # an engine without the model's weights
             raise ServeError(501, f"this model decodes with {service.engine}, which cannot align words: serve the "
                                   f"model file (.safetensors) for alignments")
-        self.admit(http, service, lines)
-        nbests = texts_of(counts, await service.batcher.translate(lines, settings), request.n_best)
+        sentences = [sentence for document in documents for sentence in document.sentences]
+        self.admit(http, service, sentences)
+        nbests = joined_nbests(documents, await service.batcher.translate(sentences, settings), request.n_best)
         maps = await service.batcher.maps([nbest[0] for nbest in nbests]) if request.maps else [None] * len(nbests)
         results = [_sentence(nbest, request.attention, request.n_best, sentence_maps)
                    for nbest, sentence_maps in zip(nbests, maps)]
@@ -362,7 +377,8 @@ def model_info(translator: TextTranslator, limits: ServeConfig, max_tokens: int,
 
 def _hypothesis(translation: Translation, attention: bool) -> dict[str, Any]:
     result: dict[str, Any] = {"translation": translation.text, "tokens": translation.tokens,
-                              "score": round(translation.log_prob, ATTENTION_DECIMALS)}
+                              "score": round(translation.log_prob, ATTENTION_DECIMALS),
+                              "confidence": round(translation.confidence, ATTENTION_DECIMALS)}
     if attention and translation.attention is not None:
         result["attention"] = _rounded(translation.attention)
     return result

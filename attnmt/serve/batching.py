@@ -54,6 +54,8 @@ class Batcher:
                 await self.task
 
     async def translate(self, texts: list[str], settings: SearchSettings) -> list[list[Translation]]:
+        if not texts:                                                # a request of empty texts: nothing to queue
+            return []
         future = asyncio.get_running_loop().create_future()
         try:
             self.queue.put_nowait(_Job(texts, settings, future))

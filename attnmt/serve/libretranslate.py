@@ -9,7 +9,7 @@ LibreTranslate (libretranslate.com) is the common API of self-hosted machine tra
 /libretranslate/, and at the root: a POST /translate whose body has `q` is LibreTranslate's
 (`LibreTranslateDispatch`, which parses the body once for both APIs), any other is attnmt's. A
 model translates from the languages it declares (`data.source_languages`) into one, sentence by
-sentence, so a text is translated line by line; detection picks among the declared languages
+sentence, so a text is cut into sentences (documents.text) and put together again; detection picks among the declared languages
 (corpus/detect.py). With several models, a request goes to the model of its pair, or through the pivot
 language where the server has one (its models.ModelChain, from ModelSet.chain); `source: auto`
 detects among the languages that reach the target.
@@ -26,7 +26,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..config import ServeConfig
 from ..corpus.detect import detect
-from ..translate import Translation, lines_of, texts_of
+from ..translate import Translation
 from .errors import ServeError
 from .middleware import FORM, UnreadableBody, body_fields, body_of, content_type
 from .models import ModelChain, ModelSet
@@ -100,7 +100,8 @@ class FrontendLanguages(BaseModel):
 
 
 class FrontendSettings(BaseModel):
-    charLimit: int = Field(description="the most characters of one line (a sentence) the server translates")
+    charLimit: int = Field(description="the most characters of one sentence the server translates "
+                                             "whole; a text is cut into sentences, a longer one at a clause end")
     frontendTimeout: int = Field(description="milliseconds a front end waits after typing before it translates")
     apiKeys: bool = Field(description="whether the server has API keys")
     keyRequired: bool = Field(description="whether translating needs an API key")
@@ -155,9 +156,10 @@ def api_key_is_text(fields: dict[str, Any]) -> None:
         raise LibreTranslateError("Invalid request: api_key must be a text")
 
 
-# The server's batched, limit-checked n-best translation of groups of texts, each along its chain of models:
-# (request, [(chain, texts)], n_best) -> [group][text][rank].
-DecodeChains = Callable[[Request, list[tuple[ModelChain, list[str]]], int], Awaitable[list[list[list[Translation]]]]]
+# The server's batched, limit-checked n-best translation of groups of texts, each group's texts in one source
+# language, cut into sentences and translated along its chain of models:
+# (request, [(chain, source language, texts)], n_best) -> [group][text][rank].
+DecodeChains = Callable[[Request, list[tuple[ModelChain, str, list[str]]], int], Awaitable[list[list[list[Translation]]]]]
 
 
 class LibreTranslate:
@@ -204,7 +206,9 @@ class LibreTranslate:
 
     async def translate(self, request: Request) -> dict[str, Any]:
         """LibreTranslate's translate: `q` a text or a list of texts, `source`, `target`, `format`
-        (text), `alternatives`; JSON or a form. Each line of a text is translated as a sentence."""
+        (text), `alternatives`; JSON or a form. A text is cut into sentences, as LibreTranslate cuts it
+        (documents.sentences: at line breaks and by the source language's rules), each translated on its
+        own, and put together again with the text's own spacing and line breaks."""
         fields = _fields(request)
         q = fields.get("q")
         if q is None:
@@ -239,11 +243,11 @@ class LibreTranslate:
         groups = {language: [i for i, lang in enumerate(languages) if lang == language] for language in languages}
         chains = {language: self._chain(language, target) for language in groups}
         n_best = alternatives + 1
-        lined = {language: lines_of([texts[i] for i in members]) for language, members in groups.items()}
-        decoded = await self.decode(request, [(chains[language], lined[language][1]) for language in groups], n_best)
+        decoded = await self.decode(request, [(chains[language], language, [texts[i] for i in members])
+                                              for language, members in groups.items()], n_best)
         nbests: list[list[Translation]] = [[] for _ in texts]
-        for (language, members), group_nbests in zip(groups.items(), decoded, strict=True):
-            for i, nbest in zip(members, texts_of(lined[language][0], group_nbests, n_best), strict=True):
+        for members, group_nbests in zip(groups.values(), decoded, strict=True):
+            for i, nbest in zip(members, group_nbests, strict=True):
                 nbests[i] = nbest
         # [text][rank]; a rank a text lacks (an empty text has one translation) repeats its last.
         ranked = [[nbest[min(rank, len(nbest) - 1)].text for rank in range(n_best)] for nbest in nbests]

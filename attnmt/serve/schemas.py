@@ -14,10 +14,11 @@ from ..analysis.explain import ExplainedStep
 class TranslateRequest(BaseModel):
     """One sentence (`text`) or several (`texts`), and how to decode them."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={
+        "examples": [{"text": "Ein Satz."}, {"texts": ["Ein Satz. Noch einer.", "Ein dritter."], "split": True}]})
 
-    text: Optional[str] = Field(None, description="one sentence")
-    texts: Optional[list[str]] = Field(None, min_length=1, description="several sentences, answered in order")
+    text: Optional[str] = Field(None, description="one sentence, or a text of one a line (or any, with `split`)")
+    texts: Optional[list[str]] = Field(None, min_length=1, description="several, answered in order")
     beam: Optional[int] = Field(None, ge=1, description="beam size, 1 = greedy (default: the model's decode.beam_size)")
     n_best: int = Field(1, ge=1, description="translations per sentence, best first; at most `beam`")
     attention: bool = Field(False, description="include the attention weights of each translation")
@@ -26,6 +27,9 @@ class TranslateRequest(BaseModel):
     alignments: bool = Field(False, description="include word alignments between each sentence and its best "
                                                 "translation (words split at spaces): the model's aligner where its "
                                                 "file holds one (attnmt train-aligner), else attention's argmax")
+    split: bool = Field(False, description="cut each text into sentences by the rules of the model's (first) "
+                                           "source language, as LibreTranslate's API does; a sentence over the "
+                                           "limits is cut at a clause end (default: a line a sentence)")
     model: Optional[str] = Field(None, description="the model to translate with, by its name in GET /models "
                                                    "(needed when the server has several)")
 
@@ -40,6 +44,9 @@ class Hypothesis(BaseModel):
     translation: str
     tokens: list[str] = Field(description="output tokens, end of sentence left out")
     score: float = Field(description="log-probability of the output, end of sentence included")
+    confidence: float = Field(description="how sure the model is, in (0, 1]: the geometric mean of its tokens' "
+                                          "probabilities, exp(score / (tokens + 1)); a text's, over all its "
+                                          "sentences' tokens (docs/documents.md says what it tells)")
     attention: Optional[list[list[float]]] = Field(
         None, description="[len(tokens)][len(source_tokens)] weights; only when asked for and the model has attention")
 
