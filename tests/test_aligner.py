@@ -469,7 +469,7 @@ def test_translate_answers_alignments_with_the_method_that_made_them(dates_model
                                            "target_words": alignment.target_words,
                                            "links": [list(link) for link in alignment.links]}
     status, body = answer(translator, text="March 14, 2026\n1 May 2000", texts=None)
-    assert status == 422 and "send its lines as `texts`" in body["error"]
+    assert status == 422 and "send its sentences as `texts`" in body["error"]
     status, body = answer(Translator.load(no_attention_model, "cpu"))
     assert status == 422 and body["error"] == ("alignments: this model has neither attention (model.attention none) "
                                                "nor an aligner (attnmt train-aligner): it cannot align words")

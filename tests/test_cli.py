@@ -39,7 +39,7 @@ class RecipeModel(NamedTuple):
     pairs: list[tuple[str, str]]
 
 
-@pytest.fixture(scope="module", params=["dates", "tatoeba"])
+@pytest.fixture(scope="module", params=["dates", pytest.param("tatoeba", marks=pytest.mark.slow)])  # real data: slow
 def recipe_model(request, tmp_path_factory) -> RecipeModel:
     """The recipe trained on 1,000 generated dates written as a manythings file, or on the first 4,000
     pairs of the real Tatoeba deu-eng (which skips without ../shared/data)."""
@@ -218,7 +218,7 @@ def test_debug_shows_traceback(tmp_path):
 
 
 @pytest.mark.parametrize("level,joint", [("bpe", "true"), ("unigram", "false")])
-@pytest.mark.parametrize("corpus", ["dates", "tatoeba"])
+@pytest.mark.parametrize("corpus", ["dates", pytest.param("tatoeba", marks=pytest.mark.slow)])
 def test_subword_model_trains_and_detokenizes(tmp_path, corpus, level, joint):
     if corpus == "dates":  # 800 training pairs: enough for 200 pieces on either side
         data, vocab_size, sentence = tmp_path / "dates.txt", 200, "Montag, 3. Oktober 1990"

@@ -59,7 +59,8 @@ TRANSFORMER = {"arch": "transformer", "heads": 2, "ff_dim": 64, "enc_layers": 2,
 @pytest.fixture(scope="module", params=["dates", "multi30k"])
 def small_corpus(request, tmp_path_factory) -> Path:
     """600 training pairs, 100 validation and 50 test pairs in line-aligned files: generated dates,
-    or the first pairs of Multi30k de-en (which skips without ../shared/data)."""
+    or the first pairs of Multi30k de-en (which skips without ../shared/data). Both for the killed and
+    resumed run; the generated dates alone for the rest, whose rules do not depend on the corpus."""
     out = tmp_path_factory.mktemp(request.param)
     sizes = {"train": 600, "val": 100, "test_2016_flickr": 50}
     if request.param == "dates":
@@ -151,6 +152,7 @@ def test_world_size_without_torchrun_is_one_clear_line(monkeypatch):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("small_corpus", ["dates"], indirect=True)  # the ranks' rules; the corpus' kind is the resume test's
 def test_two_ranks_follow_one_process_step_by_step_and_rank_1_writes_nothing(small_corpus, tmp_path):
     one, one_weights, _ = recorded_run(tmp_path, "one", 1, small_corpus)
     two, two_weights, rank1_writes = recorded_run(tmp_path, "two", 2, small_corpus)
@@ -168,6 +170,7 @@ def test_two_ranks_follow_one_process_step_by_step_and_rank_1_writes_nothing(sma
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("small_corpus", ["dates"], indirect=True)  # the ranks' rules; the corpus' kind is the resume test's
 def test_random_draws_do_not_depend_on_which_rank_runs_a_part(small_corpus, tmp_path):
     """With dropout, a Transformer on two ranks equals one process accumulating the same two parts:
     each part's draws are seeded by the step and the part, not by the process."""
@@ -180,6 +183,7 @@ def test_random_draws_do_not_depend_on_which_rank_runs_a_part(small_corpus, tmp_
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("small_corpus", ["dates"], indirect=True)  # the ranks' rules; the corpus' kind is the resume test's
 def test_rank_0s_decision_to_stop_and_the_time_budget_reach_every_rank(small_corpus, tmp_path):
     losses, _, _ = recorded_run(tmp_path, "stop", 2, small_corpus, "train.epochs=5", "train.rank_timeout_min=0.5",
                                 env={"STOP_AT_FIRST_VALIDATION": "1"})
@@ -243,6 +247,7 @@ def alive(pid: int) -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("small_corpus", ["dates"], indirect=True)  # the ranks' rules; the corpus' kind is the resume test's
 def test_a_rank_that_hangs_ends_the_job_with_a_line_naming_it(small_corpus, tmp_path):
     config = write_config(tmp_path / "hang.yaml", small_corpus, tmp_path / "hang")
     process = launch(2, str(config), "train.epochs=50", "train.rank_timeout_min=0.1")

@@ -128,6 +128,7 @@ def test_a_config_of_data_and_train_fine_tunes_a_trained_transformer(tmp_path, t
     assert f"fine-tuned from: {base.resolve()} (weights sha256 {read_metadata(base)['sha256']})" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # a whole run or several processes; the module's other tests stay in the quick tier
 def test_a_model_file_whose_vocabularies_have_their_own_special_ids_fine_tunes_as_attnmts_order(tmp_path,
                                                                                                   transformer_dates_model):
     """Every token at another id (the unknown, start and end tokens among them, as in an imported model): the

@@ -207,6 +207,13 @@ def pair(request, tmp_path_factory):
     return request.param, folder, import_marian(folder, folder.parent / "model.safetensors")
 
 
+@pytest.fixture(scope="module")
+def loaded(pair):
+    """The pair's two models loaded once for the tests that only read them: (MarianMTModel, Translator)."""
+    _, folder, model_file = pair
+    return transformers.MarianMTModel.from_pretrained(str(folder)).eval(), Translator.load(model_file, device="cpu")
+
+
 def marian_ids(folder: Path) -> dict[int, int]:
     """attnmt id -> Marian id, for the ids the pad swap moved (the others are the same)."""
     pad = json.loads((folder / "config.json").read_text(encoding="utf-8"))["pad_token_id"]
@@ -214,12 +221,11 @@ def marian_ids(folder: Path) -> dict[int, int]:
 
 
 @pytest.mark.slow
-def test_per_step_log_probabilities_are_marian_mt_models(pair):
+def test_per_step_log_probabilities_are_marian_mt_models(pair, loaded):
     """Teacher-forced over a reference target: every log-probability of every step, 50 sentences."""
-    name, folder, model_file = pair
-    reference = transformers.MarianMTModel.from_pretrained(str(folder)).eval()
+    name, folder, _ = pair
+    reference, translator = loaded
     tokenizer = marian_tokenizer(folder)
-    translator = Translator.load(model_file, device="cpu")
     text, network, swap = translator.tokenization, translator.model.eval(), marian_ids(folder)
     order = torch.tensor([swap.get(i, i) for i in range(len(text.tgt_vocab))])   # Marian's id of each attnmt id
     for source, target in sentence_pairs(name, 50):
@@ -257,7 +263,7 @@ def generated(reference, tokenizer, sources: list[str], beam: int, early_stoppin
 
 @pytest.mark.slow
 @pytest.mark.parametrize("beam, early_stopping", [(1, False), (5, False), (5, True)])
-def test_greedy_and_beam_outputs_are_generates(pair, beam, early_stopping):
+def test_greedy_and_beam_outputs_are_generates(pair, loaded, beam, early_stopping, monkeypatch):
     """The same output ids and text as generate on 200 sentences, with its length penalty and max_length,
     and with early_stopping as decode.beam_scoring length_power_early.
 
@@ -265,12 +271,11 @@ def test_greedy_and_beam_outputs_are_generates(pair, beam, early_stopping):
     there by its tokens alone (with forced_eos_token_id, by a </s> of log-probability 0), attnmt's
     search by its tokens and the </s> it forces at its length limit, log-probability included; the
     two then rank such hypotheses differently (a few of the 200 here)."""
-    name, folder, model_file = pair
-    reference = transformers.MarianMTModel.from_pretrained(str(folder)).eval()
+    name, folder, _ = pair
+    reference, translator = loaded
     tokenizer = marian_tokenizer(folder)
-    translator = Translator.load(model_file, device="cpu")
-    if early_stopping:
-        translator.config.decode.beam_scoring = "length_power_early"
+    if early_stopping:                              # for this test alone: the translator is the module's
+        monkeypatch.setattr(translator.config.decode, "beam_scoring", "length_power_early")
     swap = marian_ids(folder)
     sources = [source for source, _ in sentence_pairs(name, 200)]
     expected = generated(reference, tokenizer, sources, beam, early_stopping)

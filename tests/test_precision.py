@@ -209,6 +209,7 @@ def test_decoding_copy_is_reused_until_the_weights_or_the_precision_change(dates
             translator._decoding()
 
 
+@pytest.mark.slow  # a whole run or several processes; the module's other tests stay in the quick tier
 def test_precision_flag_of_translate(dates_model):
     from test_cli import attnmt
 

@@ -243,6 +243,7 @@ def test_a_run_cut_by_its_budget_and_resumed_counts_each_epoch_once_and_says_why
     assert any(line == "all 2 epochs trained (train.epochs); stopping" for line in lines)
 
 
+@pytest.mark.slow  # a whole run or several processes; the module's other tests stay in the quick tier
 def test_fine_tuning_starts_from_the_model_files_weights_tokenizers_and_vocabularies(tmp_path):
     base = tiny_dates_config(tmp_path / "base")
     base["train"].update(epochs=3)

@@ -41,6 +41,7 @@ def test_a_run_records_its_watched_sentences_early_and_at_every_validation(tmp_p
     assert values["train"]["out_dir"].endswith("run")
 
 
+@pytest.mark.slow  # a whole run or several processes; the module's other tests stay in the quick tier
 def test_a_resumed_run_keeps_the_timeline_whole(tmp_path):
     run(tmp_path, "whole")
     run(tmp_path, "cut", epochs=1)
