@@ -1,7 +1,6 @@
 """Training on several processes (torchrun, gloo on CPU) follows the one-process run with the same
 global batch; only rank 0 writes; a killed run resumes exactly; a rank that dies or hangs ends the job."""
 
-import gzip
 import json
 import os
 import random
@@ -56,22 +55,12 @@ ranks.close()
 TRANSFORMER = {"arch": "transformer", "heads": 2, "ff_dim": 64, "enc_layers": 2, "dec_layers": 2, "attn_dropout": 0.1}
 
 
-@pytest.fixture(scope="module", params=["dates", "multi30k"])
-def small_corpus(request, tmp_path_factory) -> Path:
-    """600 training pairs, 100 validation and 50 test pairs in line-aligned files: generated dates,
-    or the first pairs of Multi30k de-en (which skips without ../shared/data). Both for the killed and
-    resumed run; the generated dates alone for the rest, whose rules do not depend on the corpus."""
-    out = tmp_path_factory.mktemp(request.param)
-    sizes = {"train": 600, "val": 100, "test_2016_flickr": 50}
-    if request.param == "dates":
-        write_dates_files(out, sizes)
-        return out
-    shared_data = request.getfixturevalue("shared_data")
-    for split_name, count in sizes.items():
-        for lang in ("de", "en"):
-            with gzip.open(shared_data / "multi30k" / f"{split_name}.{lang}.gz", "rt", encoding="utf-8") as full:
-                lines = [next(full) for _ in range(count)]
-            (out / f"{split_name}.{lang}").write_text("".join(lines), encoding="utf-8")
+@pytest.fixture(scope="module")
+def small_corpus(tmp_path_factory) -> Path:
+    """600 training pairs, 100 validation and 50 test pairs of generated dates in line-aligned files (what
+    the ranks do does not depend on the corpus: each rank reads the same prepared store)."""
+    out = tmp_path_factory.mktemp("dates")
+    write_dates_files(out, {"train": 600, "val": 100, "test_2016_flickr": 50})
     return out
 
 
@@ -152,7 +141,6 @@ def test_world_size_without_torchrun_is_one_clear_line(monkeypatch):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("small_corpus", ["dates"], indirect=True)  # the ranks' rules; the corpus' kind is the resume test's
 def test_two_ranks_follow_one_process_step_by_step_and_rank_1_writes_nothing(small_corpus, tmp_path):
     one, one_weights, _ = recorded_run(tmp_path, "one", 1, small_corpus)
     two, two_weights, rank1_writes = recorded_run(tmp_path, "two", 2, small_corpus)
@@ -170,7 +158,6 @@ def test_two_ranks_follow_one_process_step_by_step_and_rank_1_writes_nothing(sma
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("small_corpus", ["dates"], indirect=True)  # the ranks' rules; the corpus' kind is the resume test's
 def test_random_draws_do_not_depend_on_which_rank_runs_a_part(small_corpus, tmp_path):
     """With dropout, a Transformer on two ranks equals one process accumulating the same two parts:
     each part's draws are seeded by the step and the part, not by the process."""
@@ -183,7 +170,6 @@ def test_random_draws_do_not_depend_on_which_rank_runs_a_part(small_corpus, tmp_
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("small_corpus", ["dates"], indirect=True)  # the ranks' rules; the corpus' kind is the resume test's
 def test_rank_0s_decision_to_stop_and_the_time_budget_reach_every_rank(small_corpus, tmp_path):
     losses, _, _ = recorded_run(tmp_path, "stop", 2, small_corpus, "train.epochs=5", "train.rank_timeout_min=0.5",
                                 env={"STOP_AT_FIRST_VALIDATION": "1"})
@@ -247,7 +233,6 @@ def alive(pid: int) -> bool:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("small_corpus", ["dates"], indirect=True)  # the ranks' rules; the corpus' kind is the resume test's
 def test_a_rank_that_hangs_ends_the_job_with_a_line_naming_it(small_corpus, tmp_path):
     config = write_config(tmp_path / "hang.yaml", small_corpus, tmp_path / "hang")
     process = launch(2, str(config), "train.epochs=50", "train.rank_timeout_min=0.1")

@@ -276,10 +276,11 @@ def round_trip_models(round_trip) -> tuple[Translator, tuple[Any, Any], tuple[An
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("beam", [1, 5])
-def test_a_round_trip_translates_as_the_original_folder(round_trip, round_trip_models, beam):
-    """200 sentences: transformers translates the export as the folder it was imported from (the same
-    outputs, ids through the pad swap), and as attnmt translates the imported file."""
+def test_a_round_trip_translates_as_the_original_folder(round_trip, round_trip_models):
+    """200 sentences, beam 5: transformers translates the export as the folder it was imported from (the
+    same outputs, ids through the pad swap), and as attnmt translates the imported file. (Greedy decoding
+    of the imported file is test_marian_parity's; the export's weights are the same for either search.)"""
+    beam = 5
     _, parity = oracle()
     name, folder, _, _ = round_trip
     translator, original, exported = round_trip_models

@@ -172,9 +172,18 @@ def generation_settings(folder: Path, config: dict) -> dict:
     return {key: config[key] for key in keys if key in config}
 
 
+# The folders tiny_marian made this session, by name: test_marian_export asks for the same ones again.
+MADE: dict[str, Path] = {}
+
+
 def tiny_marian(name: str, folder: Path) -> Path:
     """`folder`: a tiny random MarianMTModel (TINY, seeded) of the config of `name` (a real folder, or a
-    made-up one), with that folder's tokenizer files and generate's settings (max_length MAX_LENGTH)."""
+    made-up one), with that folder's tokenizer files and generate's settings (max_length MAX_LENGTH).
+    Made once a session (its lengths varied over 200 sentences of generate take seconds), then copied."""
+    if name in MADE and MADE[name].is_dir():
+        shutil.copytree(MADE[name], folder)
+        return folder
+    MADE[name] = folder
     source = real_folder(name) if name in REAL else write_marian_folder(
         folder.parent / f"{name}-files", separate_vocabs=name.endswith("separate"), weights=False)
     config = json.loads((source / "config.json").read_text(encoding="utf-8"))
